@@ -1,0 +1,367 @@
+"""The ``kb`` command line: thin commands over the public core.
+
+Every command parses its options, calls one or two core functions and
+prints. Errors from the core (``KbError``) become one line on stderr and
+an exit code in one place, :func:`exit_code_for`; ``KB_DEBUG=1`` shows the
+traceback instead. The clock is read here and only here (``--as-of``
+defaults to now).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from kb.errors import (
+    CasAttemptsExhausted,
+    ConfigError,
+    GitError,
+    JobFailedError,
+    KbError,
+    KnowledgeCasError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The one mapping from errors to exit codes (first match wins).
+EXIT_CODES: tuple[tuple[type[KbError], int], ...] = (
+    (CasAttemptsExhausted, 3),
+    (KnowledgeCasError, 3),
+    (ConfigError, 2),
+    (JobFailedError, 1),
+    (GitError, 1),
+    (KbError, 1),
+)
+
+
+def exit_code_for(error: KbError) -> int:
+    """The documented exit code of an error: 1 failed job, 2 bad input, 3 CAS exhausted."""
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return 1  # pragma: no cover - KbError is in the table
+
+
+class KbClickError(click.ClickException):
+    """A core error on its way to stderr with its exit code."""
+
+    def __init__(self, error: KbError) -> None:
+        super().__init__(str(error))
+        # click types exit_code as a ClassVar but reads it from the instance.
+        self.exit_code = exit_code_for(error)  # type: ignore[misc]
+
+
+class KbGroup(click.Group):
+    """The root group: converts core errors in one place."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; turn a ``KbError`` into its exit code unless ``KB_DEBUG=1``."""
+        try:
+            return super().invoke(ctx)
+        except KbError as error:
+            if os.environ.get("KB_DEBUG") == "1":
+                raise
+            raise KbClickError(error) from error
+
+
+@dataclass
+class App:
+    """What every command receives: the store location and the instant."""
+
+    store_path: Path
+    as_of_text: str | None
+
+    @cached_property
+    def as_of(self) -> int:
+        """The instant (ms) expiry is judged at: ``--as-of``, or now."""
+        from kb.store.ttl import InstantError, instant_from_datetime, parse_instant
+
+        if self.as_of_text is None:
+            return instant_from_datetime(datetime.now(UTC))
+        try:
+            return parse_instant(self.as_of_text)
+        except InstantError as exc:
+            raise ConfigError("--as-of", str(exc)) from None
+
+    @cached_property
+    def store(self) -> Any:
+        """The writable store (``KnowledgeStore``)."""
+        from kb.store.filestore import KnowledgeStore
+
+        return KnowledgeStore(self.store_path)
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+def attempts_option(func: F) -> F:
+    """``--attempts N``: how many times the rebase loop retries a CAS conflict."""
+    return click.option(
+        "--attempts",
+        type=int,
+        default=3,
+        show_default=True,
+        help="Rebase-loop attempts on a concurrent change (positive integer).",
+    )(func)
+
+
+def committer_option(func: F) -> F:
+    """``--by NAME``: who is recorded as the committer."""
+    return click.option(
+        "--by",
+        "committer",
+        default=lambda: os.environ.get("KB_COMMITTER") or os.environ.get("USER") or "kb-cli",
+        show_default="$KB_COMMITTER or $USER",
+        help="Who is recorded in the Kb-Committer trailer.",
+    )(func)
+
+
+@click.group(cls=KbGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    "store_path",
+    envvar="KB_STORE",
+    default="rulvar.models.json",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The knowledge store file (env KB_STORE).",
+)
+@click.option(
+    "--as-of",
+    "as_of",
+    envvar="KB_AS_OF",
+    default=None,
+    help="Judge expiry at this ISO instant instead of now (env KB_AS_OF).",
+)
+@click.version_option(package_name="kb")
+@click.pass_context
+def cli(ctx: click.Context, store_path: Path, as_of: str | None) -> None:
+    """Evidence-backed knowledge about which LLM is good at which kind of task."""
+    ctx.obj = App(store_path=store_path, as_of_text=as_of)
+
+
+@cli.command()
+@committer_option
+@pass_app
+def init(app: App, committer: str) -> None:
+    """Create an empty store (version 0) and commit it when inside git."""
+    from kb.store.filestore import CommitContext
+
+    app.store.initialize(CommitContext(action="init", committer=committer))
+    where = "committed to git" if app.store.git is not None else "plain file, not in git"
+    click.echo(f"initialized {app.store.path} (store v0, {where})")
+
+
+LIST_EPILOG = """\b
+Examples:
+  kb list --model openai:gpt-4o-mini --status active
+  kb list --task-class extraction --expired
+  kb --as-of 2026-12-01 list --json
+"""
+
+
+@cli.command("list", epilog=LIST_EPILOG)
+@click.option("--model", help="Only this provider:model (add @effort to pin the effort).")
+@click.option("--task-class", help="Only this task class.")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(["active", "stale", "superseded", "archived"]),
+    help="Only these statuses (repeatable).",
+)
+@click.option("--expired/--unexpired", default=None, help="Only expired / unexpired claims.")
+@click.option("--json", "as_json", is_flag=True, help="Print the claims as stored, plus ttl.")
+@pass_app
+def list_command(
+    app: App,
+    model: str | None,
+    task_class: str | None,
+    statuses: tuple[str, ...],
+    expired: bool | None,
+    as_json: bool,
+) -> None:
+    """List claims with their status, lifetime, evidence and metrics."""
+    from kb.store.query import ClaimFilter, select
+    from kb.views import claims_json, format_claims
+
+    snapshot = app.store.read()
+    claim_filter = ClaimFilter(model, task_class, frozenset(statuses) or None, expired)
+    indexes = list(select(snapshot, claim_filter, app.as_of))
+    if as_json:
+        click.echo(claims_json(snapshot, indexes, app.as_of, plain=snapshot.js_plain))
+    else:
+        chosen = [snapshot.claims[i] for i in indexes]
+        click.echo(format_claims(chosen, len(snapshot.claims), app.as_of))
+
+
+@cli.command()
+@click.argument("claim_id")
+@pass_app
+def show(app: App, claim_id: str) -> None:
+    """Show one claim and the git commits that touched it."""
+    from kb.store.audit import claim_history
+    from kb.views import format_claim, format_history
+
+    claim = app.store.read().get(claim_id)
+    if claim is None:
+        raise ConfigError("show", f"no claim with id {claim_id!r}")
+    click.echo(format_claim(claim, app.as_of))
+    click.echo(format_history(claim_history(app.store, claim_id)))
+
+
+@cli.command()
+@pass_app
+def verify(app: App) -> None:
+    """Check the store and every version of it in git (exit 0 valid, 2 invalid)."""
+    from kb.store.audit import verify_store
+
+    report = verify_store(app.store)
+    history = (
+        f", {report.history_checked} versions in git checked"
+        if app.store.git is not None
+        else ", not in git"
+    )
+    click.echo(f"ok: store v{report.version}, {report.claims} claims{history}")
+
+
+@cli.command()
+@pass_app
+def queue(app: App) -> None:
+    """List the remeasurement queue: active eval-measured claims that have expired."""
+    from kb.store.ttl import remeasurement_queue
+
+    due = remeasurement_queue(app.store.read().claims, app.as_of)
+    for claim in due:
+        fields = (claim.subject.key, claim.task_class, claim.id, f"expired {claim.expires_at}")
+        click.echo("\t".join(fields))
+    click.echo(f"{len(due)} claim{'s' if len(due) != 1 else ''} due for remeasurement")
+
+
+NOTE_EPILOG = """\b
+Example:
+  kb note --model openai:gpt-4o-mini --task-class extraction --polarity weakness \\
+    --statement "drops nested fields in long invoices" --approver alice \\
+    --ruled-out prompt --ruled-out tools --evidence journal:run-42:7
+"""
+
+
+@cli.command(epilog=NOTE_EPILOG)
+@click.option("--model", required=True, help="provider:model the note is about.")
+@click.option("--effort", default=None, help="Effort, when the note is about one effort.")
+@click.option("--task-class", required=True)
+@click.option("--polarity", required=True, type=click.Choice(["strength", "weakness"]))
+@click.option("--statement", required=True, help="The note (at most 200 characters).")
+@click.option("--approver", required=True, help="Who approves the note (the human gate).")
+@click.option(
+    "--ruled-out",
+    multiple=True,
+    required=True,
+    type=click.Choice(["prompt", "tools", "difficulty", "transient-provider"]),
+    help="Causes ruled out before blaming the model (repeatable, at least one).",
+)
+@click.option("--contrast-evidence", default=None, help="What contrasted the model with others.")
+@click.option(
+    "--evidence",
+    "evidence_texts",
+    multiple=True,
+    required=True,
+    help="eval:REPORT[:case1,case2] or journal:RUN:ENTRY (repeatable).",
+)
+@click.option("--confidence", type=click.Choice(["high", "medium", "low"]), default="low")
+@click.option("--id", "claim_id", default=None, help="Claim id (default note/<subject>/...).")
+@attempts_option
+@pass_app
+def note(app: App, /, **opts: Any) -> None:
+    """Add a human-editorial claim through the human gate."""
+    from kb.store.editorial import editorial_claim, human_gate, parse_evidence
+    from kb.store.filestore import CommitContext, validate_attempts
+    from kb.store.ops import AddClaim
+
+    attempts = validate_attempts(opts["attempts"])
+    claim = editorial_claim(
+        model=opts["model"],
+        effort=opts["effort"],
+        task_class=opts["task_class"],
+        polarity=opts["polarity"],
+        statement=opts["statement"],
+        approver=opts["approver"],
+        evidence=[parse_evidence(text) for text in opts["evidence_texts"]],
+        observed_at=app.as_of,
+        confidence=opts["confidence"],
+        claim_id=opts["claim_id"],
+    )
+    gate = human_gate(opts["approver"], app.as_of, opts["ruled_out"], opts["contrast_evidence"])
+    context = CommitContext(
+        "note",
+        opts["approver"],
+        label=claim.id,
+        extra_trailers=(("Kb-Gate", f"human; ruled out {', '.join(gate.ruled_out)}"),),
+    )
+    result = app.store.commit_with_rebase(
+        lambda _: [AddClaim(claim, gate)], context, attempts=attempts
+    )
+    _echo_commit(result)
+
+
+@cli.command()
+@click.argument("claim_id")
+@click.option(
+    "--reason", required=True, type=click.Choice(["deprecated", "stale", "rejected", "falsified"])
+)
+@committer_option
+@attempts_option
+@pass_app
+def archive(app: App, claim_id: str, reason: str, committer: str, attempts: int) -> None:
+    """Archive one claim (it stays in the file with status archived)."""
+    from kb.store.editorial import archive_ops
+    from kb.store.filestore import CommitContext, validate_attempts
+
+    validate_attempts(attempts)
+    context = CommitContext("archive", committer, label=claim_id)
+    result = app.store.commit_with_rebase(
+        lambda snapshot: archive_ops(snapshot, claim_id, reason),  # type: ignore[arg-type]
+        context,
+        attempts=attempts,
+    )
+    _echo_commit(result)
+
+
+@cli.command()
+@click.argument("model")
+@committer_option
+@attempts_option
+@pass_app
+def deprecate(app: App, model: str, committer: str, attempts: int) -> None:
+    """Archive every active or stale claim about MODEL (reason deprecated)."""
+    from kb.store.editorial import deprecate_ops
+    from kb.store.filestore import CommitContext, validate_attempts
+
+    validate_attempts(attempts)
+    context = CommitContext("deprecate", committer, label=model)
+    result = app.store.commit_with_rebase(
+        lambda snapshot: deprecate_ops(snapshot, model), context, attempts=attempts
+    )
+    if result is None:
+        click.echo(f"no active or stale claims about {model}; nothing committed")
+    else:
+        _echo_commit(result)
+
+
+def _echo_commit(result: Any) -> None:
+    git = f" [git {result.git_commit[:12]}]" if result.git_commit else ""
+    click.echo(f"{result.message}{git}")
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console entry point."""
+    cli.main(args=argv, prog_name="kb")
+    sys.exit(0)  # pragma: no cover - click exits itself

@@ -1,0 +1,82 @@
+"""The one error tree of kb.
+
+Every failure the core can report is a subclass of :class:`KbError`. The core
+raises them and never prints; the CLI turns them into one line on stderr and an
+exit code, in one place (``kb.cli.exit_code_for``)::
+
+    KbError                         base; never raised directly
+    ├── ConfigError                 bad input: store file, spec, flag, ops batch (exit 2)
+    │   ├── StoreDirtyError         the store file has edits git has not committed (exit 2)
+    │   └── VcrMissError            a replayed request is not in the cassette (exit 2)
+    ├── KnowledgeCasError           the store moved under a commit; retryable
+    │   └── CasAttemptsExhausted    the rebase loop gave up (exit 3)
+    ├── GitError                    git itself failed (not a conflict) (exit 1)
+    └── JobFailedError              the job ran and its outcome is a failure (exit 1)
+
+``ConfigError`` carries every problem it found in ``issues`` (each already
+prefixed with its path, e.g. ``claims[3].polarity: …``); its message joins them
+so the user sees all of them at once instead of fixing one per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class KbError(Exception):
+    """Base of every error kb raises on purpose."""
+
+
+class ConfigError(KbError):
+    """Input that kb refuses: a malformed store, spec, flag or batch of ops.
+
+    ``source`` names what was read (a file path, ``--attempts``, ``ops``);
+    ``issues`` lists every problem found, each with its own path.
+    """
+
+    def __init__(self, source: str, issues: Sequence[str] | str) -> None:
+        self.source = source
+        self.issues: tuple[str, ...] = (issues,) if isinstance(issues, str) else tuple(issues)
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if len(self.issues) == 1:
+            return f"{self.source}: {self.issues[0]}"
+        return f"{self.source}: {len(self.issues)} issues: " + "; ".join(self.issues)
+
+
+class StoreDirtyError(ConfigError):
+    """The store file differs from what git has committed, so kb will not commit over it."""
+
+
+class VcrMissError(ConfigError):
+    """A replayed request has no recorded exchange left in the cassette."""
+
+
+class KnowledgeCasError(KbError):
+    """The store is no longer at the version the caller read; re-read and retry."""
+
+    def __init__(self, detail: str, expected_version: int | None = None) -> None:
+        self.detail = detail
+        self.expected_version = expected_version
+        super().__init__(f"store moved: {detail}; re-read and retry")
+
+
+class CasAttemptsExhausted(KnowledgeCasError):
+    """Every attempt of the rebase loop met a concurrent change."""
+
+    def __init__(self, attempts: int, last: KnowledgeCasError) -> None:
+        self.attempts = attempts
+        self.last = last
+        KbError.__init__(
+            self,
+            f"gave up after {attempts} attempt{'s' if attempts != 1 else ''}: {last}",
+        )
+
+
+class GitError(KbError):
+    """A git command failed for a reason other than a compare-and-swap conflict."""
+
+
+class JobFailedError(KbError):
+    """The job ran to the end and its outcome is a failure (e.g. checkpoint not passed)."""

@@ -1,0 +1,119 @@
+"""Evidence from git: a claim's history, and integrity of every stored version.
+
+Both read git through :class:`kb.store.git.GitStoreRepo` and never write.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kb.errors import ConfigError
+from kb.store.filestore import KnowledgeStore
+from kb.store.snapshot import parse_store
+
+
+@dataclass(frozen=True)
+class ClaimEvent:
+    """One git commit that changed a claim."""
+
+    commit: str
+    date: str
+    subject: str
+    change: str
+    """``added``, ``status active → superseded``, ``edited`` …"""
+
+
+def claim_history(store: KnowledgeStore, claim_id: str) -> list[ClaimEvent] | None:
+    """Commits that added or changed ``claim_id``, oldest first (``None`` outside git)."""
+    git = store.git
+    if git is None:
+        return None
+    events = []
+    previous: dict[str, Any] | None = None
+    for commit in git.store_history():
+        blob = git.blob_in(commit.oid)
+        current = _find_claim(git.read_blob(blob), claim_id) if blob else None
+        if current != previous:
+            events.append(
+                ClaimEvent(commit.oid, commit.date, commit.subject, _describe(previous, current))
+            )
+        previous = current
+    return events
+
+
+def _find_claim(data: bytes, claim_id: str) -> dict[str, Any] | None:
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return None
+    for claim in document.get("claims", []) if isinstance(document, dict) else []:
+        if isinstance(claim, dict) and claim.get("id") == claim_id:
+            return claim
+    return None
+
+
+def _describe(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    if before is None:
+        return "added" if after is not None else "unchanged"
+    if after is None:
+        return "removed"
+    if before.get("status") != after.get("status"):
+        return f"status {before.get('status')} → {after.get('status')}"
+    return "edited"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What ``verify_store`` checked."""
+
+    version: int
+    claims: int
+    history_checked: int
+    """How many historical versions in git were parsed (0 outside git)."""
+
+
+def verify_store(store: KnowledgeStore) -> VerifyReport:
+    """Check the store and every version of it in git; raise one ``ConfigError`` if any fail.
+
+    Each historical version must parse and hash-check, and consecutive
+    versions on the first-parent line must rise by exactly 1.
+    """
+    issues: list[str] = []
+    try:
+        current = store.read()
+    except ConfigError as exc:
+        issues.extend(f"work tree: {issue}" for issue in exc.issues)
+        current = None
+    checked = 0
+    git = store.git
+    if git is not None:
+        last_version: int | None = None
+        for commit in git.store_history():
+            short = commit.oid[:12]
+            blob = git.blob_in(commit.oid)
+            if blob is None:
+                last_version = None
+                continue
+            checked += 1
+            try:
+                text = git.read_blob(blob).decode("utf-8")
+                snapshot = parse_store(text, f"{short}:{git.rel}")
+            except UnicodeDecodeError:
+                issues.append(f"commit {short}: store is not UTF-8")
+                continue
+            except ConfigError as exc:
+                issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
+                last_version = None
+                continue
+            if last_version is not None and snapshot.version != last_version + 1:
+                issues.append(
+                    f"commit {short}: version {snapshot.version} follows version "
+                    f"{last_version} (must rise by exactly 1)"
+                )
+            last_version = snapshot.version
+    if issues:
+        raise ConfigError(str(store.path), issues)
+    assert current is not None
+    return VerifyReport(current.version, len(current.claims), checked)

@@ -1,0 +1,106 @@
+"""What people commit by hand: editorial notes, archives and deprecations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from kb.errors import ConfigError
+from kb.store.models import (
+    ArchiveReason,
+    Confidence,
+    EvalEvidence,
+    JournalEvidence,
+    ModelClaim,
+    Polarity,
+    RuledOut,
+)
+from kb.store.ops import ArchiveClaim, HumanGate, Op
+from kb.store.snapshot import Snapshot, validation_issues
+from kb.store.ttl import claim_expiry, format_instant
+
+
+def parse_evidence(text: str) -> EvalEvidence | JournalEvidence:
+    """``eval:REPORT_ID[:case1,case2]`` or ``journal:RUN_ID:ENTRY_REF`` → evidence."""
+    kind, _, rest = text.partition(":")
+    if kind == "eval" and rest:
+        report, _, cases = rest.partition(":")
+        case_ids = [case for case in cases.split(",") if case] if cases else []
+        return EvalEvidence(kind="eval", report_id=report, case_ids=case_ids)
+    if kind == "journal" and rest:
+        run_id, _, entry = rest.rpartition(":")
+        if run_id and entry.isdigit():
+            return JournalEvidence(kind="journal", run_id=run_id, entry_ref=int(entry))
+    raise ConfigError(
+        "--evidence",
+        f"{text!r} must be 'eval:REPORT_ID[:case1,case2]' or 'journal:RUN_ID:ENTRY_REF'",
+    )
+
+
+def editorial_claim(
+    *,
+    model: str,
+    effort: str | None,
+    task_class: str,
+    polarity: Polarity,
+    statement: str,
+    approver: str,
+    evidence: Sequence[EvalEvidence | JournalEvidence],
+    observed_at: int,
+    confidence: Confidence = "low",
+    claim_id: str | None = None,
+) -> ModelClaim:
+    """A human-editorial claim observed at ``observed_at`` (ms), ready for the human gate.
+
+    The default id is ``note/<model>[@effort]/<taskClass>/<observedAt>``.
+    """
+    observed = format_instant(observed_at)
+    subject = {"model": model, **({"effort": effort} if effort else {})}
+    subject_key = f"{model}@{effort}" if effort else model
+    data = {
+        "id": claim_id or f"note/{subject_key}/{task_class}/{observed}",
+        "subject": subject,
+        "taskClass": task_class,
+        "polarity": polarity,
+        "statement": statement,
+        "class": "human-editorial",
+        "status": "active",
+        "evidence": [item.model_dump(by_alias=True, exclude_none=True) for item in evidence],
+        "confidence": confidence,
+        "observedAt": observed,
+        "expiresAt": claim_expiry("human-editorial", polarity, observed),
+        "author": {"kind": "human", "id": approver},
+    }
+    try:
+        return ModelClaim.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise ConfigError("note", validation_issues("", exc)) from None
+
+
+def human_gate(
+    approver: str, at: int, ruled_out: Sequence[RuledOut], contrast_evidence: str | None = None
+) -> HumanGate:
+    """The gate a person's note passes through."""
+    return HumanGate(
+        approver=approver,
+        at=format_instant(at),
+        ruled_out=tuple(ruled_out),
+        contrast_evidence=contrast_evidence,
+    )
+
+
+def deprecate_ops(snapshot: Snapshot, model: str) -> list[Op]:
+    """Archive (``deprecated``) every active or stale claim about ``model``, any effort."""
+    return [
+        ArchiveClaim(claim.id, "deprecated")
+        for claim in snapshot.claims
+        if claim.subject.model == model and claim.status in ("active", "stale")
+    ]
+
+
+def archive_ops(snapshot: Snapshot, claim_id: str, reason: ArchiveReason) -> list[Op]:
+    """One archive op, after checking the claim exists (a clear error otherwise)."""
+    if snapshot.get(claim_id) is None:
+        raise ConfigError("archive", f"no claim with id {claim_id!r}")
+    return [ArchiveClaim(claim_id, reason)]

@@ -1,0 +1,325 @@
+"""The store on disk: atomic, serialized, compare-and-swap commits, optionally through git.
+
+Guarantees (beyond rulvar's file store, which can lose an update when two
+processes commit at once and shares one temp file name between writers):
+
+* **No lost update.** The read-check-write runs under a cross-process
+  ``filelock``; :meth:`KnowledgeStore.commit_with_rebase` holds that lock
+  from its read through the commit, so kb writers never conflict with each
+  other and a CAS error can only come from outside (a hand edit, a ``git
+  pull``, a concurrent ``git commit`` moving the branch).
+* **Crash safety.** The new text goes to a unique temp file in the store's
+  directory, is fsynced, ``os.replace``d over the store and the directory is
+  fsynced. A kill at any point leaves the old or the new store. Kernel
+  locks die with their process and temp names are unique, so nothing a dead
+  writer leaves behind blocks the next commit (and the next commit sweeps
+  its orphaned temp files away).
+* **Git.** Inside a work tree every store commit is exactly one git commit
+  touching only the store (see :mod:`kb.store.git`). The lock then lives in
+  the git directory so the work tree gains no untracked file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from kb.errors import CasAttemptsExhausted, ConfigError, KnowledgeCasError
+from kb.store.git import GitStoreRepo
+from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, Op, OpCounts, apply_ops
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store, render_store
+
+DEFAULT_STORE_NAME = "rulvar.models.json"
+DEFAULT_ATTEMPTS = 3
+
+HeadRef = tuple[str, str | None]
+
+
+@dataclass(frozen=True)
+class CommitContext:
+    """Who commits and why; becomes the git commit message and trailers."""
+
+    action: str
+    """What happened: ``sweep``, ``note``, ``archive``, ``deprecate``, ``canary``, ``init``."""
+    committer: str
+    """The eval-committer id or the person; the ``Kb-Committer`` trailer."""
+    label: str | None = None
+    """Shown after the action in the subject line (a report id, a claim id, a model)."""
+    report_id: str | None = None
+    """The ``Kb-Report`` trailer, when the commit carries a report's measurements."""
+    extra_trailers: tuple[tuple[str, str], ...] = ()
+
+    def subject(self, counts: OpCounts | None, version: int) -> str:
+        """The commit subject line."""
+        head = f"kb: {self.action}" + (f" {self.label}" if self.label else "")
+        what = counts.describe() if counts is not None else "empty store"
+        return f"{head}: {what} (store v{version})"
+
+    def trailers(self, version: int) -> list[tuple[str, str]]:
+        """The commit trailers, in a fixed order."""
+        found = [("Kb-Report", self.report_id)] if self.report_id else []
+        found += [("Kb-Store-Version", str(version)), ("Kb-Committer", self.committer)]
+        return found + list(self.extra_trailers)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """A successful commit."""
+
+    snapshot: Snapshot
+    counts: OpCounts
+    git_commit: str | None
+    message: str
+    attempts: int = 1
+
+
+def validate_attempts(attempts: object) -> int:
+    """``attempts`` must be a positive integer; checked before anything is read."""
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ConfigError("attempts", f"must be a positive integer, got {attempts!r}")
+    return attempts
+
+
+def read_store_file(path: Path) -> Snapshot:
+    """Read and validate the store at ``path``; a missing file is version 0."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return EMPTY_SNAPSHOT
+    except IsADirectoryError:
+        raise ConfigError(str(path), "is a directory, not a store file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), f"not UTF-8 text: {exc}") from None
+    return parse_store(text, str(path))
+
+
+class ReadOnlyStore:
+    """A store handle with no way to write: what runs and graders receive."""
+
+    __slots__ = ("_path",)
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    @property
+    def path(self) -> Path:
+        """Where the store lives."""
+        return self._path
+
+    def read(self) -> Snapshot:
+        """The current snapshot."""
+        return read_store_file(self._path)
+
+
+class KnowledgeStore:
+    """The writable store: reads, and commits batches of ops by compare-and-swap."""
+
+    def __init__(
+        self,
+        path: Path | str = DEFAULT_STORE_NAME,
+        *,
+        active_claims_cap: int = DEFAULT_ACTIVE_CLAIMS_CAP,
+        lock_timeout: float = 120.0,
+    ) -> None:
+        if (
+            isinstance(active_claims_cap, bool)
+            or not isinstance(active_claims_cap, int)
+            or active_claims_cap < 0
+        ):
+            raise ConfigError("active_claims_cap", "must be a nonnegative integer")
+        self.path = Path(path).absolute()
+        self.active_claims_cap = active_claims_cap
+        self.lock_timeout = lock_timeout
+
+    @cached_property
+    def git(self) -> GitStoreRepo | None:
+        """The git work tree holding the store, or ``None`` for a plain file store."""
+        return GitStoreRepo.discover(self.path)
+
+    @cached_property
+    def _lock(self) -> FileLock:
+        if not self.path.parent.is_dir():
+            raise ConfigError(str(self.path), "its directory does not exist")
+        if self.git is not None:
+            tag = hashlib.sha256(self.git.rel.encode()).hexdigest()[:12]
+            where = self.git.git_dir / f"kb-store-{tag}.lock"
+        else:
+            where = self.path.parent / f".{self.path.name}.lock"
+        return FileLock(str(where), timeout=self.lock_timeout)
+
+    def read(self) -> Snapshot:
+        """The current snapshot (validated; a missing file is version 0)."""
+        return read_store_file(self.path)
+
+    def read_only(self) -> ReadOnlyStore:
+        """A handle for code that must not write (runs, graders)."""
+        return ReadOnlyStore(self.path)
+
+    def commit(
+        self, ops: Sequence[Op], expected_version: int, context: CommitContext
+    ) -> CommitResult:
+        """Apply ``ops`` if the store is still at ``expected_version``.
+
+        Raises ``KnowledgeCasError`` when it is not (re-read and retry), and
+        ``ConfigError`` for an invalid batch; in both cases nothing is written.
+        """
+        if not ops:
+            raise ConfigError("ops", "empty batch: nothing to commit")
+        try:
+            with self._lock:
+                head = self._prepare()
+                return self._commit_locked(ops, expected_version, context, head)
+        except Timeout:
+            raise self._lock_timeout(expected_version) from None
+
+    def commit_with_rebase(
+        self,
+        build_ops: Callable[[Snapshot], Sequence[Op]],
+        context: CommitContext,
+        *,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> CommitResult | None:
+        """The rebase loop: read, build the ops from that snapshot, commit; retry on CAS.
+
+        ``build_ops`` must be a pure function of the snapshot (it is called
+        again after every conflict). Returns ``None`` when it produces no ops.
+        Raises ``CasAttemptsExhausted`` when every attempt met a conflict.
+        """
+        attempts = validate_attempts(attempts)
+        last: KnowledgeCasError | None = None
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._lock:
+                    head = self._prepare()
+                    snapshot = self.read()
+                    ops = build_ops(snapshot)
+                    if not ops:
+                        return None
+                    result = self._commit_locked(ops, snapshot.version, context, head)
+                    return CommitResult(
+                        result.snapshot, result.counts, result.git_commit, result.message, attempt
+                    )
+            except Timeout:
+                last = self._lock_timeout(None)
+            except KnowledgeCasError as exc:
+                last = exc
+        assert last is not None
+        raise CasAttemptsExhausted(attempts, last)
+
+    def initialize(self, context: CommitContext) -> Snapshot:
+        """Create the empty store (version 0) and, inside git, commit it.
+
+        Refuses when a store file already exists.
+        """
+        try:
+            with self._lock:
+                head = self._prepare()
+                if self.path.exists():
+                    raise ConfigError(str(self.path), "a store already exists here")
+                self._publish(
+                    render_store(EMPTY_SNAPSHOT),
+                    head,
+                    context.subject(None, 0),
+                    context.trailers(0),
+                )
+        except Timeout:
+            raise self._lock_timeout(None) from None
+        return EMPTY_SNAPSHOT
+
+    # -- under the lock ------------------------------------------------------------
+
+    def _lock_timeout(self, expected_version: int | None) -> KnowledgeCasError:
+        return KnowledgeCasError(
+            f"another writer held the store lock for over {self.lock_timeout:g}s",
+            expected_version,
+        )
+
+    def _prepare(self) -> HeadRef | None:
+        """Clear crash leftovers, check git agrees with the file, and read HEAD.
+
+        HEAD must be read *before* the store file: a ``git pull`` that
+        changes the store in between then moves the branch and fails the
+        compare-and-swap instead of being silently overwritten.
+        """
+        for orphan in self.path.parent.glob(f".{self.path.name}.*.kb-tmp"):
+            orphan.unlink(missing_ok=True)  # only lock holders write temp files
+        if self.git is None:
+            return None
+        self.git.reconcile()
+        return self.git.head()
+
+    def _commit_locked(
+        self,
+        ops: Sequence[Op],
+        expected_version: int,
+        context: CommitContext,
+        head: HeadRef | None,
+    ) -> CommitResult:
+        current = self.read()
+        if current.version != expected_version:
+            raise KnowledgeCasError(
+                f"expected version {expected_version}, the store is at {current.version}",
+                expected_version,
+            )
+        applied = apply_ops(current, ops, active_claims_cap=self.active_claims_cap)
+        version = applied.snapshot.version
+        message = context.subject(applied.counts, version)
+        commit_oid = self._publish(
+            render_store(applied.snapshot), head, message, context.trailers(version)
+        )
+        return CommitResult(applied.snapshot, applied.counts, commit_oid, message)
+
+    def _publish(
+        self,
+        text: str,
+        head: HeadRef | None,
+        message: str,
+        trailers: Sequence[tuple[str, str]],
+    ) -> str | None:
+        """Make ``text`` the store: the git commit (CAS on ``head``) first, then the file."""
+        temp = self._write_temp(text)
+        commit_oid = blob = None
+        try:
+            if self.git is not None and head is not None:
+                commit_oid, blob = self.git.commit_file(
+                    temp, ref=head[0], expected_head=head[1], message=message, trailers=trailers
+                )
+            os.replace(temp, self.path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        _fsync_directory(self.path.parent)
+        if self.git is not None and blob is not None:
+            self.git.set_index_blob(blob)
+        return commit_oid
+
+    def _write_temp(self, text: str) -> Path:
+        fd, name = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".kb-tmp", dir=self.path.parent
+        )
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(text.encode("utf-8", "surrogatepass"))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
+        return Path(name)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,325 @@
+"""The only module that talks to git: one store commit = one git commit, by plumbing.
+
+A store commit never touches the user's index beyond the store's own entry
+and never touches any other file. The new commit is built from ``HEAD``'s
+tree in a private index (``GIT_INDEX_FILE``) with only the store blob
+replaced, then published with ``git update-ref <ref> <new> <old>``: if
+anything moved the branch since we read it (a concurrent ``git commit``,
+another kb writer on a clone sharing the repository), the update is refused
+and surfaces as :class:`KnowledgeCasError`, which the rebase loop retries.
+
+Crash recovery: the file store publishes the ref first and replaces the
+file second, so a process killed in between leaves ``HEAD`` one kb commit
+ahead of the work-tree file. :meth:`GitStoreRepo.reconcile` recognizes
+exactly that state (the file and index equal the store blob of ``HEAD``'s
+parent, and ``HEAD`` is a kb commit touching only the store) and finishes
+the interrupted commit; any other difference between the work tree, the
+index and ``HEAD`` is the user's edit and is refused with
+:class:`StoreDirtyError` rather than overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from git import Git
+from git.exc import GitCommandNotFound
+
+from kb.errors import GitError, KnowledgeCasError, StoreDirtyError
+
+ZERO_OID = "0" * 40
+KB_TRAILER = "Kb-Store-Version"
+_FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "kb",
+    "GIT_AUTHOR_EMAIL": "kb@localhost",
+    "GIT_COMMITTER_NAME": "kb",
+    "GIT_COMMITTER_EMAIL": "kb@localhost",
+}
+
+
+@dataclass(frozen=True)
+class StoreCommit:
+    """One git commit that touched the store file."""
+
+    oid: str
+    parents: tuple[str, ...]
+    date: str
+    subject: str
+    body: str
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What :meth:`GitStoreRepo.reconcile` found and fixed."""
+
+    action: str
+    """``clean``, ``index-refreshed`` or ``rolled-forward``."""
+
+
+class GitStoreRepo:
+    """A store file that lives in a git work tree."""
+
+    def __init__(self, top: Path, rel: str, store_path: Path) -> None:
+        self.top = top
+        self.rel = rel
+        self.store_path = store_path
+        self._git = Git(str(top))
+        self._identity_env: dict[str, str] | None = None
+
+    @classmethod
+    def discover(cls, store_path: Path) -> GitStoreRepo | None:
+        """The repository whose work tree holds ``store_path``, or ``None`` outside git."""
+        directory = store_path.parent
+        if not directory.is_dir():
+            return None
+        try:
+            status, out, _ = Git(str(directory)).execute(
+                ["git", "rev-parse", "--is-inside-work-tree", "--show-toplevel"],
+                with_extended_output=True,
+                with_exceptions=False,
+            )
+        except GitCommandNotFound:
+            return None
+        lines = out.splitlines()
+        if status != 0 or len(lines) < 2 or lines[0] != "true":
+            return None
+        top = Path(lines[1]).resolve()
+        resolved = directory.resolve() / store_path.name
+        try:
+            rel = resolved.relative_to(top).as_posix()
+        except ValueError:
+            return None
+        return cls(top, rel, store_path)
+
+    @cached_property
+    def git_dir(self) -> Path:
+        """The repository's git directory (where kb keeps its lock and temp index)."""
+        return Path(self._run("rev-parse", "--absolute-git-dir").strip())
+
+    # -- running git -------------------------------------------------------------
+
+    def _run(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
+        status, out, err = self._git.execute(
+            ["git", *args],
+            env=env,
+            with_extended_output=True,
+            with_exceptions=False,
+            strip_newline_in_stdout=strip,
+        )
+        if status != 0:
+            raise GitError(f"git {args[0]} failed: {err.strip() or out.strip()}")
+        return str(out)
+
+    def _try(self, *args: str, env: dict[str, str] | None = None) -> str | None:
+        status, out, _ = self._git.execute(
+            ["git", *args], env=env, with_extended_output=True, with_exceptions=False
+        )
+        return str(out) if status == 0 else None
+
+    def _identity(self) -> dict[str, str]:
+        """Use the user's git identity; fall back to ``kb`` only where none is configured."""
+        if self._identity_env is None:
+            missing = self._try("var", "GIT_COMMITTER_IDENT") is None or (
+                self._try("var", "GIT_AUTHOR_IDENT") is None
+            )
+            self._identity_env = dict(_FALLBACK_IDENTITY) if missing else {}
+        return self._identity_env
+
+    # -- reading -----------------------------------------------------------------
+
+    def head(self) -> tuple[str, str | None]:
+        """The ref a commit advances (``refs/heads/X`` or ``HEAD`` when detached), and its oid."""
+        ref = self._try("symbolic-ref", "-q", "HEAD")
+        ref = ref.strip() if ref else "HEAD"
+        oid = self._try("rev-parse", "-q", "--verify", "HEAD^{commit}")
+        return ref, (oid.strip() if oid else None)
+
+    def blob_in(self, commit: str | None) -> str | None:
+        """The store's blob oid in ``commit`` (``None`` when absent or no commit)."""
+        if commit is None:
+            return None
+        out = self._try("rev-parse", "-q", "--verify", f"{commit}:{self.rel}")
+        return out.strip() if out else None
+
+    def blob_in_index(self) -> str | None:
+        """The store's blob oid in the user's index."""
+        out = self._run("ls-files", "-s", "--", self.rel)
+        return out.split()[1] if out else None
+
+    def hash_file(self, path: Path, *, write: bool = False) -> str:
+        """The blob oid of a file's bytes (stored in the object database with ``write``)."""
+        args = ["hash-object", "--no-filters"] + (["-w"] if write else []) + ["--", str(path)]
+        return self._run(*args).strip()
+
+    def read_blob(self, oid: str) -> bytes:
+        """Raw bytes of a blob."""
+        status, out, err = self._git.execute(
+            ["git", "cat-file", "blob", oid],
+            with_extended_output=True,
+            with_exceptions=False,
+            as_process=False,
+            stdout_as_string=False,
+            strip_newline_in_stdout=False,
+        )
+        if status != 0:
+            raise GitError(f"git cat-file failed: {err!r}")
+        assert isinstance(out, bytes)
+        return out
+
+    def store_history(self) -> list[StoreCommit]:
+        """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first."""
+        if self.head()[1] is None:
+            return []
+        out = self._run(
+            "log",
+            "--first-parent",
+            "--reverse",
+            "-z",
+            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
+            "HEAD",
+            "--",
+            self.rel,
+            strip=False,
+        )
+        commits = []
+        for record in out.split("\0"):
+            record = record.strip("\n")
+            if not record:
+                continue
+            oid, parents, date, subject, body = record.split("\x1f", 4)
+            commits.append(StoreCommit(oid, tuple(parents.split()), date, subject, body.strip()))
+        return commits
+
+    def is_kb_commit(self, oid: str) -> bool:
+        """True when ``oid`` is a kb store commit that touched nothing but the store."""
+        message = self._run("show", "-s", "--format=%B", oid)
+        if f"{KB_TRAILER}:" not in message:
+            return False
+        parents = self._run("rev-list", "--parents", "-n", "1", oid).split()[1:]
+        if len(parents) > 1:
+            return False
+        if parents:
+            changed = self._run(
+                "diff-tree", "--no-commit-id", "--name-only", "-r", parents[0], oid
+            ).split("\n")
+        else:
+            changed = self._run("ls-tree", "-r", "--name-only", oid).split("\n")
+        return [c for c in changed if c] == [self.rel]
+
+    # -- keeping the work tree honest -------------------------------------------------
+
+    def reconcile(self) -> Reconciled:
+        """Check the store is committed; finish a commit a crash interrupted; else refuse.
+
+        Call with the store lock held.
+        """
+        _, head = self.head()
+        head_blob = self.blob_in(head)
+        index_blob = self.blob_in_index()
+        exists = self.store_path.exists()
+        file_blob = self.hash_file(self.store_path) if exists else None
+        if file_blob == head_blob and index_blob == head_blob:
+            return Reconciled("clean")
+        if head is not None and head_blob is not None and self.is_kb_commit(head):
+            parent = self._try("rev-parse", "-q", "--verify", f"{head}^1")
+            parent_blob = self.blob_in(parent.strip() if parent else None)
+            if file_blob == head_blob and index_blob == parent_blob:
+                self.set_index_blob(head_blob)
+                return Reconciled("index-refreshed")
+            if file_blob == parent_blob and index_blob == parent_blob:
+                self._restore_file(head_blob)
+                self.set_index_blob(head_blob)
+                return Reconciled("rolled-forward")
+        where = "staged" if index_blob != head_blob else "unstaged"
+        if not exists and head_blob is not None:
+            detail = "the store file was deleted from the work tree"
+        elif head_blob is None and index_blob is None:
+            detail = "the store file is not committed in git"
+        else:
+            detail = f"the store file has {where} changes git has not committed"
+        raise StoreDirtyError(
+            str(self.store_path),
+            f"{detail}; commit or restore it (git restore --staged --worktree {self.rel}) "
+            "before kb commits",
+        )
+
+    def _restore_file(self, blob: str) -> None:
+        data = self.read_blob(blob)
+        fd, temp = tempfile.mkstemp(
+            prefix=f".{self.store_path.name}.", suffix=".kb-tmp", dir=self.store_path.parent
+        )
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, self.store_path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
+    def set_index_blob(self, blob: str) -> None:
+        """Point the user's index entry for the store (and only it) at ``blob``."""
+        self._run("update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}")
+
+    # -- writing ----------------------------------------------------------------------
+
+    def commit_file(
+        self,
+        new_file: Path,
+        *,
+        ref: str,
+        expected_head: str | None,
+        message: str,
+        trailers: Sequence[tuple[str, str]],
+    ) -> tuple[str, str]:
+        """Commit ``new_file``'s bytes as the store and advance ``ref`` by compare-and-swap.
+
+        Returns ``(commit_oid, blob_oid)``. Raises ``KnowledgeCasError`` when
+        ``ref`` no longer points at ``expected_head``.
+        """
+        blob = self.hash_file(new_file, write=True)
+        fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
+        os.close(fd)
+        os.unlink(index_path)  # git wants to create the index itself
+        env = {"GIT_INDEX_FILE": index_path}
+        try:
+            if expected_head is not None:
+                self._run("read-tree", expected_head, env=env)
+            else:
+                self._run("read-tree", "--empty", env=env)
+            self._run("update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}", env=env)
+            tree = self._run("write-tree", env=env).strip()
+        finally:
+            Path(index_path).unlink(missing_ok=True)
+        trailer_text = "\n".join(f"{key}: {value}" for key, value in trailers)
+        args = ["commit-tree", tree]
+        if expected_head is not None:
+            args += ["-p", expected_head]
+        args += ["-m", message, "-m", trailer_text]
+        commit = self._run(*args, env=self._identity()).strip()
+        status, _, err = self._git.execute(
+            ["git", "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID],
+            with_extended_output=True,
+            with_exceptions=False,
+        )
+        if status != 0:
+            _, moved_to = self.head()
+            raise KnowledgeCasError(
+                f"git {ref} moved from {(expected_head or 'unborn')[:12]} to "
+                f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
+            )
+        return commit, blob
+
+
+def iter_trailers(body: str) -> Iterator[tuple[str, str]]:
+    """``Key: value`` trailer lines of a commit body."""
+    for line in body.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.startswith("Kb-"):
+            yield key, value.strip()

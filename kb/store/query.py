@@ -1,0 +1,53 @@
+"""Selecting claims: the filters behind ``kb list`` and the TTL state at an instant."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from kb.store.models import ModelClaim
+from kb.store.snapshot import Snapshot
+from kb.store.ttl import claim_expired
+
+
+@dataclass(frozen=True)
+class ClaimFilter:
+    """Which claims to show; ``None`` means no constraint."""
+
+    model: str | None = None
+    """Exact ``provider:model``, or ``provider:model@effort`` to pin the effort too."""
+    task_class: str | None = None
+    statuses: frozenset[str] | None = None
+    expired: bool | None = None
+    """``True`` only expired, ``False`` only unexpired, at the filter's instant."""
+
+    def matches(self, claim: ModelClaim, as_of: int) -> bool:
+        """Whether ``claim`` passes every constraint at instant ``as_of`` (ms)."""
+        if self.model is not None:
+            target = claim.subject.key if "@" in self.model else claim.subject.model
+            if target != self.model:
+                return False
+        if self.task_class is not None and claim.task_class != self.task_class:
+            return False
+        if self.statuses is not None and claim.status not in self.statuses:
+            return False
+        if self.expired is not None and claim_expired(claim, as_of) != self.expired:
+            return False
+        return True
+
+
+def ttl_state(claim: ModelClaim, as_of: int) -> str:
+    """``holds`` or ``expired`` at ``as_of``."""
+    return "expired" if claim_expired(claim, as_of) else "holds"
+
+
+def select(snapshot: Snapshot, claim_filter: ClaimFilter, as_of: int) -> Iterator[int]:
+    """Indexes (into ``snapshot.claims`` and ``snapshot.wire``) of the matching claims."""
+    for index, claim in enumerate(snapshot.claims):
+        if claim_filter.matches(claim, as_of):
+            yield index
+
+
+def subjects_of(claims: Iterable[ModelClaim]) -> list[str]:
+    """Distinct subject keys in first-seen order."""
+    return list(dict.fromkeys(claim.subject.key for claim in claims))

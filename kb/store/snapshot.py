@@ -1,0 +1,223 @@
+"""Reading and writing the store file: one immutable :class:`Snapshot` per version.
+
+The read boundary refuses anything rulvar could not have written — not JSON,
+a bad version, a malformed hash, any malformed claim, duplicate ids, or a
+hash that does not match the claims — with one :class:`ConfigError` that
+lists every issue with its path. The snapshot keeps each claim twice: the
+validated :class:`ModelClaim` for logic, and the wire object exactly as read
+(key order included) so that rewriting an untouched claim changes no byte of
+it, as rulvar's own writer does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pydantic import ValidationError
+
+from kb.errors import ConfigError
+from kb.store.canonical import (
+    canonical_json,
+    claims_hash,
+    fast_canonical_json,
+    js_stringify,
+    sha256_hex,
+)
+from kb.store.models import ModelClaim, claim_from_wire
+
+EMPTY_HASH = "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
+_HASH_FORMAT = re.compile(r"[0-9a-f]{64}")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_MAX_SAFE = 2**53
+_EVIDENCE_TAGS = frozenset({"eval", "journal"})
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One version of the store: what a reader sees and what a commit replaces."""
+
+    version: int
+    hash: str
+    claims: tuple[ModelClaim, ...]
+    wire: tuple[Mapping[str, Any], ...] = field(repr=False)
+    """Each claim's JSON object as stored (same order as ``claims``)."""
+    js_plain: bool = field(default=False, repr=False, compare=False)
+    """The wire data prints the same through Python's C encoder as through JavaScript."""
+
+    @cached_property
+    def by_id(self) -> dict[str, ModelClaim]:
+        """Claims indexed by id."""
+        return {claim.id: claim for claim in self.claims}
+
+    def get(self, claim_id: str) -> ModelClaim | None:
+        """The claim with this id, or ``None``."""
+        return self.by_id.get(claim_id)
+
+
+EMPTY_SNAPSHOT = Snapshot(version=0, hash=EMPTY_HASH, claims=(), wire=(), js_plain=True)
+
+
+class _NumberWatch:
+    """``json.loads`` hooks that read numbers the way ``JSON.parse`` does.
+
+    JavaScript has one number type, so ``3.0`` is the integer 3 and an
+    integer beyond 2**53 is a rounded double. While parsing we also learn
+    whether every number prints the same in Python and JavaScript, which
+    lets the hash take the C encoder's fast path.
+    """
+
+    def __init__(self) -> None:
+        self.js_plain = True
+
+    def parse_float(self, text: str) -> float | int:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"number {text} is out of range")
+        if value.is_integer():
+            if abs(value) <= _MAX_SAFE:
+                return int(value)
+            self.js_plain = False
+            return value
+        if "e" in repr(value):
+            self.js_plain = False
+        return value
+
+    def parse_int(self, text: str) -> float | int:
+        value = int(text)
+        if abs(value) > _MAX_SAFE:
+            self.js_plain = False
+            return float(value)
+        return value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(text: str) -> tuple[Any, bool]:
+    """Parse like ``JSON.parse``; also say whether the data is JS-plain (see canonical)."""
+    watch = _NumberWatch()
+    data = json.loads(
+        text,
+        parse_float=watch.parse_float,
+        parse_int=watch.parse_int,
+        parse_constant=_refuse_constant,
+    )
+    plain = watch.js_plain and _SURROGATE_ESCAPE.search(text) is None
+    return data, plain
+
+
+def error_path(prefix: str, loc: Sequence[int | str]) -> str:
+    """Render a pydantic location as ``claims[3].evidence[0].reportId``."""
+    path = prefix
+    previous: int | str | None = None
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif isinstance(previous, int) and part in _EVIDENCE_TAGS:
+            pass  # the discriminated-union tag pydantic inserts; the index already names it
+        else:
+            path += f".{part}" if path else part
+        previous = part
+    return path
+
+
+def validation_issues(prefix: str, error: ValidationError) -> list[str]:
+    """One line per pydantic error, each with its path and the offending value."""
+    issues = []
+    for item in error.errors(include_url=False):
+        msg = item["msg"].removeprefix("Value error, ")
+        where = error_path(prefix, item["loc"])
+        if item["type"] == "missing":
+            msg = "missing"
+        elif item["type"] != "model_type" and "input" in item:
+            shown = repr(item["input"])
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            msg = f"{msg} (got {shown})"
+        issues.append(f"{where}: {msg}")
+    return issues
+
+
+def parse_store(text: str, source: str) -> Snapshot:
+    """Validate a store file's text; raise one ``ConfigError`` listing every issue."""
+    try:
+        data, plain = parse_json(text)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(source, f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(source, f"top level must be an object, got {type(data).__name__}")
+    issues: list[str] = []
+    for key in data:
+        if key not in ("version", "hash", "claims"):
+            issues.append(f"{key}: unknown top-level key")
+    version = data.get("version")
+    if "version" not in data:
+        issues.append("version: missing")
+    elif isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        issues.append(f"version: must be a nonnegative integer, got {version!r}")
+    stored_hash = data.get("hash")
+    if "hash" not in data:
+        issues.append("hash: missing")
+    elif not isinstance(stored_hash, str) or not _HASH_FORMAT.fullmatch(stored_hash):
+        issues.append(f"hash: must be 64 lowercase hex characters, got {stored_hash!r}")
+    raw_claims = data.get("claims")
+    claims: list[ModelClaim] = []
+    if "claims" not in data:
+        issues.append("claims: missing")
+    elif not isinstance(raw_claims, list):
+        issues.append(f"claims: must be an array, got {type(raw_claims).__name__}")
+    else:
+        seen: dict[str, int] = {}
+        for index, raw in enumerate(raw_claims):
+            try:
+                claim = claim_from_wire(raw)
+            except ValidationError as exc:
+                issues.extend(validation_issues(f"claims[{index}]", exc))
+                continue
+            if claim.id in seen:
+                issues.append(
+                    f"claims[{index}].id: {claim.id!r} duplicates claims[{seen[claim.id]}].id"
+                )
+            else:
+                seen[claim.id] = index
+            claims.append(claim)
+    if not issues:
+        assert isinstance(raw_claims, list) and isinstance(stored_hash, str)
+        computed = sha256_hex(
+            fast_canonical_json(raw_claims) if plain else canonical_json(raw_claims)
+        )
+        if computed != stored_hash:
+            issues.append(
+                f"hash: does not match the claims (stored {stored_hash}, computed {computed}); "
+                "the file was edited without rehashing"
+            )
+    if issues:
+        raise ConfigError(source, issues)
+    assert isinstance(version, int) and isinstance(stored_hash, str)
+    return Snapshot(
+        version=version,
+        hash=stored_hash,
+        claims=tuple(claims),
+        wire=tuple(raw_claims or ()),
+        js_plain=plain,
+    )
+
+
+def build_snapshot(version: int, wire: Iterable[Mapping[str, Any]]) -> Snapshot:
+    """A snapshot for new claims (wire objects), with its hash computed."""
+    wire_tuple = tuple(wire)
+    claims = tuple(claim_from_wire(item) for item in wire_tuple)
+    return Snapshot(version=version, hash=claims_hash(wire_tuple), claims=claims, wire=wire_tuple)
+
+
+def render_store(snapshot: Snapshot) -> str:
+    """The file text: ``JSON.stringify(store, null, 2)`` plus a trailing newline."""
+    document = {"version": snapshot.version, "hash": snapshot.hash, "claims": list(snapshot.wire)}
+    return js_stringify(document, indent=2) + "\n"
