@@ -175,16 +175,13 @@ def canonical_json(value: Any) -> str:
 
 def sha256_hex(text: str) -> str:
     """Lowercase sha256 hex of the UTF-8 of ``text`` (lone surrogates as JS would encode)."""
-    # JavaScript's TextEncoder / Node's crypto turn a lone surrogate into U+FFFD.
-    data = text.encode("utf-8", "replace") if _has_surrogate(text) else text.encode("utf-8")
-    return hashlib.sha256(data).hexdigest()
+    # Node's crypto (like TextEncoder) encodes a lone surrogate as U+FFFD.
+    if _SURROGATE.search(text) is not None:
+        text = _SURROGATE.sub("\ufffd", text)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _has_surrogate(text: str) -> bool:
-    return _SURROGATE.search(text) is not None
 
 
 def claims_hash(claims: Sequence[Mapping[str, Any]]) -> str:

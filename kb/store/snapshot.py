@@ -176,18 +176,18 @@ def parse_store(text: str, source: str) -> Snapshot:
     else:
         seen: dict[str, int] = {}
         for index, raw in enumerate(raw_claims):
+            raw_id = raw.get("id") if isinstance(raw, dict) else None
+            if isinstance(raw_id, str) and raw_id:
+                if raw_id in seen:
+                    issues.append(
+                        f"claims[{index}].id: {raw_id!r} duplicates claims[{seen[raw_id]}].id"
+                    )
+                else:
+                    seen[raw_id] = index
             try:
-                claim = claim_from_wire(raw)
+                claims.append(claim_from_wire(raw))
             except ValidationError as exc:
                 issues.extend(validation_issues(f"claims[{index}]", exc))
-                continue
-            if claim.id in seen:
-                issues.append(
-                    f"claims[{index}].id: {claim.id!r} duplicates claims[{seen[claim.id]}].id"
-                )
-            else:
-                seen[claim.id] = index
-            claims.append(claim)
     if not issues:
         assert isinstance(raw_claims, list) and isinstance(stored_hash, str)
         computed = sha256_hex(

@@ -1,0 +1,50 @@
+"""Every test runs in its own directory with its own git configuration."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """cwd = tmp_path; no user git config, no KB_* settings leak in."""
+    gitconfig = tmp_path / ".gitconfig-test"
+    gitconfig.write_text(
+        "[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n"
+    )
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for name in ("KB_STORE", "KB_AS_OF", "KB_DEBUG", "KB_COMMITTER"):
+        monkeypatch.delenv(name, raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    yield work
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in ``repo`` and return its stdout."""
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.fixture
+def repo(isolated: Path) -> Path:
+    """A git work tree with one commit holding a user's file."""
+    git(isolated, "init", "-q")
+    (isolated / "README.txt").write_text("user file\n")
+    git(isolated, "add", "README.txt")
+    git(isolated, "commit", "-q", "-m", "user: initial")
+    return isolated
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """A click runner that keeps stdout and stderr apart."""
+    return CliRunner()

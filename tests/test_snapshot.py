@@ -1,0 +1,172 @@
+"""The read boundary and the written file: interop with rulvar, every malformed class."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+
+from kb.errors import ConfigError
+from kb.store.canonical import claims_hash
+from kb.store.snapshot import EMPTY_HASH, parse_store, render_store
+
+RULVAR_FILE = Path(__file__).parent / "data" / "rulvar_store.json"
+
+
+def store_text(claims: list[dict[str, Any]], **top: Any) -> str:
+    document = {"version": 1, "hash": claims_hash(claims), "claims": claims}
+    document.update(top)
+    return json.dumps(document, indent=2)
+
+
+def good_claim(**overrides: Any) -> dict[str, Any]:
+    claim = json.loads(RULVAR_FILE.read_text())["claims"][0]
+    claim.update(overrides)
+    return claim
+
+
+def test_reads_a_store_written_by_javascript() -> None:
+    text = RULVAR_FILE.read_text()
+    snapshot = parse_store(text, "rulvar")
+    assert snapshot.version == 7
+    assert [c.id for c in snapshot.claims][1] == "01JDNOTE0000000000000000"
+    first = snapshot.claims[0]
+    assert first.subject.effort == "low" and first.metrics is not None
+    assert first.metrics.pass_rate == 1.0
+    assert snapshot.claims[1].statement.endswith("😕")
+    assert {ev.kind for ev in snapshot.claims[1].evidence} == {"journal", "eval"}
+
+
+def test_rewriting_a_javascript_store_changes_no_byte() -> None:
+    text = RULVAR_FILE.read_text()
+    assert render_store(parse_store(text, "rulvar")) == text
+
+
+def test_kb_hash_equals_an_independent_jcs() -> None:
+    snapshot = parse_store(RULVAR_FILE.read_text(), "rulvar")
+    import hashlib
+
+    independent = hashlib.sha256(rfc8785.dumps([dict(w) for w in snapshot.wire])).hexdigest()
+    assert snapshot.hash == independent
+
+
+def test_empty_store() -> None:
+    snapshot = parse_store(json.dumps({"version": 0, "hash": EMPTY_HASH, "claims": []}), "s")
+    assert snapshot.version == 0 and snapshot.claims == ()
+
+
+def issues_of(text: str) -> tuple[str, ...]:
+    with pytest.raises(ConfigError) as caught:
+        parse_store(text, "store.json")
+    assert str(caught.value).startswith("store.json: ")
+    return caught.value.issues
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("not json", "not valid JSON"),
+        ("[]", "top level must be an object"),
+        ('{"version": NaN, "hash": "x", "claims": []}', "not valid JSON"),
+        ('{"version": 1e999, "hash": "x", "claims": []}', "not valid JSON"),
+    ],
+)
+def test_not_json(text: str, expected: str) -> None:
+    assert expected in issues_of(text)[0]
+
+
+@pytest.mark.parametrize("version", [-1, 1.5, "1", True, None])
+def test_bad_version(version: Any) -> None:
+    (issue,) = issues_of(store_text([], version=version))
+    assert issue.startswith("version: must be a nonnegative integer")
+
+
+def test_integral_float_version_is_an_integer_as_in_javascript() -> None:
+    assert parse_store(store_text([], version=3.0), "s").version == 3
+
+
+@pytest.mark.parametrize("bad", ["ABC", "0" * 63, "G" * 64, 5, "A" * 64])
+def test_bad_hash_format(bad: Any) -> None:
+    (issue,) = issues_of(store_text([], hash=bad))
+    assert issue.startswith("hash: must be 64 lowercase hex")
+
+
+def test_hash_mismatch() -> None:
+    text = store_text([good_claim()]).replace('"passRate": 1', '"passRate": 0.5')
+    (issue,) = issues_of(text)
+    assert issue.startswith("hash: does not match the claims")
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"polarity": "strong"}, "claims[0].polarity"),
+        ({"id": ""}, "claims[0].id"),
+        ({"subject": {"model": "gpt-4o"}}, "claims[0].subject.model"),
+        ({"subject": {"model": "a:b", "effort": ""}}, "claims[0].subject.effort"),
+        ({"taskClass": ""}, "claims[0].taskClass"),
+        ({"statement": "x" * 201}, "claims[0].statement"),
+        ({"class": "vibes"}, "claims[0].class"),
+        ({"status": "deleted"}, "claims[0].status"),
+        ({"evidence": []}, "claims[0].evidence"),
+        (
+            {"evidence": [{"kind": "eval", "reportId": 3, "caseIds": []}]},
+            "claims[0].evidence[0].reportId",
+        ),
+        (
+            {"evidence": [{"kind": "journal", "runId": "r", "entryRef": "7"}]},
+            "claims[0].evidence[0].entryRef",
+        ),
+        ({"metrics": {"passRate": 1.5, "n": 3, "graderId": "g"}}, "claims[0].metrics.passRate"),
+        ({"metrics": {"passRate": 0.5, "n": -1, "graderId": "g"}}, "claims[0].metrics.n"),
+        ({"confidence": "certain"}, "claims[0].confidence"),
+        ({"observedAt": "last tuesday"}, "claims[0].observedAt"),
+        ({"expiresAt": "2026-07-01T00:00:00"}, "claims[0].expiresAt"),
+        ({"author": {"kind": "robot", "id": "x"}}, "claims[0].author.kind"),
+        ({"origin": {"kind": "kb-proposal", "runId": "r"}}, "claims[0].origin.entryRef"),
+        ({"supersedes": ""}, "claims[0].supersedes"),
+        ({"surprise": 1}, "claims[0].surprise"),
+    ],
+)
+def test_each_malformed_claim_field_is_named(change: dict[str, Any], path: str) -> None:
+    issues = issues_of(store_text([good_claim(**change)]))
+    assert any(issue.startswith(f"{path}: ") for issue in issues), issues
+
+
+def test_metrics_present_iff_eval_measured() -> None:
+    no_metrics = good_claim()
+    del no_metrics["metrics"]
+    assert "eval-measured claim needs a metrics block" in issues_of(store_text([no_metrics]))[0]
+    human = good_claim(**{"class": "human-editorial"})
+    assert "must not carry metrics" in issues_of(store_text([human]))[0]
+
+
+def test_statement_length_counts_utf16_units_like_javascript() -> None:
+    # 100 emoji are 200 UTF-16 units: allowed; one more unit is not.
+    ok = good_claim(statement="😀" * 100)
+    parse_store(store_text([ok]), "s")
+    assert "limit is 200" in issues_of(store_text([good_claim(statement="😀" * 100 + "x")]))[0]
+
+
+def test_every_issue_is_listed_at_once() -> None:
+    claims = [good_claim(polarity="strong"), good_claim(id="b", status="gone"), good_claim()]
+    text = store_text(claims, version=-2, extra=True)
+    issues = issues_of(text)
+    joined = "\n".join(issues)
+    for expected in (
+        "extra: unknown top-level key",
+        "version:",
+        "claims[0].polarity",
+        "claims[1].status",
+        "claims[2].id:",
+    ):
+        assert expected in joined
+    assert len(issues) == 5
+
+
+def test_duplicate_ids_are_refused() -> None:
+    issues = issues_of(store_text([good_claim(), good_claim()]))
+    assert issues == (f"claims[1].id: {good_claim()['id']!r} duplicates claims[0].id",)
