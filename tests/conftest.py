@@ -9,6 +9,23 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def _project_state() -> tuple[str, bytes]:
+    head = subprocess.run(
+        ["git", "rev-parse", "-q", "--verify", "HEAD"], cwd=PROJECT, capture_output=True, text=True
+    ).stdout
+    return head, (PROJECT / "rulvar.models.json").read_bytes()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def project_untouched() -> Iterator[None]:
+    """No test may commit to or write the project's own store (a test escaping tmp_path)."""
+    before = _project_state()
+    yield
+    assert _project_state() == before, "a test wrote to the project's own git repository"
+
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

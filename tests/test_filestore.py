@@ -1,0 +1,307 @@
+"""Commits: CAS, the rebase loop, atomic writes, and one git commit per store commit."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from kb.errors import CasAttemptsExhausted, ConfigError, KnowledgeCasError, StoreDirtyError
+from kb.store.filestore import CommitContext, KnowledgeStore, ReadOnlyStore
+from kb.store.git import GitStoreRepo
+from kb.store.ops import Op
+from kb.store.snapshot import Snapshot
+from tests.conftest import git
+from tests.factories import add, eval_claim
+
+CTX = CommitContext("sweep", "ci", label="r1", report_id="r1")
+
+
+def adds(*ids: str) -> list[Op]:
+    return [add(eval_claim(i)) for i in ids]
+
+
+# -- plain file store ----------------------------------------------------------------
+
+
+def test_plain_file_store_commits_and_reads_back(isolated: Path) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    assert store.git is None
+    assert store.read().version == 0
+    result = store.commit(adds("a"), 0, CTX)
+    assert result.git_commit is None and result.snapshot.version == 1
+    assert store.read() == result.snapshot
+    text = (isolated / "rulvar.models.json").read_text()
+    assert text.startswith('{\n  "version": 1,\n  "hash": "') and text.endswith("}\n")
+
+
+def test_stale_expected_version_raises_cas_and_writes_nothing(isolated: Path) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    before = (isolated / "rulvar.models.json").read_bytes()
+    with pytest.raises(KnowledgeCasError, match="expected version 0, the store is at 1"):
+        store.commit(adds("b"), 0, CTX)
+    assert (isolated / "rulvar.models.json").read_bytes() == before
+
+
+def test_invalid_batch_writes_nothing(isolated: Path) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    before = (isolated / "rulvar.models.json").read_bytes()
+    with pytest.raises(ConfigError):
+        store.commit(adds("a"), 1, CTX)
+    with pytest.raises(ConfigError, match="empty batch"):
+        store.commit([], 1, CTX)
+    assert (isolated / "rulvar.models.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("attempts", [0, -1, 1.5, True, "3"])
+def test_attempts_are_validated_before_the_first_read(isolated: Path, attempts: object) -> None:
+    (isolated / "rulvar.models.json").write_text("corrupt")
+    store = KnowledgeStore("rulvar.models.json")
+    calls: list[Snapshot] = []
+    with pytest.raises(ConfigError, match="attempts: must be a positive integer"):
+        store.commit_with_rebase(lambda s: calls.append(s) or [], CTX, attempts=attempts)  # type: ignore[arg-type]
+    assert calls == []
+
+
+def test_rebase_loop_recomputes_ops_after_a_conflict(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    other = KnowledgeStore("rulvar.models.json")
+    seen_versions: list[int] = []
+    real_read = KnowledgeStore.read
+    sneaked = []
+
+    def read_then_sneak_in(self: KnowledgeStore) -> Snapshot:
+        snapshot = real_read(self)
+        if self is store and not sneaked:
+            # Another writer (a hand edit, here by a store that bypasses our lock)
+            # lands between our read and our commit, exactly once.
+            sneaked.append(True)
+            other._commit_locked(adds("intruder"), snapshot.version, CTX, None)
+        return snapshot
+
+    monkeypatch.setattr(KnowledgeStore, "read", read_then_sneak_in)
+
+    def build(snapshot: Snapshot) -> Sequence[Op]:
+        seen_versions.append(snapshot.version)
+        return adds(f"mine-{snapshot.version}")
+
+    result = store.commit_with_rebase(build, CTX, attempts=3)
+    assert result is not None and result.attempts == 2
+    assert seen_versions == [0, 1]
+    assert [c.id for c in real_read(store).claims] == ["intruder", "mine-1"]
+
+
+def test_rebase_loop_gives_up_after_attempts(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+
+    def always_conflict(*args: object, **kwargs: object) -> None:
+        raise KnowledgeCasError("simulated")
+
+    monkeypatch.setattr(KnowledgeStore, "_commit_locked", always_conflict)
+    with pytest.raises(CasAttemptsExhausted, match="gave up after 2 attempts"):
+        store.commit_with_rebase(lambda s: adds("a"), CTX, attempts=2)
+
+
+def test_no_ops_means_no_commit(isolated: Path) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    assert store.commit_with_rebase(lambda s: [], CTX) is None
+    assert not (isolated / "rulvar.models.json").exists()
+
+
+def test_read_only_handle_has_no_way_to_write(isolated: Path) -> None:
+    handle = KnowledgeStore("rulvar.models.json").read_only()
+    assert isinstance(handle, ReadOnlyStore)
+    assert handle.read().version == 0
+    assert not any(hasattr(handle, name) for name in ("commit", "commit_with_rebase", "_publish"))
+    with pytest.raises(AttributeError):
+        handle.commit = lambda: None  # type: ignore[attr-defined]
+
+
+def test_orphaned_temp_files_never_block_and_are_cleared(isolated: Path) -> None:
+    orphan = isolated / ".rulvar.models.json.abc123.kb-tmp"
+    orphan.write_text("half a store")
+    (isolated / ".rulvar.models.json.lock").write_text("")  # a dead writer's lock file
+    store = KnowledgeStore("rulvar.models.json", lock_timeout=5)
+    store.commit(adds("a"), 0, CTX)
+    assert not orphan.exists()
+    assert store.read().version == 1
+
+
+def test_missing_directory_is_a_clear_error(isolated: Path) -> None:
+    store = KnowledgeStore(isolated / "nope" / "rulvar.models.json")
+    with pytest.raises(ConfigError, match="its directory does not exist"):
+        store.commit(adds("a"), 0, CTX)
+
+
+# -- git -------------------------------------------------------------------------------
+
+
+def test_each_store_commit_is_one_git_commit_touching_only_the_store(repo: Path) -> None:
+    (repo / "staged.txt").write_text("staged\n")
+    git(repo, "add", "staged.txt")
+    (repo / "README.txt").write_text("unstaged edit\n")
+    status_before = git(repo, "status", "--porcelain")
+    store = KnowledgeStore("rulvar.models.json")
+    store.initialize(CommitContext("init", "ci"))
+    store.commit(adds("a"), 0, CTX)
+    result = store.commit(adds("b"), 1, CTX)
+
+    log = git(repo, "log", "--format=%s").splitlines()
+    assert log == [
+        "kb: sweep r1: +1 claim (store v2)",
+        "kb: sweep r1: +1 claim (store v1)",
+        "kb: init: empty store (store v0)",
+        "user: initial",
+    ]
+    for rev in ("HEAD", "HEAD~1", "HEAD~2"):
+        assert git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", rev) == (
+            "rulvar.models.json\n"
+        )
+    assert git(repo, "status", "--porcelain") == status_before  # user's changes untouched
+    assert git(repo, "diff", "--cached", "--name-only") == "staged.txt\n"
+    assert git(repo, "show", "HEAD:rulvar.models.json") == (repo / "rulvar.models.json").read_text()
+    body = git(repo, "log", "-1", "--format=%B")
+    assert "Kb-Report: r1\nKb-Store-Version: 2\nKb-Committer: ci" in body
+    assert result.git_commit == git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_commits_into_an_unborn_branch(isolated: Path) -> None:
+    git(isolated, "init", "-q")
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    assert git(isolated, "log", "--format=%s") == "kb: sweep r1: +1 claim (store v1)\n"
+
+
+def test_concurrent_git_activity_is_a_detected_conflict(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    before = (repo / "rulvar.models.json").read_bytes()
+    real_commit_file = GitStoreRepo.commit_file
+    moved = []
+
+    def someone_commits_first(self: GitStoreRepo, *args: object, **kwargs: object) -> object:
+        if not moved:
+            moved.append(True)
+            git(repo, "commit", "-q", "--allow-empty", "-m", "user: concurrent commit")
+        return real_commit_file(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GitStoreRepo, "commit_file", someone_commits_first)
+    with pytest.raises(KnowledgeCasError, match="moved"):
+        store.commit(adds("b"), 1, CTX)
+    assert (repo / "rulvar.models.json").read_bytes() == before
+    assert git(repo, "log", "-1", "--format=%s") == "user: concurrent commit\n"
+    # The rebase loop simply builds on the user's commit next time.
+    moved.clear()
+    monkeypatch.setattr(GitStoreRepo, "commit_file", real_commit_file)
+    result = store.commit_with_rebase(lambda s: adds("b"), CTX)
+    assert result is not None
+    assert git(repo, "log", "-2", "--format=%s").splitlines() == [
+        "kb: sweep r1: +1 claim (store v2)",
+        "user: concurrent commit",
+    ]
+
+
+@pytest.mark.parametrize("how", ["unstaged", "staged", "deleted"])
+def test_local_edits_to_the_store_are_refused_and_kept(repo: Path, how: str) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    path = repo / "rulvar.models.json"
+    if how == "deleted":
+        path.unlink()
+    else:
+        path.write_text(path.read_text().replace('"version": 1', '"version": 1 '))
+        if how == "staged":
+            git(repo, "add", "rulvar.models.json")
+    before = path.read_bytes() if path.exists() else None
+    head = git(repo, "rev-parse", "HEAD")
+    with pytest.raises(StoreDirtyError, match="git restore --staged --worktree rulvar.models.json"):
+        store.commit_with_rebase(lambda s: adds("b"), CTX)
+    assert (path.read_bytes() if path.exists() else None) == before
+    assert git(repo, "rev-parse", "HEAD") == head
+
+
+def test_an_untracked_existing_store_is_refused(repo: Path) -> None:
+    KnowledgeStore(repo / "elsewhere.json")  # unrelated
+    path = repo / "rulvar.models.json"
+    plain = Path(os.environ["GIT_CONFIG_GLOBAL"]).parent / "plain"
+    plain.mkdir()
+    KnowledgeStore(plain / "rulvar.models.json").commit(adds("a"), 0, CTX)
+    path.write_bytes((plain / "rulvar.models.json").read_bytes())
+    with pytest.raises(StoreDirtyError, match="not committed in git"):
+        KnowledgeStore(path).commit(adds("b"), 1, CTX)
+
+
+def test_a_crash_between_git_and_file_is_rolled_forward(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    path = repo / "rulvar.models.json"
+    old_bytes = path.read_bytes()
+
+    def killed(*args: object) -> None:
+        raise SystemExit("killed after update-ref, before the file replace")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit):
+        patch.setattr("kb.store.filestore.os.replace", killed)
+        store.commit(adds("b"), 1, CTX)
+    assert path.read_bytes() == old_bytes  # the file is the previous valid store
+    assert "store v2" in git(repo, "log", "-1", "--format=%s")  # git already has the new one
+
+    fresh = KnowledgeStore("rulvar.models.json")
+    result = fresh.commit_with_rebase(lambda s: adds(f"c-after-v{s.version}"), CTX)
+    assert result is not None
+    assert [c.id for c in fresh.read().claims] == ["a", "b", "c-after-v2"]
+    assert git(repo, "status", "--porcelain", "rulvar.models.json") == ""
+    assert git(repo, "show", "HEAD:rulvar.models.json") == path.read_text()
+
+
+def test_a_crash_before_the_index_update_is_repaired(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+
+    def killed(*args: object) -> None:
+        raise SystemExit("killed before the index update")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit):
+        patch.setattr(GitStoreRepo, "set_index_blob", killed)
+        store.commit(adds("b"), 1, CTX)
+    assert "rulvar.models.json" in git(repo, "status", "--porcelain")
+    result = KnowledgeStore("rulvar.models.json").commit_with_rebase(lambda s: adds("c"), CTX)
+    assert result is not None and result.snapshot.version == 3
+    assert git(repo, "status", "--porcelain", "rulvar.models.json") == ""
+
+
+def test_no_git_identity_falls_back_to_kb(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    git(isolated, "init", "-q")
+    # useConfigOnly stops git from guessing user@hostname, as on a bare CI runner.
+    Path(os.environ["GIT_CONFIG_GLOBAL"]).write_text("[user]\n\tuseConfigOnly = true\n")
+    for name in (
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "EMAIL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    KnowledgeStore("rulvar.models.json").commit(adds("a"), 0, CTX)
+    assert git(isolated, "log", "-1", "--format=%an <%ae>|%cn <%ce>") == (
+        "kb <kb@localhost>|kb <kb@localhost>\n"
+    )
+
+
+def test_a_configured_identity_is_used(repo: Path) -> None:
+    KnowledgeStore("rulvar.models.json").commit(adds("a"), 0, CTX)
+    assert git(repo, "log", "-1", "--format=%an <%ae>") == "Test User <test@example.com>\n"
