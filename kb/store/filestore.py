@@ -28,13 +28,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from filelock import FileLock, Timeout
 
 from kb.errors import CasAttemptsExhausted, ConfigError, KnowledgeCasError
-from kb.store.git import GitStoreRepo
 from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, Op, OpCounts, apply_ops
 from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store, render_store
+
+if TYPE_CHECKING:
+    from kb.store.git import GitStoreRepo
 
 DEFAULT_STORE_NAME = "rulvar.models.json"
 DEFAULT_ATTEMPTS = 3
@@ -143,6 +146,8 @@ class KnowledgeStore:
     @cached_property
     def git(self) -> GitStoreRepo | None:
         """The git work tree holding the store, or ``None`` for a plain file store."""
+        from kb.store.git import GitStoreRepo  # GitPython costs ~0.1 s; reads never need it
+
         return GitStoreRepo.discover(self.path)
 
     @cached_property

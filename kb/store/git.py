@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,6 +34,7 @@ from git.exc import GitCommandNotFound
 from kb.errors import GitError, KnowledgeCasError, StoreDirtyError
 
 ZERO_OID = "0" * 40
+_INDEX_LOCK_RETRIES = 20
 KB_TRAILER = "Kb-Store-Version"
 _FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "kb",
@@ -264,8 +266,23 @@ class GitStoreRepo:
             raise
 
     def set_index_blob(self, blob: str) -> None:
-        """Point the user's index entry for the store (and only it) at ``blob``."""
-        self._run("update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}")
+        """Point the user's index entry for the store (and only it) at ``blob``.
+
+        Any git command the user runs meanwhile (even ``git status``) may
+        hold ``index.lock`` for a moment, so contention is retried briefly.
+        If the index stays locked the commit still stands; the next kb
+        commit finds the lagging entry and repairs it (see ``reconcile``).
+        """
+        args = ["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}"]
+        for attempt in range(_INDEX_LOCK_RETRIES):
+            status, _, err = self._git.execute(
+                args, with_extended_output=True, with_exceptions=False
+            )
+            if status == 0:
+                return
+            if "index.lock" not in err:
+                raise GitError(f"git update-index failed: {err.strip()}")
+            time.sleep(0.01 * (attempt + 1))
 
     # -- writing ----------------------------------------------------------------------
 

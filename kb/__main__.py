@@ -1,0 +1,5 @@
+"""``python -m kb``."""
+
+from kb.cli import main
+
+main()
