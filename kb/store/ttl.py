@@ -23,6 +23,7 @@ import calendar
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -52,8 +53,14 @@ class InstantError(ValueError):
     """A string that is not an instant kb and JavaScript agree on."""
 
 
+@lru_cache(maxsize=8192)
 def parse_instant(text: str) -> int:
-    """Milliseconds since the epoch for an ISO instant (see the module docstring)."""
+    """Milliseconds since the epoch for an ISO instant (see the module docstring).
+
+    Cached: a store repeats the same few instants (every claim of a sweep
+    shares its ``observedAt`` and ``expiresAt``), and validation parses two
+    per claim.
+    """
     match = _INSTANT.fullmatch(text)
     if match is None:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}T[\d:.]+", text):

@@ -1,0 +1,173 @@
+"""Store benchmark (not a test): `kb list --json --model X` vs jq, and commits per second.
+
+Prints, side by side in one run:
+* wall time of `kb list --json --model X` and of the same filter in jq on generated
+  1,000 / 10,000 / 100,000-claim stores (median of repeated runs), and their ratio
+  (goal: kb within 2x of jq at 10,000 claims);
+* commits per second through the rebase loop with 1 and 8 writer processes, in a
+  git work tree and as a plain file.
+
+Usage: python bench/store_bench.py [--sizes 1000,10000] [--commits 40] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kb.store.canonical import claims_hash  # noqa: E402
+from kb.store.snapshot import Snapshot, render_store  # noqa: E402
+from kb.store.ttl import claim_expiry  # noqa: E402
+
+MODELS = [f"provider{p}:model-{m}" for p in range(5) for m in range(20)]
+TASKS = ["code-edit", "investigation", "synthesis", "extraction", "planning", "judging"]
+WORKER = ROOT / "tests" / "workers" / "commit_worker.py"
+
+
+def generate_store(path: Path, count: int) -> None:
+    wire = []
+    for i in range(count):
+        polarity = "strength" if i % 3 else "weakness"
+        observed = f"2026-{1 + i % 11:02d}-{1 + i % 28:02d}T02:00:00.000Z"
+        n = 5 + i % 30
+        passed = (i * 7) % (n + 1)
+        wire.append(
+            {
+                "id": f"kb-sweep-{observed}/{MODELS[i % len(MODELS)]}/{TASKS[i % len(TASKS)]}/{i}",
+                "subject": {
+                    "model": MODELS[i % len(MODELS)],
+                    **({"effort": "low"} if i % 4 == 0 else {}),
+                },
+                "taskClass": TASKS[i % len(TASKS)],
+                "polarity": polarity,
+                "statement": f"sweep passRate {passed / n:.2f} over {n} cases: in the band",
+                "class": "eval-measured",
+                "status": ["active", "superseded", "archived", "stale"][i % 4],
+                "evidence": [
+                    {
+                        "kind": "eval",
+                        "reportId": f"kb-sweep-{observed}",
+                        "caseIds": [f"case-{j}" for j in range(min(n, 12))],
+                    }
+                ],
+                "metrics": {
+                    "passRate": passed / n,
+                    "n": n,
+                    "graderId": "eval-suite",
+                    "cost": round(0.0001 * (1 + i % 50), 6),
+                },
+                "confidence": "high" if n >= 20 else "medium",
+                "observedAt": observed,
+                "expiresAt": claim_expiry("eval-measured", polarity, observed),
+                "author": {"kind": "eval-pipeline", "id": "bench"},
+            }
+        )
+    snapshot = Snapshot(version=count, hash=claims_hash(wire), claims=(), wire=tuple(wire))
+    path.write_text(render_store(snapshot))
+
+
+def timed(cmd: list[str], repeats: int, env: dict[str, str] | None = None) -> tuple[float, bytes]:
+    samples = []
+    out = b""
+    for _ in range(repeats):
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, env=env, check=True)
+        samples.append(time.perf_counter() - start)
+        out = proc.stdout
+    return statistics.median(samples), out
+
+
+def bench_list(sizes: list[int], repeats: int) -> list[str]:
+    kb = str(Path(sys.executable).parent / "kb")
+    jq = shutil.which("jq")
+    lines = [
+        "| claims | file MB | kb list --json --model X | jq filter | kb / jq |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    model = MODELS[7]
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Path(tmp) / "rulvar.models.json"
+            generate_store(store, size)
+            mb = store.stat().st_size / 1e6
+            env = dict(os.environ, KB_AS_OF="2026-12-01")
+            ours, kb_out = timed(
+                [kb, "--store", str(store), "list", "--json", "--model", model], repeats, env
+            )
+            if jq is None:
+                lines.append(
+                    f"| {size:,} | {mb:.1f} | {ours * 1000:.0f} ms | jq not installed | - |"
+                )
+                continue
+            jq_filter = f'[.claims[] | select(.subject.model == "{model}")]'
+            theirs, jq_out = timed([jq, jq_filter, str(store)], repeats)
+            assert len(json.loads(kb_out)) == len(json.loads(jq_out))
+            lines.append(
+                f"| {size:,} | {mb:.1f} | {ours * 1000:.0f} ms | {theirs * 1000:.0f} ms "
+                f"| {ours / theirs:.2f}x |"
+            )
+    return lines
+
+
+def bench_commits(commits: int) -> list[str]:
+    lines = ["| writers | where | commits | wall s | commits/s |", "|---:|---|---:|---:|---:|"]
+    for in_git in (False, True):
+        for writers in (1, 8):
+            with tempfile.TemporaryDirectory() as tmp:
+                work = Path(tmp)
+                if in_git:
+                    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+                store = work / "rulvar.models.json"
+                per = max(1, commits // writers)
+                start = time.perf_counter()
+                procs = [
+                    subprocess.Popen(
+                        [sys.executable, str(WORKER), str(store), str(w), str(per), "1000"],
+                        stdout=subprocess.DEVNULL,
+                    )
+                    for w in range(writers)
+                ]
+                for proc in procs:
+                    proc.wait()
+                wall = time.perf_counter() - start
+                total = per * writers
+                where = "git" if in_git else "plain file"
+                lines.append(f"| {writers} | {where} | {total} | {wall:.2f} | {total / wall:.1f} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--commits", type=int, default=80)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(
+        f"# store benchmark\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+    print(
+        f"command: python bench/store_bench.py --sizes {args.sizes} --commits {args.commits} "
+        f"--repeats {args.repeats}\n"
+    )
+    print("## kb list --json --model X vs jq (median wall time, whole process)\n")
+    print("\n".join(bench_list(sizes, args.repeats)))
+    print("\n## commits per second (rebase loop, one claim per commit, worker start-up included)\n")
+    print("\n".join(bench_commits(args.commits)))
+
+
+if __name__ == "__main__":
+    main()
