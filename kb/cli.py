@@ -241,7 +241,7 @@ def queue(app: App) -> None:
 
     due = remeasurement_queue(app.store.read().claims, app.as_of)
     for claim in due:
-        fields = (claim.subject.key, claim.task_class, claim.id, f"expired {claim.expires_at}")
+        fields = (claim.subject_key, claim.task_class, claim.id, f"expired {claim.expires_at}")
         click.echo("\t".join(fields))
     click.echo(f"{len(due)} claim{'s' if len(due) != 1 else ''} due for remeasurement")
 

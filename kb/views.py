@@ -12,7 +12,7 @@ from typing import Any
 from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
 from kb.store.canonical import js_stringify
-from kb.store.models import EvalEvidence, ModelClaim
+from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
 
@@ -20,24 +20,25 @@ _MAX_CASES_SHOWN = 5
 
 
 def _gate_line(claim: ModelClaim) -> str:
-    author = f"{claim.author.kind}:{claim.author.id}"
+    author = f"{claim.author['kind']}:{claim.author['id']}"
     if claim.claim_class == "eval-measured":
-        reports = [ev.report_id for ev in claim.evidence if isinstance(ev, EvalEvidence)]
+        reports = [ev["reportId"] for ev in claim.evidence if ev["kind"] == "eval"]
         report = f", report {reports[0]}" if reports else ""
         return f"author {author} (gate eval-committer{report})"
-    return f"author {author} (gate human, approver {claim.author.id})"
+    return f"author {author} (gate human, approver {claim.author['id']})"
 
 
 def _evidence_lines(claim: ModelClaim) -> list[str]:
     lines = []
     for item in claim.evidence:
-        if isinstance(item, EvalEvidence):
-            cases = item.case_ids[:_MAX_CASES_SHOWN]
-            more = len(item.case_ids) - len(cases)
+        if item["kind"] == "eval":
+            case_ids = item["caseIds"]
+            cases = case_ids[:_MAX_CASES_SHOWN]
+            more = len(case_ids) - len(cases)
             shown = ", ".join(cases) + (f" (+{more} more)" if more > 0 else "")
-            lines.append(f"evidence eval {item.report_id}: {len(item.case_ids)} cases: {shown}")
+            lines.append(f"evidence eval {item['reportId']}: {len(case_ids)} cases: {shown}")
         else:
-            lines.append(f"evidence journal {item.run_id} entry {item.entry_ref}")
+            lines.append(f"evidence journal {item['runId']} entry {item['entryRef']}")
     return lines
 
 
@@ -46,16 +47,18 @@ def metrics_line(claim: ModelClaim) -> str | None:
     metrics = claim.metrics
     if metrics is None:
         return None
-    passed = successes_from_rate(metrics.pass_rate, metrics.n)
-    low, high = wilson_interval(passed, metrics.n)
+    n = metrics["n"]
+    passed = successes_from_rate(metrics["passRate"], n)
+    low, high = wilson_interval(passed, n)
     line = (
-        f"metrics passRate {metrics.pass_rate:.2f} ({passed}/{metrics.n}) "
-        f"wilson95 [{low:.2f}, {high:.2f}] grader {metrics.grader_id}"
+        f"metrics passRate {metrics['passRate']:.2f} ({passed}/{n}) "
+        f"wilson95 [{low:.2f}, {high:.2f}] grader {metrics['graderId']}"
     )
-    if metrics.cost is not None:
-        line += f" cost ${metrics.cost:.4f}"
-    if metrics.baseline is not None:
-        line += f" baseline {metrics.baseline.model} {metrics.baseline.pass_rate:.2f}"
+    if "cost" in metrics:
+        line += f" cost ${metrics['cost']:.4f}"
+    if "baseline" in metrics:
+        baseline = metrics["baseline"]
+        line += f" baseline {baseline['model']} {baseline['passRate']:.2f}"
     return line
 
 
@@ -70,7 +73,7 @@ def format_claim(claim: ModelClaim, as_of: int) -> str:
         claim.id,
         f"  {claim.status} · ttl {ttl_state(claim, as_of)} · observed {claim.observed_at}"
         f" · expires {claim.expires_at}",
-        f"  {claim.subject.key} · {claim.polarity} · {claim.task_class} · {kind}"
+        f"  {claim.subject_key} · {claim.polarity} · {claim.task_class} · {kind}"
         f" · confidence {claim.confidence}",
         f"  statement: {claim.statement}",
         f"  {_gate_line(claim)}",
@@ -79,8 +82,8 @@ def format_claim(claim: ModelClaim, as_of: int) -> str:
     metrics = metrics_line(claim)
     if metrics:
         lines.append(f"  {metrics}")
-    if claim.model_epoch and claim.model_epoch.canary_fingerprint:
-        lines.append(f"  canary {claim.model_epoch.canary_fingerprint[:16]}")
+    if claim.canary_fingerprint:
+        lines.append(f"  canary {claim.canary_fingerprint[:16]}")
     if claim.supersedes:
         lines.append(f"  supersedes {claim.supersedes}")
     return "\n".join(lines)

@@ -209,7 +209,7 @@ def test_note_adds_a_human_claim_through_the_human_gate(runner: CliRunner, repo:
     assert claim.id == "note/openai:gpt-4o-mini/extraction/2026-07-01T00:00:00.000Z"
     assert claim.claim_class == "human-editorial" and claim.metrics is None
     assert claim.expires_at == "2026-08-15T00:00:00.000Z"  # 45 days
-    assert claim.author.id == "alice"
+    assert claim.author["id"] == "alice"
     body = git(repo, "log", "-1", "--format=%B")
     assert "Kb-Committer: alice" in body and "Kb-Gate: human; ruled out prompt, tools" in body
 

@@ -305,3 +305,16 @@ def test_no_git_identity_falls_back_to_kb(isolated: Path, monkeypatch: pytest.Mo
 def test_a_configured_identity_is_used(repo: Path) -> None:
     KnowledgeStore("rulvar.models.json").commit(adds("a"), 0, CTX)
     assert git(repo, "log", "-1", "--format=%an <%ae>") == "Test User <test@example.com>\n"
+
+
+def test_a_held_lock_times_out_as_a_retryable_conflict(isolated: Path) -> None:
+    import fcntl
+
+    with open(isolated / ".rulvar.models.json.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a live writer elsewhere
+        store = KnowledgeStore("rulvar.models.json", lock_timeout=0.2)
+        with pytest.raises(KnowledgeCasError, match="held the store lock for over 0.2s"):
+            store.commit(adds("a"), 0, CTX)
+        with pytest.raises(CasAttemptsExhausted):
+            store.commit_with_rebase(lambda s: adds("a"), CTX, attempts=2)
+    assert not (isolated / "rulvar.models.json").exists()

@@ -27,11 +27,11 @@ def parse_evidence(text: str) -> EvalEvidence | JournalEvidence:
     if kind == "eval" and rest:
         report, _, cases = rest.partition(":")
         case_ids = [case for case in cases.split(",") if case] if cases else []
-        return EvalEvidence(kind="eval", report_id=report, case_ids=case_ids)
+        return EvalEvidence(kind="eval", reportId=report, caseIds=case_ids)
     if kind == "journal" and rest:
         run_id, _, entry = rest.rpartition(":")
         if run_id and entry.isdigit():
-            return JournalEvidence(kind="journal", run_id=run_id, entry_ref=int(entry))
+            return JournalEvidence(kind="journal", runId=run_id, entryRef=int(entry))
     raise ConfigError(
         "--evidence",
         f"{text!r} must be 'eval:REPORT_ID[:case1,case2]' or 'journal:RUN_ID:ENTRY_REF'",
@@ -66,7 +66,7 @@ def editorial_claim(
         "statement": statement,
         "class": "human-editorial",
         "status": "active",
-        "evidence": [item.model_dump(by_alias=True, exclude_none=True) for item in evidence],
+        "evidence": list(evidence),
         "confidence": confidence,
         "observedAt": observed,
         "expiresAt": claim_expiry("human-editorial", polarity, observed),
@@ -95,7 +95,7 @@ def deprecate_ops(snapshot: Snapshot, model: str) -> list[Op]:
     return [
         ArchiveClaim(claim.id, "deprecated")
         for claim in snapshot.claims
-        if claim.subject.model == model and claim.status in ("active", "stale")
+        if claim.model == model and claim.status in ("active", "stale")
     ]
 
 

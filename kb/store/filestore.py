@@ -24,19 +24,20 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from filelock import FileLock, Timeout
 
 from kb.errors import CasAttemptsExhausted, ConfigError, KnowledgeCasError
 from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, Op, OpCounts, apply_ops
 from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store, render_store
 
 if TYPE_CHECKING:
+    from filelock import FileLock
+
     from kb.store.git import GitStoreRepo
 
 DEFAULT_STORE_NAME = "rulvar.models.json"
@@ -152,6 +153,8 @@ class KnowledgeStore:
 
     @cached_property
     def _lock(self) -> FileLock:
+        from filelock import FileLock  # imported on the write path only: reads stay fast
+
         if not self.path.parent.is_dir():
             raise ConfigError(str(self.path), "its directory does not exist")
         if self.git is not None:
@@ -179,12 +182,9 @@ class KnowledgeStore:
         """
         if not ops:
             raise ConfigError("ops", "empty batch: nothing to commit")
-        try:
-            with self._lock:
-                head = self._prepare()
-                return self._commit_locked(ops, expected_version, context, head)
-        except Timeout:
-            raise self._lock_timeout(expected_version) from None
+        with self._locked(expected_version):
+            head = self._prepare()
+            return self._commit_locked(ops, expected_version, context, head)
 
     def commit_with_rebase(
         self,
@@ -203,7 +203,7 @@ class KnowledgeStore:
         last: KnowledgeCasError | None = None
         for attempt in range(1, attempts + 1):
             try:
-                with self._lock:
+                with self._locked(None):
                     head = self._prepare()
                     snapshot = self.read()
                     ops = build_ops(snapshot)
@@ -213,8 +213,6 @@ class KnowledgeStore:
                     return CommitResult(
                         result.snapshot, result.counts, result.git_commit, result.message, attempt
                     )
-            except Timeout:
-                last = self._lock_timeout(None)
             except KnowledgeCasError as exc:
                 last = exc
         assert last is not None
@@ -225,28 +223,33 @@ class KnowledgeStore:
 
         Refuses when a store file already exists.
         """
-        try:
-            with self._lock:
-                head = self._prepare()
-                if self.path.exists():
-                    raise ConfigError(str(self.path), "a store already exists here")
-                self._publish(
-                    render_store(EMPTY_SNAPSHOT),
-                    head,
-                    context.subject(None, 0),
-                    context.trailers(0),
-                )
-        except Timeout:
-            raise self._lock_timeout(None) from None
+        with self._locked(None):
+            head = self._prepare()
+            if self.path.exists():
+                raise ConfigError(str(self.path), "a store already exists here")
+            self._publish(
+                render_store(EMPTY_SNAPSHOT), head, context.subject(None, 0), context.trailers(0)
+            )
         return EMPTY_SNAPSHOT
 
     # -- under the lock ------------------------------------------------------------
 
-    def _lock_timeout(self, expected_version: int | None) -> KnowledgeCasError:
-        return KnowledgeCasError(
-            f"another writer held the store lock for over {self.lock_timeout:g}s",
-            expected_version,
-        )
+    @contextmanager
+    def _locked(self, expected_version: int | None) -> Iterator[None]:
+        """Hold the store lock; waiting past ``lock_timeout`` is a (retryable) CAS error."""
+        from filelock import Timeout
+
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise KnowledgeCasError(
+                f"another writer held the store lock for over {self.lock_timeout:g}s",
+                expected_version,
+            ) from None
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _prepare(self) -> HeadRef | None:
         """Clear crash leftovers, check git agrees with the file, and read HEAD.

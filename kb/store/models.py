@@ -1,19 +1,25 @@
 """The persisted shapes of the knowledge store, field for field as rulvar writes them.
 
-Python attributes are snake_case; the wire names (``taskClass``, ``class``,
-``observedAt`` …) are the aliases. Every model forbids unknown keys and is
-strict (no ``"5"`` → ``5`` coercion), so a typo or a wrong type in a
-hand-edited store is refused rather than silently repaired. Optional fields
-are omitted on the wire when absent, never written as ``null``
-(:func:`claim_to_wire`).
+A claim is a :class:`ModelClaim` (pydantic, snake_case attributes with the
+wire names — ``taskClass``, ``class``, ``observedAt`` … — as aliases). Its
+nested objects (subject, evidence, metrics, author …) are plain JSON objects
+described by ``TypedDict`` s and keep their wire keys: validating a
+10,000-claim store builds one model per claim instead of seven, which is
+most of the difference between 0.25 s and 0.1 s per read.
+
+Every shape forbids unknown keys and is strict (no ``"5"`` → ``5``
+coercion), so a typo or a wrong type in a hand-edited store is refused
+rather than silently repaired. Optional fields are omitted on the wire when
+absent, never written as ``null`` (:func:`claim_to_wire`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator, with_config
+from typing_extensions import TypedDict
 
 from kb.store.ttl import InstantError, parse_instant
 
@@ -34,7 +40,7 @@ Confidence = Literal["high", "medium", "low"]
 ArchiveReason = Literal["deprecated", "stale", "rejected", "falsified"]
 RuledOut = Literal["prompt", "tools", "difficulty", "transient-provider"]
 
-NonEmpty = Annotated[str, Field(min_length=1)]
+_STRICT = ConfigDict(extra="forbid", strict=True)
 
 
 def utf16_length(text: str) -> int:
@@ -42,155 +48,144 @@ def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+def _model_ref(value: str) -> str:
+    if ":" not in value:
+        raise ValueError(f"model {value!r} must be 'provider:model'")
+    return value
 
 
-class Subject(_Wire):
-    """Who a claim is about: a model ref and, when it matters, the effort it ran at."""
-
-    model: NonEmpty
-    """``provider:model``, e.g. ``openai:gpt-4o-mini``."""
-    effort: NonEmpty | None = None
-    """Reasoning effort; part of the subject's identity (``low`` ≠ ``high``)."""
-
-    @field_validator("model")
-    @classmethod
-    def _model_has_provider(cls, value: str) -> str:
-        if ":" not in value:
-            raise ValueError(f"model {value!r} must be 'provider:model'")
-        return value
-
-    @property
-    def key(self) -> str:
-        """``model`` or ``model@effort``: the subject as one string (claim ids use it)."""
-        return f"{self.model}@{self.effort}" if self.effort else self.model
-
-
-class EvalEvidence(_Wire):
-    """An eval report and the case names that make up the measurement."""
-
-    kind: Literal["eval"]
-    report_id: NonEmpty = Field(alias="reportId")
-    """The sweep or eval report the measurement came from."""
-    case_ids: list[str] = Field(alias="caseIds")
-    """Case names in plan order."""
-
-
-class JournalEvidence(_Wire):
-    """A pointer into a rulvar run journal."""
-
-    kind: Literal["journal"]
-    run_id: NonEmpty = Field(alias="runId")
-    entry_ref: int = Field(alias="entryRef", ge=0)
-
-
-Evidence = Annotated[EvalEvidence | JournalEvidence, Field(discriminator="kind")]
-
-
-def _finite_fraction(value: float) -> float:
+def _fraction(value: float) -> float:
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise ValueError(f"must be a finite fraction in [0, 1], got {value!r}")
     return value
 
 
-class Baseline(_Wire):
-    """The pass rate of the model this measurement was compared against."""
+def _cost(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"must be a finite nonnegative number, got {value!r}")
+    return value
+
+
+def _statement(value: str) -> str:
+    if utf16_length(value) > STATEMENT_MAX_UTF16:
+        raise ValueError(f"is {utf16_length(value)} characters; the limit is {STATEMENT_MAX_UTF16}")
+    return value
+
+
+def _instant(value: str) -> str:
+    try:
+        parse_instant(value)
+    except InstantError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+ModelRef = Annotated[str, Field(min_length=1), AfterValidator(_model_ref)]
+Fraction = Annotated[float, AfterValidator(_fraction)]
+Instant = Annotated[str, AfterValidator(_instant)]
+
+
+@with_config(_STRICT)
+class Subject(TypedDict):
+    """Who a claim is about: ``model`` is ``provider:model``; ``effort`` is part of identity."""
+
+    model: ModelRef
+    effort: NotRequired[NonEmpty]
+
+
+@with_config(_STRICT)
+class EvalEvidence(TypedDict):
+    """An eval report and the case names (in plan order) that make up the measurement."""
+
+    kind: Literal["eval"]
+    reportId: NonEmpty
+    caseIds: list[str]
+
+
+@with_config(_STRICT)
+class JournalEvidence(TypedDict):
+    """A pointer into a rulvar run journal."""
+
+    kind: Literal["journal"]
+    runId: NonEmpty
+    entryRef: Annotated[int, Field(ge=0)]
+
+
+Evidence = Annotated[EvalEvidence | JournalEvidence, Field(discriminator="kind")]
+
+
+@with_config(_STRICT)
+class Baseline(TypedDict):
+    """The pass rate of the model a measurement was compared against."""
 
     model: NonEmpty
-    pass_rate: float = Field(alias="passRate")
-
-    _check_rate = field_validator("pass_rate")(_finite_fraction)
+    passRate: Fraction
 
 
-class Metrics(_Wire):
-    """The numbers behind an eval-measured claim."""
+@with_config(_STRICT)
+class Metrics(TypedDict):
+    """The numbers behind an eval-measured claim (``cost`` in USD for the whole cell)."""
 
-    pass_rate: float = Field(alias="passRate")
-    """Fraction of the cell's cases that passed."""
-    n: int = Field(ge=0)
-    """Number of cases measured."""
-    grader_id: NonEmpty = Field(alias="graderId")
-    """Which grader produced the verdicts (``eval-suite`` for sweeps)."""
-    cost: float | None = Field(default=None, ge=0)
-    """Total USD the cell's runs cost."""
-    baseline: Baseline | None = None
-
-    _check_rate = field_validator("pass_rate")(_finite_fraction)
-
-    @field_validator("cost")
-    @classmethod
-    def _finite_cost(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be finite")
-        return value
+    passRate: Fraction
+    n: Annotated[int, Field(ge=0)]
+    graderId: NonEmpty
+    cost: NotRequired[Annotated[float, AfterValidator(_cost)]]
+    baseline: NotRequired[Baseline]
 
 
-class ModelEpoch(_Wire):
-    """What the model looked like when measured; a fingerprint change means drift."""
+@with_config(_STRICT)
+class ModelEpoch(TypedDict, total=False):
+    """What the model looked like when measured; a canary fingerprint change means drift."""
 
-    registry_version: str | None = Field(default=None, alias="registryVersion")
-    pricing_version: str | None = Field(default=None, alias="pricingVersion")
-    caps_hash: str | None = Field(default=None, alias="capsHash")
-    canary_fingerprint: str | None = Field(default=None, alias="canaryFingerprint")
+    registryVersion: str
+    pricingVersion: str
+    capsHash: str
+    canaryFingerprint: str
 
 
-class Author(_Wire):
+@with_config(_STRICT)
+class Author(TypedDict):
     """Who wrote the claim: the eval pipeline (a committer id) or a person."""
 
     kind: Literal["eval-pipeline", "human"]
     id: NonEmpty
 
 
-class Origin(_Wire):
+@with_config(_STRICT)
+class Origin(TypedDict):
     """Where a human claim was proposed (a rulvar kb-proposal journal entry)."""
 
     kind: Literal["kb-proposal"]
-    run_id: NonEmpty = Field(alias="runId")
-    entry_ref: int = Field(alias="entryRef", ge=0)
+    runId: NonEmpty
+    entryRef: Annotated[int, Field(ge=0)]
 
 
-class ModelClaim(_Wire):
+class ModelClaim(BaseModel):
     """One belief about one model on one task class, with its evidence and lifetime."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 
     id: NonEmpty
     subject: Subject
     task_class: NonEmpty = Field(alias="taskClass")
     """Open vocabulary; see ``TASK_CLASS_VOCABULARY`` for the conventional names."""
     polarity: Polarity
-    statement: NonEmpty
+    statement: Annotated[NonEmpty, AfterValidator(_statement)]
     """A template render (≤ 200 UTF-16 units), never text quoted from a model."""
     claim_class: ClaimClass = Field(alias="class")
     status: ClaimStatus
-    evidence: list[Evidence] = Field(min_length=1)
+    evidence: Annotated[list[Evidence], Field(min_length=1)]
     metrics: Metrics | None = None
     """Present if and only if the claim is eval-measured."""
     confidence: Confidence
-    observed_at: str = Field(alias="observedAt")
-    expires_at: str = Field(alias="expiresAt")
+    observed_at: Instant = Field(alias="observedAt")
+    expires_at: Instant = Field(alias="expiresAt")
     model_epoch: ModelEpoch | None = Field(default=None, alias="modelEpoch")
     author: Author
     origin: Origin | None = None
     supersedes: NonEmpty | None = None
     """Id of the claim this one replaced."""
-
-    @field_validator("statement")
-    @classmethod
-    def _statement_length(cls, value: str) -> str:
-        if utf16_length(value) > STATEMENT_MAX_UTF16:
-            raise ValueError(
-                f"is {utf16_length(value)} characters; the limit is {STATEMENT_MAX_UTF16}"
-            )
-        return value
-
-    @field_validator("observed_at", "expires_at")
-    @classmethod
-    def _instant(cls, value: str) -> str:
-        try:
-            parse_instant(value)
-        except InstantError as exc:
-            raise ValueError(str(exc)) from None
-        return value
 
     @model_validator(mode="after")
     def _metrics_iff_eval(self) -> ModelClaim:
@@ -200,8 +195,29 @@ class ModelClaim(_Wire):
             raise ValueError("a human-editorial claim must not carry metrics")
         return self
 
+    @property
+    def model(self) -> str:
+        """The subject's ``provider:model``."""
+        return self.subject["model"]
 
-def claim_to_wire(claim: BaseModel) -> dict[str, Any]:
+    @property
+    def effort(self) -> str | None:
+        """The subject's effort, if any."""
+        return self.subject.get("effort")
+
+    @property
+    def subject_key(self) -> str:
+        """``model`` or ``model@effort``: the subject as one string (claim ids use it)."""
+        effort = self.subject.get("effort")
+        return f"{self.subject['model']}@{effort}" if effort else self.subject["model"]
+
+    @property
+    def canary_fingerprint(self) -> str | None:
+        """The canary fingerprint recorded when the claim was measured."""
+        return self.model_epoch.get("canaryFingerprint") if self.model_epoch else None
+
+
+def claim_to_wire(claim: ModelClaim) -> dict[str, Any]:
     """The claim as the JSON object rulvar writes: aliases, absent fields omitted."""
     return claim.model_dump(by_alias=True, exclude_none=True)
 

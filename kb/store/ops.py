@@ -140,7 +140,7 @@ def _gate_issues(where: str, claim: ModelClaim, gate: Gate) -> list[str]:
             issues.append(f"{where}: eval-committer gate needs a reportId")
         if claim.claim_class != "eval-measured":
             issues.append(f"{where}: eval-committer gate only admits eval-measured claims")
-        if claim.author.kind != "eval-pipeline":
+        if claim.author["kind"] != "eval-pipeline":
             issues.append(f"{where}: eval-committer gate needs author.kind 'eval-pipeline'")
         if claim.metrics is None:
             issues.append(f"{where}: eval-committer gate needs a metrics block")
@@ -163,7 +163,7 @@ def _gate_issues(where: str, claim: ModelClaim, gate: Gate) -> list[str]:
             issues.append(f"{where}: human gate only admits human-editorial claims")
         if claim.metrics is not None:
             issues.append(f"{where}: human gate refuses a metrics block")
-        if claim.author.kind != "human":
+        if claim.author["kind"] != "human":
             issues.append(f"{where}: human gate needs author.kind 'human'")
     return issues
 

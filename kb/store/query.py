@@ -24,7 +24,7 @@ class ClaimFilter:
     def matches(self, claim: ModelClaim, as_of: int) -> bool:
         """Whether ``claim`` passes every constraint at instant ``as_of`` (ms)."""
         if self.model is not None:
-            target = claim.subject.key if "@" in self.model else claim.subject.model
+            target = claim.subject_key if "@" in self.model else claim.model
             if target != self.model:
                 return False
         if self.task_class is not None and claim.task_class != self.task_class:
@@ -50,4 +50,4 @@ def select(snapshot: Snapshot, claim_filter: ClaimFilter, as_of: int) -> Iterato
 
 def subjects_of(claims: Iterable[ModelClaim]) -> list[str]:
     """Distinct subject keys in first-seen order."""
-    return list(dict.fromkeys(claim.subject.key for claim in claims))
+    return list(dict.fromkeys(claim.subject_key for claim in claims))
