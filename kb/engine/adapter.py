@@ -1,0 +1,302 @@
+"""The only module that imports litellm: one provider call, classified.
+
+* **Lazy.** litellm costs seconds to import, so nothing imports this module
+  until a run is about to call a model; ``kb --help``, ``kb list`` and every
+  store command never pay for it.
+* **Offline and quiet by construction.** Before the import, kb sets
+  ``LITELLM_LOCAL_MODEL_COST_MAP`` and ``LITELLM_OFFLINE_MODE`` (the bundled
+  price table, no fetches) and ``HF_HUB_OFFLINE`` unless the user set them;
+  telemetry and debug banners are off and litellm's loggers only pass errors,
+  without propagating to the root logger.
+* **kb's own providers** (``scripted``, ``local``) are registered through
+  litellm's custom-provider hook, so they take the same path as real ones.
+* **No retries here.** litellm is called with ``num_retries=0`` and
+  ``max_retries=0``; a failure becomes a :class:`ProviderFailure` that says
+  whether it is worth retrying and for how long the provider asked us to
+  wait. The engine owns retries, back-off and concurrency.
+* **Secrets.** API keys come from the environment variable named by
+  ``api_key_env`` and are passed to litellm only; error messages are
+  scrubbed of them before they leave this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kb.engine.providers.local import LocalModel
+from kb.engine.providers.scripted import ScriptedFault, ScriptedModel
+from kb.engine.requests import ModelSpec, ProviderRequest, is_secret_param
+from kb.engine.runs import Usage
+from kb.errors import ConfigError
+
+OFFLINE_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_OFFLINE_MODE": "True",
+    "HF_HUB_OFFLINE": "1",
+}
+_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "httpx")
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+
+_litellm: Any = None
+
+
+@dataclass(frozen=True)
+class ProviderReply:
+    """A successful provider call."""
+
+    text: str
+    usage: Usage
+    cost_usd: float
+
+
+class ProviderFailure(Exception):
+    """A failed provider call, with whether to retry it and after how long."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status_code = status_code
+
+
+def load_litellm() -> Any:
+    """Import and configure litellm once (offline, quiet, kb's providers registered)."""
+    global _litellm
+    if _litellm is not None:
+        return _litellm
+    for name, value in OFFLINE_ENV.items():
+        os.environ.setdefault(name, value)
+    import litellm
+    from litellm.llms.custom_llm import CustomLLM
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    litellm.drop_params = True
+    for name in _LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.ERROR)
+        logger.propagate = False
+
+    class ScriptedHandler(CustomLLM):
+        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+            return await _scripted_completion(litellm, kwargs)
+
+    class LocalHandler(CustomLLM):
+        async def acompletion(self, *args: Any, **kwargs: Any) -> Any:
+            return await _local_completion(litellm, kwargs)
+
+    litellm.custom_provider_map = [
+        entry
+        for entry in litellm.custom_provider_map
+        if entry.get("provider") not in ("scripted", "local")
+    ] + [
+        {"provider": "scripted", "custom_handler": ScriptedHandler()},
+        {"provider": "local", "custom_handler": LocalHandler()},
+    ]
+    _litellm = litellm
+    return litellm
+
+
+def _fill(litellm: Any, kwargs: Mapping[str, Any], text: str, prompt: int, completion: int) -> Any:
+    response = kwargs["model_response"]
+    response.choices[0].message.content = text
+    response.model = kwargs["model"]
+    response.usage = litellm.Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+    return response
+
+
+async def _scripted_completion(litellm: Any, kwargs: Mapping[str, Any]) -> Any:
+    params = kwargs.get("optional_params") or {}
+    model = ScriptedModel.from_params(params, where=f"scripted:{kwargs['model']}")
+    if model.latency_ms:
+        await asyncio.sleep(model.latency_ms / 1000.0)
+    try:
+        reply = model.respond(kwargs["messages"], int(params.get("kb_occurrence", 0)))
+    except ScriptedFault as fault:
+        if fault.kind == "timeout":
+            raise litellm.Timeout(
+                str(fault), model=kwargs["model"], llm_provider="scripted"
+            ) from None
+        raise litellm.ServiceUnavailableError(
+            str(fault), model=kwargs["model"], llm_provider="scripted"
+        ) from None
+    return _fill(litellm, kwargs, reply.text, reply.prompt_tokens, reply.completion_tokens)
+
+
+async def _local_completion(litellm: Any, kwargs: Mapping[str, Any]) -> Any:
+    params = dict(kwargs.get("optional_params") or {})
+    model = LocalModel.shared(kwargs["model"], params)
+    reply = await asyncio.to_thread(
+        model.complete, kwargs["messages"], params, _local_response_format(params)
+    )
+    return _fill(litellm, kwargs, reply.text, reply.prompt_tokens, reply.completion_tokens)
+
+
+def _local_response_format(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    requested = params.get("response_format")
+    if not isinstance(requested, Mapping):
+        return None
+    schema = (requested.get("json_schema") or {}).get("schema")
+    return {"type": "json_object", **({"schema": schema} if schema else {})}
+
+
+def _api_key(spec: ModelSpec) -> str | None:
+    env_name = spec.params.get("api_key_env")
+    if env_name is None:
+        return None
+    value = os.environ.get(str(env_name))
+    if not value:
+        raise ConfigError(
+            f"models[{spec.ref}].params.api_key_env", f"environment variable {env_name} is not set"
+        )
+    return value
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _retry_after(error: BaseException) -> float | None:
+    headers: Any = getattr(error, "litellm_response_headers", None)
+    response = getattr(error, "response", None)
+    if headers is None and response is not None:
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def classify(error: BaseException, secrets: list[str]) -> ProviderFailure:
+    """Turn any exception from a call into a :class:`ProviderFailure`."""
+    litellm = load_litellm()
+    message = _scrub(f"{type(error).__name__}: {error}", secrets).strip()
+    if len(message) > 500:
+        message = message[:497] + "..."
+    if isinstance(error, asyncio.TimeoutError | TimeoutError | litellm.Timeout):
+        return ProviderFailure(message, retryable=True)
+    status = getattr(error, "status_code", None)
+    if isinstance(error, litellm.APIConnectionError):
+        return ProviderFailure(message, retryable=True, status_code=status)
+    if isinstance(status, int):
+        return ProviderFailure(
+            message,
+            retryable=status in _RETRYABLE_STATUS,
+            retry_after=_retry_after(error),
+            status_code=status,
+        )
+    # A reply that could not be parsed (malformed JSON, a truncated body) is
+    # usually a glitch on the provider's side: worth another try.
+    return ProviderFailure(message, retryable=isinstance(error, ValueError | litellm.APIError))
+
+
+def declared_cost(spec: ModelSpec, usage: Usage) -> float | None:
+    """The provider's declared price from the spec's params, if any."""
+    params = spec.params
+    if "cost_usd" in params:
+        return float(params["cost_usd"])
+    if "input_cost_per_token" in params or "output_cost_per_token" in params:
+        return usage.prompt_tokens * float(params.get("input_cost_per_token", 0)) + (
+            usage.completion_tokens * float(params.get("output_cost_per_token", 0))
+        )
+    return None
+
+
+class LiteLLMAdapter:
+    """Makes single provider calls through litellm."""
+
+    def __init__(self) -> None:
+        self._litellm = load_litellm()
+
+    async def complete(
+        self, spec: ModelSpec, request: ProviderRequest, *, occurrence: int, timeout_s: float
+    ) -> ProviderReply:
+        """One attempt at ``request``; raises :class:`ProviderFailure`."""
+        litellm = self._litellm
+        api_key = _api_key(spec)
+        secrets = [api_key or ""] + [
+            str(v) for k, v in spec.params.items() if is_secret_param(k) and isinstance(v, str)
+        ]
+        kwargs: dict[str, Any] = dict(request.params)
+        for name, value in spec.params.items():
+            if is_secret_param(name):
+                kwargs[name] = value
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        if spec.provider == "scripted":
+            kwargs["kb_occurrence"] = occurrence
+        if request.response_schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "verdict",
+                    "schema": dict(request.response_schema),
+                    "strict": True,
+                },
+            }
+        try:
+            response = await asyncio.wait_for(
+                litellm.acompletion(
+                    model=request.model,
+                    messages=[dict(m) for m in request.messages],
+                    num_retries=0,
+                    max_retries=0,
+                    timeout=timeout_s,
+                    **kwargs,
+                ),
+                timeout=timeout_s,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - every provider failure is classified
+            raise classify(error, secrets) from None
+        return self._reply(spec, request, response, secrets)
+
+    def _reply(
+        self, spec: ModelSpec, request: ProviderRequest, response: Any, secrets: list[str]
+    ) -> ProviderReply:
+        try:
+            text = response.choices[0].message.content or ""
+            raw = getattr(response, "usage", None)
+            usage = Usage(
+                int(getattr(raw, "prompt_tokens", 0) or 0),
+                int(getattr(raw, "completion_tokens", 0) or 0),
+            )
+        except (AttributeError, IndexError, TypeError, ValueError) as error:
+            raise ProviderFailure(
+                _scrub(f"malformed reply: {error}", secrets), retryable=True
+            ) from None
+        cost = declared_cost(spec, usage)
+        if cost is None and spec.provider not in ("scripted", "local"):
+            try:
+                cost = float(
+                    self._litellm.completion_cost(completion_response=response, model=request.model)
+                )
+            except Exception:  # noqa: BLE001 - litellm raises many types for unknown models
+                cost = None
+        return ProviderReply(text=str(text), usage=usage, cost_usd=cost or 0.0)
+
+    async def aclose(self) -> None:
+        """Close litellm's cached async HTTP clients (inside the loop that made them)."""
+        await self._litellm.close_litellm_async_clients()

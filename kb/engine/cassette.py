@@ -1,0 +1,150 @@
+"""Record and replay provider exchanges, for deterministic CI.
+
+A cassette is JSONL, one line per settled provider call::
+
+    {"key": "<sha256 of the canonical request>", "occurrence": 0, "seq": 12,
+     "request": {"model": ..., "messages": [...], "params": {...}},
+     "status": "ok" | "error", "output": "...", "usage": {...},
+     "costUsd": 0.0012, "error": null}
+
+``key`` hashes the request as the adapter will send it (resolved litellm
+model, params and messages; secrets are never part of a request).
+``occurrence`` numbers identical requests in **plan order**, so the n-th
+identical request replays the n-th recorded answer whatever the concurrency
+was at recording or at replay. Lines are written in plan order (``seq``),
+so a cassette is itself deterministic. The recorded cost is replayed too:
+a replayed call is never reported as free.
+
+Replay raises :class:`VcrMissError` for a request that is not in the
+cassette or asks for more occurrences than were recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from kb.engine.requests import ProviderRequest
+from kb.engine.runs import Usage
+from kb.errors import ConfigError, VcrMissError
+
+CassetteMode = Literal["record", "replay"]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One recorded outcome of a provider call (after kb's retries)."""
+
+    key: str
+    occurrence: int
+    seq: int
+    request: dict[str, Any]
+    status: Literal["ok", "error"]
+    output: str | None
+    usage: Usage
+    cost_usd: float
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSONL object."""
+        return {
+            "key": self.key,
+            "occurrence": self.occurrence,
+            "seq": self.seq,
+            "request": self.request,
+            "status": self.status,
+            "output": self.output,
+            "usage": {
+                "promptTokens": self.usage.prompt_tokens,
+                "completionTokens": self.usage.completion_tokens,
+            },
+            "costUsd": self.cost_usd,
+            "error": self.error,
+        }
+
+
+def _parse_line(line: str, where: str) -> Exchange:
+    try:
+        data = json.loads(line)
+        usage = data["usage"]
+        exchange = Exchange(
+            key=data["key"],
+            occurrence=data["occurrence"],
+            seq=data["seq"],
+            request=data["request"],
+            status=data["status"],
+            output=data["output"],
+            usage=Usage(usage["promptTokens"], usage["completionTokens"]),
+            cost_usd=float(data["costUsd"]),
+            error=data["error"],
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(where, f"corrupt cassette line: {type(exc).__name__}: {exc}") from None
+    if exchange.status not in ("ok", "error") or not isinstance(exchange.key, str):
+        raise ConfigError(where, "corrupt cassette line: bad status or key")
+    if not isinstance(exchange.occurrence, int) or exchange.occurrence < 0:
+        raise ConfigError(where, "corrupt cassette line: occurrence must be a nonnegative integer")
+    return exchange
+
+
+class Cassette:
+    """Exchanges by (key, occurrence): loaded for replay, or filled while recording."""
+
+    def __init__(self, path: Path, mode: CassetteMode) -> None:
+        self.path = path
+        self.mode = mode
+        self._exchanges: dict[tuple[str, int], Exchange] = {}
+        if mode == "replay":
+            self._load()
+
+    def _load(self) -> None:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise ConfigError(str(self.path), "no such cassette") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(str(self.path), f"not UTF-8 text: {exc}") from None
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            exchange = _parse_line(line, f"{self.path}:{number}")
+            self._exchanges[(exchange.key, exchange.occurrence)] = exchange
+
+    def __len__(self) -> int:
+        return len(self._exchanges)
+
+    def lookup(self, request: ProviderRequest, occurrence: int) -> Exchange:
+        """The recorded outcome of the ``occurrence``-th identical request."""
+        key = request.key
+        found = self._exchanges.get((key, occurrence))
+        if found is not None:
+            return found
+        recorded = sum(1 for k, _ in self._exchanges if k == key)
+        detail = (
+            f"only {recorded} recorded, replay asked for occurrence {occurrence}"
+            if recorded
+            else "not recorded"
+        )
+        raise VcrMissError(
+            str(self.path), f"replay miss for {request.model} request {key[:12]}: {detail}"
+        )
+
+    def record(self, exchange: Exchange) -> None:
+        """Keep an outcome for :meth:`save`."""
+        self._exchanges[(exchange.key, exchange.occurrence)] = exchange
+
+    def save(self) -> None:
+        """Write every recorded exchange in plan order, atomically."""
+        ordered = sorted(self._exchanges.values(), key=lambda e: e.seq)
+        text = "".join(
+            json.dumps(e.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for e in ordered
+        )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, self.path)

@@ -1,0 +1,140 @@
+"""``scripted:NAME`` — the deterministic stand-in model for tests, demos and fault drills.
+
+Params (all optional; from ``[[models]] params`` in a sweep spec):
+
+* ``responses`` — table of prompt text → reply. A list value is a sequence
+  of replies used in turn: the n-th identical request (in plan order) gets
+  item ``n mod len``, so a scripted model can alternate or drift.
+* ``script`` — path to a JSON file with any of these same keys; keys given
+  directly in params win over the file's.
+* ``default`` — the reply for a prompt not in ``responses`` (default ``""``).
+* ``cost_usd`` — what each call costs (the provider's declared price).
+* ``latency_ms`` — how long each call takes.
+* ``errors`` — prompts whose calls fail with a provider error (HTTP 503).
+* ``timeouts`` — prompts whose calls time out.
+
+With no params at all (a model pulled into a sweep from an old claim) it
+replies ``""`` to everything. Usage is counted as whitespace-split tokens.
+The prompt is the last user message of the request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from kb.errors import ConfigError
+
+SCRIPTED_KEYS = frozenset(
+    {"responses", "script", "default", "cost_usd", "latency_ms", "errors", "timeouts"}
+)
+
+
+class ScriptedFault(Exception):
+    """A scripted failure: ``kind`` is ``error`` or ``timeout``."""
+
+    def __init__(self, kind: str, prompt: str) -> None:
+        self.kind = kind
+        super().__init__(f"scripted {kind} for prompt {prompt[:60]!r}")
+
+
+@dataclass(frozen=True)
+class ScriptedReply:
+    """What the scripted model answers, and the usage it reports."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class ScriptedModel:
+    """One scripted model's behaviour, resolved from its params."""
+
+    responses: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
+    default: str = ""
+    latency_ms: float = 0.0
+    errors: frozenset[str] = frozenset()
+    timeouts: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], where: str = "scripted") -> ScriptedModel:
+        """Resolve ``params`` (and the ``script`` file they name) into a model."""
+        merged: dict[str, Any] = {}
+        if params.get("script") is not None:
+            merged.update(_load_script(str(params["script"]), where))
+        merged.update({k: v for k, v in params.items() if k in SCRIPTED_KEYS and k != "script"})
+        return cls(
+            responses=_responses(merged.get("responses", {}), where),
+            default=_text(merged.get("default", ""), f"{where}.default"),
+            latency_ms=_number(merged.get("latency_ms", 0), f"{where}.latency_ms"),
+            errors=frozenset(_strings(merged.get("errors", []), f"{where}.errors")),
+            timeouts=frozenset(_strings(merged.get("timeouts", []), f"{where}.timeouts")),
+        )
+
+    def respond(
+        self, prompt_messages: Sequence[Mapping[str, str]], occurrence: int
+    ) -> ScriptedReply:
+        """The reply to a request (the n-th identical one, ``occurrence`` = n)."""
+        prompt = next(
+            (m.get("content", "") for m in reversed(prompt_messages) if m.get("role") == "user"), ""
+        )
+        if prompt in self.timeouts:
+            raise ScriptedFault("timeout", prompt)
+        if prompt in self.errors:
+            raise ScriptedFault("error", prompt)
+        reply = self.responses.get(prompt, self.default)
+        if isinstance(reply, tuple):
+            reply = reply[occurrence % len(reply)] if reply else ""
+        prompt_tokens = sum(len(m.get("content", "").split()) for m in prompt_messages)
+        return ScriptedReply(reply, prompt_tokens, len(reply.split()))
+
+
+@lru_cache(maxsize=64)
+def _load_script(path: str, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where}.script", f"no such file: {path}") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}.script", f"{path}: not a JSON object: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}.script", f"{path}: must hold a JSON object")
+    unknown = sorted(set(data) - SCRIPTED_KEYS - {"script"})
+    if unknown:
+        raise ConfigError(f"{where}.script", f"{path}: unknown keys {', '.join(unknown)}")
+    return data
+
+
+def _responses(value: Any, where: str) -> dict[str, str | tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}.responses", "must be a table of prompt = reply")
+    table: dict[str, str | tuple[str, ...]] = {}
+    for prompt, reply in value.items():
+        if isinstance(reply, list):
+            table[str(prompt)] = tuple(_strings(reply, f"{where}.responses[{prompt!r}]"))
+        else:
+            table[str(prompt)] = _text(reply, f"{where}.responses[{prompt!r}]")
+    return table
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(where, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(where, "must be a list of strings")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(where, f"must be a nonnegative number, got {value!r}")
+    return float(value)

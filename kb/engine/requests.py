@@ -1,0 +1,147 @@
+"""Model references and the canonical request every provider call is keyed by.
+
+A model ref is ``provider:model`` (rulvar style). kb's own providers keep
+their prefix (``scripted:NAME``, ``local:smollm2``); every other provider
+maps to litellm's ``provider/model`` route. Nothing here imports litellm.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kb.errors import ConfigError
+from kb.store.canonical import canonical_json, sha256_hex
+
+#: Providers kb implements itself (registered with litellm as custom providers).
+BUILTIN_PROVIDERS = ("scripted", "local")
+
+#: Params that configure kb rather than the provider call.
+KB_PARAMS = (
+    "api_key_env",
+    "cost_usd",
+    "timeout_s",
+    "input_cost_per_token",
+    "output_cost_per_token",
+)
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
+
+#: Providers whose models accept litellm's ``reasoning_effort``.
+EFFORT_PROVIDERS = (
+    "openai",
+    "anthropic",
+    "gemini",
+    "vertex_ai",
+    "xai",
+    "deepseek",
+    "azure",
+    "scripted",
+)
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """``provider:model`` → ``(provider, model)``; refuses a ref without both parts."""
+    provider, sep, model = ref.partition(":")
+    if not sep or not provider or not model:
+        raise ConfigError("model", f"{ref!r} must be 'provider:model'")
+    return provider, model
+
+
+def litellm_model(ref: str) -> str:
+    """The litellm route for a ref: ``openai:gpt-4o-mini`` → ``openai/gpt-4o-mini``."""
+    provider, model = split_ref(ref)
+    return f"{provider}/{model}"
+
+
+def is_secret_param(name: str) -> bool:
+    """Params whose values must never reach a cassette, report, store or log."""
+    return name != "api_key_env" and _SECRET_KEY.search(name) is not None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as a sweep configures it: ref, optional effort, litellm params."""
+
+    ref: str
+    effort: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def provider(self) -> str:
+        """The part before the colon."""
+        return split_ref(self.ref)[0]
+
+    @property
+    def key(self) -> str:
+        """``model`` or ``model@effort``: the subject key claims use."""
+        return f"{self.ref}@{self.effort}" if self.effort else self.ref
+
+
+@dataclass(frozen=True)
+class ProviderRequest:
+    """One call as the adapter will make it, minus secrets: what cassettes key on."""
+
+    model: str
+    """The litellm route (``openai/gpt-4o-mini``, ``scripted/NAME``)."""
+    messages: tuple[Mapping[str, str], ...]
+    params: Mapping[str, Any]
+    """litellm call params (temperature, max_tokens, api_base, reasoning_effort …),
+    without kb's own params and without secrets."""
+    response_schema: Mapping[str, Any] | None = None
+
+    def canonical(self) -> dict[str, Any]:
+        """The JSON object the cassette key hashes."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in self.messages],
+            "params": dict(self.params),
+        }
+        if self.response_schema is not None:
+            body["schema"] = dict(self.response_schema)
+        return body
+
+    @property
+    def key(self) -> str:
+        """sha256 of the canonical request (RFC 8785)."""
+        return sha256_hex(canonical_json(self.canonical()))
+
+
+def build_request(
+    spec: ModelSpec,
+    prompt: str,
+    *,
+    system: str | None = None,
+    response_schema: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ProviderRequest:
+    """The request for ``prompt`` against ``spec`` (``overrides`` win over spec params)."""
+    params: dict[str, Any] = {
+        name: value
+        for name, value in {**spec.params, **(overrides or {})}.items()
+        if name not in KB_PARAMS and not is_secret_param(name)
+    }
+    if spec.effort is not None and spec.provider in EFFORT_PROVIDERS:
+        params["reasoning_effort"] = spec.effort
+    messages: list[Mapping[str, str]] = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": prompt})
+    return ProviderRequest(
+        model=litellm_model(spec.ref),
+        messages=tuple(messages),
+        params=params,
+        response_schema=response_schema,
+    )
+
+
+def occurrences(keys: Sequence[str]) -> list[int]:
+    """For each key, how many times it appeared before it (plan order)."""
+    seen: dict[str, int] = {}
+    numbers = []
+    for key in keys:
+        numbers.append(seen.get(key, 0))
+        seen[key] = seen.get(key, 0) + 1
+    return numbers

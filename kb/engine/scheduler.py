@@ -1,0 +1,298 @@
+"""Running a plan of provider calls: concurrency, retries, budgets, cassettes.
+
+:class:`Engine` takes a *phase* — a list of :class:`PlannedRun` in plan
+order — and returns one :class:`RunResult` per run, in plan order. Beyond
+rulvar, which calls models one after another, runs execute concurrently
+under a global limit and a per-provider limit, with kb's own retries:
+429, 5xx, timeouts and connection failures are retried with jittered
+exponential back-off, honouring the provider's ``retry-after``.
+
+Concurrency never changes a result. Everything a result depends on is
+fixed before the first call: envelope authorizations are taken in plan
+order up front (see :mod:`kb.engine.budget`), cassette occurrence numbers
+are assigned in plan order, and results are returned in plan order. Only
+the timing fields (``started_at``, ``ended_at``) differ between a run at
+concurrency 1 and at 64.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from kb.engine.budget import Reservation, SpendEnvelope, debit_micros
+from kb.engine.cassette import Cassette, Exchange
+from kb.engine.requests import ModelSpec, ProviderRequest
+from kb.engine.runs import RunKind, RunResult, RunStatus
+from kb.errors import ConfigError, KbError
+
+if TYPE_CHECKING:
+    from kb.engine.adapter import LiteLLMAdapter
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How hard to drive providers."""
+
+    concurrency: int = 8
+    """Calls in flight at once, across all providers."""
+    per_provider: int = 8
+    """Calls in flight at once per provider (the part of the ref before ``:``)."""
+    timeout_s: float = 120.0
+    """Per-call timeout; a call that takes longer is retried, then settles ``error``."""
+    max_retries: int = 3
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "per_provider"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, f"must be a positive integer, got {value!r}")
+        if self.max_retries < 0 or self.timeout_s <= 0:
+            raise ConfigError("engine", "max_retries must be >= 0 and timeout_s > 0")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One call the job intends to make."""
+
+    label: str
+    kind: RunKind
+    spec: ModelSpec
+    request: ProviderRequest
+    ceiling_usd: float | None = None
+    """The run's own budget (``budgetUsd``); ``None`` means no per-run ceiling."""
+
+
+@dataclass
+class Engine:
+    """Executes phases of runs; one engine serves one job (a sweep, a canary …)."""
+
+    config: EngineConfig = field(default_factory=EngineConfig)
+    cassette: Cassette | None = None
+    _seen: dict[str, int] = field(default_factory=dict, init=False)
+    _seq: int = field(default=0, init=False)
+    _cancelled: bool = field(default=False, init=False)
+    _adapter: LiteLLMAdapter | None = field(default=None, init=False)
+
+    @property
+    def replaying(self) -> bool:
+        """True when answers come from a cassette and no provider is called."""
+        return self.cassette is not None and self.cassette.mode == "replay"
+
+    def cancel(self) -> None:
+        """Stop: runs not yet finished settle ``cancelled``."""
+        self._cancelled = True
+
+    def run(self, runs: Sequence[PlannedRun], envelope: SpendEnvelope) -> list[RunResult]:
+        """Execute one phase (blocking); results in plan order."""
+        return asyncio.run(self._run_phase(runs, envelope))
+
+    def finish(self) -> None:
+        """Write the cassette when recording."""
+        if self.cassette is not None and self.cassette.mode == "record":
+            self.cassette.save()
+
+    async def _run_phase(
+        self, runs: Sequence[PlannedRun], envelope: SpendEnvelope
+    ) -> list[RunResult]:
+        reservations = [
+            envelope.authorize(run.label, run.ceiling_usd if run.ceiling_usd is not None else 0)
+            if envelope.cap is not None or run.ceiling_usd is not None
+            else Reservation(run.label, 0)
+            for run in runs
+        ]
+        numbering = []
+        for run in runs:
+            key = run.request.key
+            numbering.append((self._seen.get(key, 0), self._seq))
+            self._seen[key] = self._seen.get(key, 0) + 1
+            self._seq += 1
+        limit = asyncio.Semaphore(self.config.concurrency)
+        per_provider: dict[str, asyncio.Semaphore] = {}
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(
+                        self._settle(
+                            run,
+                            reservation,
+                            occurrence,
+                            seq,
+                            envelope,
+                            limit,
+                            per_provider.setdefault(
+                                run.spec.provider, asyncio.Semaphore(self.config.per_provider)
+                            ),
+                        )
+                    )
+                    for run, reservation, (occurrence, seq) in zip(
+                        runs, reservations, numbering, strict=True
+                    )
+                ]
+        except* KbError as group_error:
+            raise group_error.exceptions[0] from None
+        finally:
+            if self._adapter is not None:
+                await self._adapter.aclose()
+                self._adapter = None
+        return [task.result() for task in tasks]
+
+    async def _settle(
+        self,
+        run: PlannedRun,
+        reservation: Reservation | None,
+        occurrence: int,
+        seq: int,
+        envelope: SpendEnvelope,
+        limit: asyncio.Semaphore,
+        provider_limit: asyncio.Semaphore,
+    ) -> RunResult:
+        base = RunResult(label=run.label, kind=run.kind, model=run.spec.key, status="refused")
+        if reservation is None:
+            return RunResult(
+                label=run.label,
+                kind=run.kind,
+                model=run.spec.key,
+                status="refused",
+                error="the spend envelope refused this run before it started",
+            )
+        if self._cancelled:
+            envelope.settle(reservation, 0)
+            return _replace(base, status="cancelled")
+        try:
+            result = await self._call(run, occurrence, limit, provider_limit)
+        except asyncio.CancelledError:
+            envelope.settle(reservation, 0)
+            raise
+        envelope.settle(reservation, result.cost_usd)
+        if (
+            result.status == "ok"
+            and run.ceiling_usd is not None
+            and result.cost_usd > 0
+            and debit_micros(result.cost_usd) > debit_micros(run.ceiling_usd)
+        ):
+            result = _replace(
+                result,
+                status="exhausted",
+                error=f"cost ${result.cost_usd:.6f} exceeded the run's ceiling "
+                f"${run.ceiling_usd:.6f}",
+            )
+        if self.cassette is not None and self.cassette.mode == "record" and not result.replayed:
+            self.cassette.record(
+                Exchange(
+                    key=run.request.key,
+                    occurrence=occurrence,
+                    seq=seq,
+                    request=run.request.canonical(),
+                    status="ok" if result.status in ("ok", "exhausted") else "error",
+                    output=result.output,
+                    usage=result.usage,
+                    cost_usd=result.cost_usd,
+                    error=None if result.status in ("ok", "exhausted") else result.error,
+                )
+            )
+        return result
+
+    async def _call(
+        self,
+        run: PlannedRun,
+        occurrence: int,
+        limit: asyncio.Semaphore,
+        provider_limit: asyncio.Semaphore,
+    ) -> RunResult:
+        base = RunResult(label=run.label, kind=run.kind, model=run.spec.key, status="ok")
+        if self.replaying:
+            assert self.cassette is not None
+            exchange = self.cassette.lookup(run.request, occurrence)
+            now = time.monotonic()
+            status: RunStatus = "ok" if exchange.status == "ok" else "error"
+            return _replace(
+                base,
+                status=status,
+                output=exchange.output,
+                usage=exchange.usage,
+                cost_usd=exchange.cost_usd,
+                error=exchange.error,
+                replayed=True,
+                started_at=now,
+                ended_at=now,
+            )
+        adapter = self._live_adapter()
+        from kb.engine.adapter import ProviderFailure
+
+        started = None
+        attempts = 0
+        while True:
+            if self._cancelled:
+                return _replace(
+                    base,
+                    status="cancelled",
+                    attempts=attempts,
+                    started_at=started,
+                    ended_at=time.monotonic(),
+                )
+            attempts += 1
+            async with limit, provider_limit:
+                if started is None:
+                    started = time.monotonic()
+                try:
+                    reply = await adapter.complete(
+                        run.spec,
+                        run.request,
+                        occurrence=occurrence,
+                        timeout_s=self.config.timeout_s,
+                    )
+                except ProviderFailure as failure:
+                    error = failure
+                else:
+                    return _replace(
+                        base,
+                        output=reply.text,
+                        usage=reply.usage,
+                        cost_usd=reply.cost_usd,
+                        attempts=attempts,
+                        started_at=started,
+                        ended_at=time.monotonic(),
+                    )
+            if not error.retryable or attempts > self.config.max_retries:
+                return _replace(
+                    base,
+                    status="error",
+                    error=error.message,
+                    attempts=attempts,
+                    started_at=started,
+                    ended_at=time.monotonic(),
+                )
+            await asyncio.sleep(self._backoff(attempts, error.retry_after))
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Jittered exponential back-off; never shorter than the provider's ``retry-after``."""
+        exponential = min(
+            self.config.backoff_max_s, self.config.backoff_base_s * 2.0 ** (attempt - 1)
+        )
+        delay: float = exponential * random.uniform(0.5, 1.0)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.config.backoff_max_s * 4))
+        return delay
+
+    def _live_adapter(self) -> LiteLLMAdapter:
+        if self._adapter is None:
+            from kb.engine.adapter import LiteLLMAdapter
+
+            self._adapter = LiteLLMAdapter()
+        return self._adapter
+
+
+def _replace(result: RunResult, **changes: Any) -> RunResult:
+    return replace(result, **changes)
+
+
+def total_cost(results: Sequence[RunResult]) -> float:
+    """Sum of the runs' costs (exhausted runs included: their money was spent)."""
+    return float(sum(result.cost_usd for result in results))
