@@ -269,6 +269,10 @@ class LiteLLMAdapter:
             )
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            raise ProviderFailure(
+                f"timed out: no reply within {timeout_s:g}s", retryable=True
+            ) from None
         except Exception as error:  # noqa: BLE001 - every provider failure is classified
             raise classify(error, secrets) from None
         return self._reply(spec, request, response, secrets)

@@ -27,7 +27,12 @@ KB_PARAMS = (
     "output_cost_per_token",
 )
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
+# Names ending in key/token/secret/password (not "max_tokens"), and header maps,
+# which may carry an Authorization header.
+_SECRET_KEY = re.compile(
+    r"((^|_)(key|token|secret|password|credentials?)$|apikey$|^authorization$|^(extra_)?headers$)",
+    re.IGNORECASE,
+)
 
 #: Providers whose models accept litellm's ``reasoning_effort``.
 EFFORT_PROVIDERS = (

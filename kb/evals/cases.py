@@ -1,0 +1,160 @@
+"""Eval cases and grader specs, as a sweep spec writes them (TOML tables).
+
+Every shape forbids unknown keys, so a misspelt grader option is an error
+when the spec loads, not a silently ignored setting. Regexes compile and
+thresholds are checked at load time too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GoldenMatch = Literal["exact", "normalized", "contains", "regex", "json"]
+_PREDICATES = ("contains", "not_contains", "regex", "max_chars", "min_chars", "json_path", "one_of")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _fraction(value: float, what: str) -> float:
+    if isinstance(value, bool) or not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{what} must be a finite fraction in [0, 1], got {value!r}")
+    return value
+
+
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regex {pattern!r}: {exc}") from None
+    return pattern
+
+
+class GoldenGrader(_Spec):
+    """Compare the output with ``expected``."""
+
+    kind: Literal["golden"]
+    expected: Any
+    """The answer; for ``match = "json"`` a TOML value or a JSON string."""
+    match: GoldenMatch = "exact"
+    """``exact``; ``normalized`` (NFC, trimmed, whitespace collapsed, casefolded);
+    ``contains``; ``regex`` (search); ``json`` (parsed equality)."""
+
+    @model_validator(mode="after")
+    def _expected_fits_match(self) -> GoldenGrader:
+        if self.match != "json" and not isinstance(self.expected, str):
+            raise ValueError(f"expected must be a string for match = {self.match!r}")
+        if self.match == "regex":
+            _compiles(self.expected)
+        return self
+
+    @property
+    def grader_id(self) -> str:
+        """A short name for reports."""
+        return f"golden:{self.match}"
+
+
+class Criterion(_Spec):
+    """One rubric criterion: a name and exactly one predicate."""
+
+    name: str = Field(min_length=1)
+    contains: str | None = None
+    not_contains: str | None = None
+    regex: str | None = None
+    max_chars: int | None = Field(default=None, ge=0)
+    min_chars: int | None = Field(default=None, ge=0)
+    json_path: str | None = None
+    """Dotted path into the output parsed as JSON (``a.b.0.c``); needs ``equals``."""
+    equals: Any = None
+    one_of: list[str] | None = None
+    """The trimmed output is one of these."""
+
+    @model_validator(mode="after")
+    def _exactly_one_predicate(self) -> Criterion:
+        given = [name for name in _PREDICATES if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"criterion {self.name!r} needs exactly one of {', '.join(_PREDICATES)}"
+                + (f" (has {', '.join(given)})" if given else "")
+            )
+        if self.json_path is None and self.equals is not None:
+            raise ValueError(f"criterion {self.name!r}: equals goes with json_path")
+        if self.json_path is not None and self.equals is None:
+            raise ValueError(f"criterion {self.name!r}: json_path needs equals")
+        if self.regex is not None:
+            _compiles(self.regex)
+        return self
+
+
+class RubricGrader(_Spec):
+    """Named criteria; passes when the fraction met reaches ``pass_threshold``."""
+
+    kind: Literal["rubric"]
+    criteria: list[Criterion] = Field(min_length=1)
+    pass_threshold: float = 1.0
+
+    @field_validator("pass_threshold")
+    @classmethod
+    def _threshold(cls, value: float) -> float:
+        return _fraction(value, "pass_threshold")
+
+    @property
+    def grader_id(self) -> str:
+        """A short name for reports."""
+        return "rubric"
+
+
+class JudgeGrader(_Spec):
+    """An LLM verdict ``{passed, reason}``; ``model`` is mandatory (no default judge)."""
+
+    kind: Literal["judge"]
+    model: str = Field(min_length=1)
+    """``provider:model`` of the judge."""
+    instructions: str = Field(min_length=1)
+    """What the answer must do to pass."""
+    effort: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("model")
+    @classmethod
+    def _ref(cls, value: str) -> str:
+        if ":" not in value:
+            raise ValueError(f"judge model {value!r} must be 'provider:model'")
+        return value
+
+    @property
+    def grader_id(self) -> str:
+        """A short name for reports."""
+        return f"judge:{self.model}"
+
+
+GraderSpec = Annotated[GoldenGrader | RubricGrader | JudgeGrader, Field(discriminator="kind")]
+
+
+class Case(_Spec):
+    """One eval case."""
+
+    name: str = Field(min_length=1)
+    task_class: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    system: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    """JSON Schema for structured output, passed to the model."""
+    graders: list[GraderSpec] = Field(min_length=1)
+
+
+def unique_names(cases: Sequence[Case]) -> list[str]:
+    """Case names with duplicates suffixed ``#2``, ``#3`` … in order."""
+    seen: dict[str, int] = {}
+    names = []
+    for case in cases:
+        count = seen.get(case.name, 0) + 1
+        seen[case.name] = count
+        names.append(case.name if count == 1 else f"{case.name}#{count}")
+    return names

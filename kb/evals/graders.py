@@ -1,0 +1,157 @@
+"""Grading one output: golden and rubric checks, and the judge's request and verdict.
+
+Graders are pure functions of the output. A grader that raises is a defect
+of the suite, not a failed case: :func:`grade` wraps any unexpected
+exception in :class:`GraderError` so the job fails loudly instead of
+quietly scoring zero.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from kb.engine.requests import ModelSpec, ProviderRequest, build_request
+from kb.errors import KbError
+from kb.evals.cases import Criterion, GoldenGrader, JudgeGrader, RubricGrader
+
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"passed": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["passed", "reason"],
+    "additionalProperties": False,
+}
+JUDGE_SYSTEM = (
+    "You grade another model's answer against criteria. Reply with only a JSON object "
+    '{"passed": true|false, "reason": "<one sentence>"}.'
+)
+
+
+class GraderError(KbError):
+    """A grader could not grade (a defect of the suite, not of the model)."""
+
+
+@dataclass(frozen=True)
+class Grade:
+    """One grader's verdict on one output."""
+
+    grader_id: str
+    passed: bool
+    detail: str
+
+
+def normalize(text: str) -> str:
+    """NFC, trimmed, whitespace runs collapsed to one space, casefolded."""
+    return " ".join(unicodedata.normalize("NFC", text).split()).casefold()
+
+
+def grade_golden(grader: GoldenGrader, output: str) -> Grade:
+    """Compare ``output`` with the expected answer."""
+    expected = grader.expected
+    if grader.match == "exact":
+        passed = output == expected
+    elif grader.match == "normalized":
+        passed = normalize(output) == normalize(expected)
+    elif grader.match == "contains":
+        passed = expected in output
+    elif grader.match == "regex":
+        passed = re.search(expected, output) is not None
+    else:
+        target = json.loads(expected) if isinstance(expected, str) else expected
+        try:
+            passed = json.loads(output) == target
+        except ValueError:
+            passed = False
+    return Grade(grader.grader_id, passed, f"match {grader.match}")
+
+
+def _json_path(output: str, path: str) -> Any:
+    value: Any = json.loads(output)
+    for part in path.split(".") if path else []:
+        if isinstance(value, list):
+            value = value[int(part)]
+        elif isinstance(value, dict):
+            value = value[part]
+        else:
+            raise KeyError(part)
+    return value
+
+
+def criterion_met(criterion: Criterion, output: str) -> bool:
+    """Whether one rubric criterion holds for ``output``."""
+    if criterion.contains is not None:
+        return criterion.contains in output
+    if criterion.not_contains is not None:
+        return criterion.not_contains not in output
+    if criterion.regex is not None:
+        return re.search(criterion.regex, output) is not None
+    if criterion.max_chars is not None:
+        return len(output) <= criterion.max_chars
+    if criterion.min_chars is not None:
+        return len(output) >= criterion.min_chars
+    if criterion.one_of is not None:
+        return output.strip() in criterion.one_of
+    assert criterion.json_path is not None
+    try:
+        return bool(_json_path(output, criterion.json_path) == criterion.equals)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
+
+
+def grade_rubric(grader: RubricGrader, output: str) -> Grade:
+    """Score = fraction of criteria met; passes at ``pass_threshold``."""
+    met = [criterion.name for criterion in grader.criteria if criterion_met(criterion, output)]
+    score = len(met) / len(grader.criteria)
+    passed = score >= grader.pass_threshold - 1e-12
+    return Grade(grader.grader_id, passed, f"score {score:.2f} ({len(met)}/{len(grader.criteria)})")
+
+
+def grade(grader: GoldenGrader | RubricGrader, output: str, case_name: str) -> Grade:
+    """Run a deterministic grader; an exception inside it fails the job loudly."""
+    try:
+        if isinstance(grader, GoldenGrader):
+            return grade_golden(grader, output)
+        return grade_rubric(grader, output)
+    except Exception as exc:  # noqa: BLE001 - any failure here is a suite defect
+        raise GraderError(
+            f"grader {grader.grader_id} raised on case {case_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def judge_spec(grader: JudgeGrader) -> ModelSpec:
+    """The judge as a model (temperature 0 unless its params say otherwise)."""
+    return ModelSpec(grader.model, grader.effort, {"temperature": 0, **grader.params})
+
+
+def judge_request(grader: JudgeGrader, prompt: str, output: str) -> ProviderRequest:
+    """The judge call for one answer."""
+    question = (
+        f"Task given to the model:\n{prompt}\n\n"
+        f"The model's answer:\n{output}\n\n"
+        f"Criteria:\n{grader.instructions}\n\n"
+        "Did the answer meet the criteria?"
+    )
+    return build_request(
+        judge_spec(grader), question, system=JUDGE_SYSTEM, response_schema=VERDICT_SCHEMA
+    )
+
+
+def parse_verdict(grader: JudgeGrader, reply: str) -> Grade | None:
+    """The judge's ``{passed, reason}``; ``None`` when the reply is not that shape."""
+    text = reply.strip()
+    if text.startswith("```"):
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("passed"), bool)
+        or not isinstance(data.get("reason", ""), str)
+    ):
+        return None
+    return Grade(grader.grader_id, data["passed"], str(data.get("reason", ""))[:200])

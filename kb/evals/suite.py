@@ -1,0 +1,172 @@
+"""Running cases against models: targets first, then judges, then verdicts.
+
+One call to :func:`run_suites` measures every member on every case in two
+engine phases (all target runs, then the judge runs for the answers that
+came back ok), so a sweep's models run concurrently with each other.
+
+A case passes when its target run settled ``ok`` and every grader passed.
+Its row is *judge-incomplete* when a judge run did not settle ``ok`` (its
+budget, the envelope, the judge's provider) or returned something that is
+not ``{passed, reason}``: that is missing evidence, never a fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kb.engine.budget import SpendEnvelope
+from kb.engine.requests import ModelSpec, build_request
+from kb.engine.runs import RunResult
+from kb.engine.scheduler import Engine, PlannedRun
+from kb.evals.cases import Case, JudgeGrader, unique_names
+from kb.evals.graders import Grade, grade, judge_request, judge_spec, parse_verdict
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    """One case on one model."""
+
+    name: str
+    """Unique within the suite (duplicates get ``#2``, ``#3`` …)."""
+    task_class: str
+    target: RunResult
+    grades: tuple[Grade, ...]
+    judges: tuple[RunResult, ...]
+    judge_incomplete: bool
+    passed: bool
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """Every case on one model."""
+
+    model: ModelSpec
+    verdicts: tuple[CaseVerdict, ...]
+
+    @property
+    def planned_n(self) -> int:
+        """Cases planned."""
+        return len(self.verdicts)
+
+    @property
+    def completed_n(self) -> int:
+        """Cases whose target settled ok and whose judges all answered."""
+        return sum(1 for v in self.verdicts if v.target.status == "ok" and not v.judge_incomplete)
+
+    @property
+    def passed_n(self) -> int:
+        """Cases that passed."""
+        return sum(1 for v in self.verdicts if v.passed)
+
+    @property
+    def pass_rate(self) -> float:
+        """Passed over planned (0 when nothing was planned)."""
+        return self.passed_n / self.planned_n if self.planned_n else 0.0
+
+    @property
+    def total_cost_usd(self) -> float:
+        """Target and judge runs together."""
+        return sum(v.target.cost_usd + sum(j.cost_usd for j in v.judges) for v in self.verdicts)
+
+    @property
+    def mean_latency_ms(self) -> float | None:
+        """Mean latency of the target runs that settled ok."""
+        latencies = [
+            v.target.latency_ms
+            for v in self.verdicts
+            if v.target.status == "ok" and v.target.latency_ms is not None
+        ]
+        return sum(latencies) / len(latencies) if latencies else None
+
+
+def plan_targets(
+    members: Sequence[ModelSpec], cases: Sequence[Case], target_usd: float | None
+) -> list[PlannedRun]:
+    """Every (member × case) target run, member-major, cases in spec order."""
+    names = unique_names(cases)
+    return [
+        PlannedRun(
+            label=f"target:{member.key}/{name}",
+            kind="target",
+            spec=member,
+            request=build_request(
+                member, case.prompt, system=case.system, response_schema=case.schema_
+            ),
+            ceiling_usd=target_usd,
+        )
+        for member in members
+        for case, name in zip(cases, names, strict=True)
+    ]
+
+
+def run_suites(
+    engine: Engine,
+    members: Sequence[ModelSpec],
+    cases: Sequence[Case],
+    envelope: SpendEnvelope,
+    *,
+    target_usd: float | None,
+    judge_usd: float | None,
+) -> list[SuiteResult]:
+    """Measure every member on every case; one :class:`SuiteResult` per member."""
+    names = unique_names(cases)
+    targets = engine.run(plan_targets(members, cases, target_usd), envelope)
+    judge_plan: list[PlannedRun] = []
+    judge_slots: list[tuple[int, int]] = []  # (target index, grader index)
+    for index, result in enumerate(targets):
+        case = cases[index % len(cases)]
+        if result.status != "ok":
+            continue
+        for g_index, grader in enumerate(case.graders):
+            if isinstance(grader, JudgeGrader):
+                judge_plan.append(
+                    PlannedRun(
+                        label=f"judge:{result.model}/{names[index % len(cases)]}/{g_index}",
+                        kind="judge",
+                        spec=judge_spec(grader),
+                        request=judge_request(grader, case.prompt, result.output or ""),
+                        ceiling_usd=judge_usd,
+                    )
+                )
+                judge_slots.append((index, g_index))
+    judged = engine.run(judge_plan, envelope) if judge_plan else []
+    judge_runs: dict[tuple[int, int], RunResult] = dict(zip(judge_slots, judged, strict=True))
+
+    suites = []
+    for m_index, member in enumerate(members):
+        verdicts = []
+        for c_index, (case, name) in enumerate(zip(cases, names, strict=True)):
+            index = m_index * len(cases) + c_index
+            verdicts.append(_verdict(case, name, targets[index], index, judge_runs))
+        suites.append(SuiteResult(member, tuple(verdicts)))
+    return suites
+
+
+def _verdict(
+    case: Case,
+    name: str,
+    target: RunResult,
+    index: int,
+    judge_runs: dict[tuple[int, int], RunResult],
+) -> CaseVerdict:
+    if target.status != "ok":
+        return CaseVerdict(name, case.task_class, target, (), (), False, False)
+    grades: list[Grade] = []
+    judges: list[RunResult] = []
+    incomplete = False
+    for g_index, grader in enumerate(case.graders):
+        if isinstance(grader, JudgeGrader):
+            run = judge_runs[(index, g_index)]
+            judges.append(run)
+            verdict = parse_verdict(grader, run.output or "") if run.status == "ok" else None
+            if verdict is None:
+                incomplete = True
+            else:
+                grades.append(verdict)
+        else:
+            grades.append(grade(grader, target.output or "", name))
+    passed = not incomplete and all(g.passed for g in grades)
+    return CaseVerdict(
+        name, case.task_class, target, tuple(grades), tuple(judges), incomplete, passed
+    )

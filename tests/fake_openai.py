@@ -1,0 +1,104 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 with scripted faults.
+
+The reply depends on the last user message:
+* ``rate-limit-once`` — 429 with ``retry-after: 0.3`` the first time, then ok;
+* ``server-error`` — always 500;
+* ``malformed`` — 200 with a body that is not JSON;
+* ``hang`` — holds the request for ``hang_s`` seconds before answering;
+* anything else — 200 with ``echo: <prompt>``.
+Every request is recorded (arrival time, headers, body) for assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Seen:
+    """What the server received."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _completion(model: str, text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+
+
+@contextmanager
+def fake_openai_server(
+    *, latency_s: float = 0.0, hang_s: float = 5.0
+) -> Iterator[tuple[str, Seen]]:
+    """Serve on an ephemeral loopback port; yields ``(api_base, seen)``."""
+    seen = Seen()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # keep test output clean
+            pass
+
+        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test): nothing to tell it
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            prompt = body["messages"][-1]["content"]
+            with seen.lock:
+                seen.requests.append(
+                    {"at": time.monotonic(), "headers": dict(self.headers), "body": body}
+                )
+                count = seen.counts.get(prompt, 0)
+                seen.counts[prompt] = count + 1
+            if latency_s:
+                time.sleep(latency_s)
+            if prompt == "rate-limit-once" and count == 0:
+                error = {"error": {"message": "slow down", "type": "rate_limit"}}
+                self._send(429, json.dumps(error).encode(), {"retry-after": "0.3"})
+            elif prompt == "server-error":
+                self._send(500, b'{"error": {"message": "boom", "type": "server_error"}}')
+            elif prompt == "malformed":
+                self._send(200, b"{this is not json")
+            else:
+                if prompt == "hang":
+                    time.sleep(hang_s)
+                self._send(200, json.dumps(_completion(body["model"], f"echo: {prompt}")).encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

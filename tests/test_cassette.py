@@ -1,0 +1,135 @@
+"""Record/replay: any concurrency to any concurrency, misses, corruption, no provider needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kb.engine.budget import SpendEnvelope
+from kb.engine.cassette import Cassette
+from kb.engine.scheduler import Engine, EngineConfig
+from kb.errors import ConfigError, VcrMissError
+from tests.engine_helpers import plan, scripted
+
+SPEC = scripted(
+    responses={"a": "alpha", "b": ["b1", "b2", "b3"]},
+    errors=["bad"],
+    cost_usd=0.0015,
+    latency_ms=3,
+)
+PROMPTS = ["a", "b", "b", "bad", "c", "b", "a"]
+
+
+def engine(concurrency: int, cassette: Cassette | None = None) -> Engine:
+    return Engine(
+        EngineConfig(
+            concurrency=concurrency,
+            per_provider=concurrency,
+            backoff_base_s=0.001,
+            backoff_max_s=0.002,
+        ),
+        cassette=cassette,
+    )
+
+
+def record(path: Path, concurrency: int) -> list[object]:
+    eng = engine(concurrency, Cassette(path, "record"))
+    results = eng.run(plan(SPEC, PROMPTS, ceiling=0.01), SpendEnvelope.from_usd(1.0))
+    eng.finish()
+    return [r.without_timings() for r in results]
+
+
+def replay(path: Path, concurrency: int, prompts: list[str] = PROMPTS) -> list[object]:
+    eng = engine(concurrency, Cassette(path, "replay"))
+    results = eng.run(plan(SPEC, prompts, ceiling=0.01), SpendEnvelope.from_usd(1.0))
+    return [r.without_timings() for r in results]
+
+
+def comparable(results: list[object]) -> list[tuple[object, ...]]:
+    return [
+        (r.label, r.status, r.output, r.usage, r.cost_usd, r.error)  # type: ignore[attr-defined]
+        for r in results
+    ]
+
+
+@pytest.mark.parametrize(("rec", "rep"), [(8, 1), (1, 8)])
+def test_recorded_at_one_concurrency_replays_identically_at_another(
+    isolated: Path, rec: int, rep: int
+) -> None:
+    path = isolated / "c.jsonl"
+    recorded = record(path, rec)
+    replayed = replay(path, rep)
+    assert comparable(replayed) == comparable(recorded)
+    assert all(r.replayed for r in replayed)  # type: ignore[attr-defined]
+    assert [r.cost_usd for r in replayed] == [0.0015] * 3 + [0.0] + [0.0015] * 3  # type: ignore[attr-defined]
+
+
+def test_the_cassette_file_is_the_same_whatever_the_concurrency(isolated: Path) -> None:
+    record(isolated / "one.jsonl", 1)
+    record(isolated / "many.jsonl", 16)
+    assert (isolated / "one.jsonl").read_text() == (isolated / "many.jsonl").read_text()
+    lines = [json.loads(line) for line in (isolated / "one.jsonl").read_text().splitlines()]
+    assert [
+        line["occurrence"] for line in lines if line["request"]["messages"][0]["content"] == "b"
+    ] == [0, 1, 2]
+
+
+def test_a_changed_prompt_is_a_miss(isolated: Path) -> None:
+    record(isolated / "c.jsonl", 4)
+    with pytest.raises(VcrMissError, match="not recorded"):
+        replay(isolated / "c.jsonl", 1, ["a", "changed prompt"])
+
+
+def test_asking_for_more_occurrences_than_recorded_is_a_miss(isolated: Path) -> None:
+    record(isolated / "c.jsonl", 4)
+    with pytest.raises(VcrMissError, match="only 2 recorded, replay asked for occurrence 2"):
+        replay(isolated / "c.jsonl", 1, ["a", "a", "a"])
+
+
+def test_changed_params_are_a_miss(isolated: Path) -> None:
+    record(isolated / "c.jsonl", 2)
+    other = scripted(responses={"a": "alpha"}, temperature=0.5)
+    eng = engine(1, Cassette(isolated / "c.jsonl", "replay"))
+    with pytest.raises(VcrMissError):
+        eng.run(plan(other, ["a"]), SpendEnvelope(cap=None))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{not json",
+        '{"key": "k"}',
+        '{"key": "k", "occurrence": -1, "seq": 0, "request": {}, '
+        '"status": "ok", "output": "", "usage": {"promptTokens": 0, "completionTokens": 0}, '
+        '"costUsd": 0, "error": null}',
+    ],
+)
+def test_a_corrupt_line_is_a_clear_config_error(isolated: Path, line: str) -> None:
+    path = isolated / "c.jsonl"
+    record(path, 1)
+    path.write_text(path.read_text() + line + "\n")
+    with pytest.raises(ConfigError, match=rf"c.jsonl:{len(PROMPTS) + 1}: corrupt cassette line"):
+        Cassette(path, "replay")
+
+
+def test_a_missing_cassette_is_a_config_error(isolated: Path) -> None:
+    with pytest.raises(ConfigError, match="no such cassette"):
+        Cassette(isolated / "nope.jsonl", "replay")
+
+
+def test_replay_needs_no_provider_and_never_imports_litellm(isolated: Path) -> None:
+    record(isolated / "c.jsonl", 4)
+    code = (
+        "import sys\n"
+        "sys.path.insert(0, {!r})\n"
+        "from tests.test_cassette import replay\n"
+        "from pathlib import Path\n"
+        "results = replay(Path({!r}), 2)\n"
+        "print(len(results), 'litellm' in sys.modules)\n"
+    ).format(str(Path(__file__).resolve().parents[1]), str(isolated / "c.jsonl"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip() == f"{len(PROMPTS)} False", proc.stderr

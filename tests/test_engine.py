@@ -1,0 +1,113 @@
+"""The scheduler: concurrency that never changes a result, limits, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kb.engine.budget import SpendEnvelope
+from kb.engine.requests import ModelSpec, build_request, litellm_model
+from kb.engine.scheduler import Engine, EngineConfig, PlannedRun
+from kb.errors import ConfigError
+from tests.engine_helpers import FAST, plan, scripted
+
+MIXED = scripted(
+    responses={f"p{i}": f"answer {i}" for i in range(0, 40, 3)} | {"alt": ["a", "b", "c"]},
+    errors=["p5", "p17"],
+    timeouts=["p11"],
+    cost_usd=0.004,
+    latency_ms=5,
+)
+PROMPTS = [f"p{i}" for i in range(40)] + ["alt"] * 5
+
+
+def run_at(concurrency: int, cap: float = 0.12) -> tuple[list[object], SpendEnvelope]:
+    config = EngineConfig(
+        concurrency=concurrency, per_provider=concurrency, backoff_base_s=0.001, backoff_max_s=0.005
+    )
+    envelope = SpendEnvelope.from_usd(cap)
+    results = Engine(config).run(plan(MIXED, PROMPTS, ceiling=0.003 + 0.001 * 0), envelope)
+    return [r.without_timings() for r in results], envelope
+
+
+def test_concurrent_results_equal_sequential_ones_field_for_field() -> None:
+    sequential, env1 = run_at(1)
+    concurrent, env16 = run_at(16)
+    assert concurrent == sequential
+    assert (env1.debited, env1.refusals) == (env16.debited, env16.refusals)
+    statuses = {r.status for r in sequential}  # type: ignore[attr-defined]
+    assert statuses == {"exhausted", "error", "refused"}  # the plan exercises every path
+
+
+def test_results_come_back_in_plan_order() -> None:
+    spec = scripted(responses={"slow": "s", "fast": "f"})
+    runs = plan(spec, ["slow", "fast"])
+    results = Engine(FAST).run(runs, SpendEnvelope(cap=None))
+    assert [r.label for r in results] == [r.label for r in runs]
+
+
+def test_the_global_limit_bounds_calls_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kb.engine import adapter as adapter_module
+
+    in_flight = 0
+    peak = 0
+    real = adapter_module.LiteLLMAdapter.complete
+
+    async def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            return await real(self, *args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(adapter_module.LiteLLMAdapter, "complete", counting)
+    config = EngineConfig(concurrency=3, per_provider=8)
+    Engine(config).run(plan(scripted(), [f"q{i}" for i in range(12)]), SpendEnvelope(cap=None))
+    assert peak == 3
+    peak = 0
+    config = EngineConfig(concurrency=8, per_provider=2)
+    Engine(config).run(plan(scripted(), [f"q{i}" for i in range(12)]), SpendEnvelope(cap=None))
+    assert peak == 2
+
+
+def test_cancel_settles_unstarted_runs_cancelled() -> None:
+    engine = Engine(FAST)
+    engine.cancel()
+    results = engine.run(plan(scripted(), ["a", "b"]), SpendEnvelope.from_usd(1.0))
+    assert [r.status for r in results] == ["cancelled", "cancelled"]
+
+
+def test_effort_maps_to_reasoning_effort_and_refs_map_to_litellm_routes() -> None:
+    assert litellm_model("openai:gpt-4o-mini") == "openai/gpt-4o-mini"
+    request = build_request(ModelSpec("openai:o3", "low", {"temperature": 0}), "q")
+    assert request.params == {"temperature": 0, "reasoning_effort": "low"}
+    assert build_request(ModelSpec("local:smollm2", "low"), "q").params == {}
+
+
+def test_secret_params_never_enter_the_request() -> None:
+    spec = ModelSpec(
+        "openai:x",
+        params={
+            "api_key": "sk-1",
+            "api_key_env": "K",
+            "cost_usd": 1,
+            "extra_headers_token": "t",
+            "max_tokens": 5,
+        },
+    )
+    assert build_request(spec, "q").params == {"max_tokens": 5}
+
+
+@pytest.mark.parametrize("bad", [{"concurrency": 0}, {"per_provider": -1}, {"concurrency": True}])
+def test_engine_config_is_validated(bad: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        EngineConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_a_bad_ref_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="must be 'provider:model'"):
+        PlannedRun("x", "target", ModelSpec("nocolon"), build_request(ModelSpec("nocolon"), "q"))

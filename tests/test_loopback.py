@@ -1,0 +1,74 @@
+"""Faults from a real HTTP server on 127.0.0.1, through litellm's openai/ route."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kb.engine.budget import SpendEnvelope
+from kb.engine.cassette import Cassette
+from kb.engine.requests import ModelSpec
+from kb.engine.scheduler import Engine, EngineConfig
+from tests.engine_helpers import plan
+from tests.fake_openai import fake_openai_server
+
+PLANTED = "sk-planted-0123456789abcdef"
+CONFIG = EngineConfig(
+    concurrency=8, backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=1.0, max_retries=2
+)
+
+
+def spec_for(base: str) -> ModelSpec:
+    return ModelSpec(
+        "openai:fake-model",
+        params={"api_base": base, "api_key_env": "KB_TEST_KEY", "max_tokens": 16},
+    )
+
+
+@pytest.fixture(autouse=True)
+def planted_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_TEST_KEY", PLANTED)
+
+
+def test_each_fault_ends_in_its_documented_status() -> None:
+    with fake_openai_server(hang_s=3.0) as (base, seen):
+        prompts = ["hello", "rate-limit-once", "server-error", "malformed", "hang"]
+        results = Engine(CONFIG).run(plan(spec_for(base), prompts), SpendEnvelope(cap=None))
+    by_prompt = dict(zip(prompts, results, strict=True))
+    assert by_prompt["hello"].status == "ok" and by_prompt["hello"].output == "echo: hello"
+    limited = by_prompt["rate-limit-once"]
+    assert (limited.status, limited.attempts) == ("ok", 2)
+    arrivals = [
+        r["at"] for r in seen.requests if r["body"]["messages"][-1]["content"] == "rate-limit-once"
+    ]
+    assert arrivals[1] - arrivals[0] >= 0.3  # retry-after was honoured
+    for prompt in ("server-error", "malformed", "hang"):
+        result = by_prompt[prompt]
+        assert result.status == "error", prompt
+        assert result.attempts == CONFIG.max_retries + 1
+    assert "boom" in (by_prompt["server-error"].error or "")
+    assert "timed out" in (by_prompt["hang"].error or "")
+    # The key was used for real, and never leaks into a result.
+    assert {r["headers"].get("authorization") for r in seen.requests} == {f"Bearer {PLANTED}"}
+    assert all(PLANTED not in repr(result) for result in results)
+
+
+def test_a_planted_key_never_reaches_the_cassette(isolated: Path) -> None:
+    path = isolated / "run.jsonl"
+    with fake_openai_server() as (base, _):
+        cassette = Cassette(path, "record")
+        engine = Engine(CONFIG, cassette=cassette)
+        spec = ModelSpec(
+            "openai:fake-model",
+            params={
+                "api_base": base,
+                "api_key_env": "KB_TEST_KEY",
+                "extra_headers": {"Authorization": f"Bearer {PLANTED}"},
+            },
+        )
+        engine.run(plan(spec, ["hello", "server-error"]), SpendEnvelope(cap=None))
+        engine.finish()
+    text = path.read_text()
+    assert "hello" in text and PLANTED not in text and "Authorization" not in text
+    assert "KB_TEST_KEY" not in text  # not even the variable's name: it is not part of the call
