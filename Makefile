@@ -9,7 +9,7 @@ STAMP := $(VENV)/.kb-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,local]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,6 +27,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/store_bench.py
+	$(PY) bench/engine_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,140 @@
+"""The bundled SmolLM2, for real: in-process through the adapter, and over loopback HTTP."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from kb.engine.budget import SpendEnvelope
+from kb.engine.providers.local import bundled_model_path
+from kb.engine.requests import ModelSpec
+from kb.engine.scheduler import Engine, EngineConfig
+from kb.evals.cases import Case
+from kb.evals.suite import run_suites
+from tests.engine_helpers import plan
+
+pytestmark = pytest.mark.local_model
+
+CASES = [
+    Case.model_validate(c)
+    for c in [
+        {
+            "name": "capital-france",
+            "task_class": "extraction",
+            "prompt": "What is the capital of France? Answer with one word.",
+            "graders": [{"kind": "golden", "expected": "Paris", "match": "contains"}],
+        },
+        {
+            "name": "add-small",
+            "task_class": "arithmetic",
+            "prompt": "What is 2 + 3? Answer with a number only.",
+            "graders": [{"kind": "rubric", "criteria": [{"name": "five", "regex": r"\b5\b"}]}],
+        },
+    ]
+]
+
+
+def test_in_process_model_answers_a_case_set_deterministically() -> None:
+    spec = ModelSpec("local:smollm2", params={"max_tokens": 32})
+    first = run_suites(
+        Engine(EngineConfig(concurrency=2)),
+        [spec],
+        CASES,
+        SpendEnvelope(cap=None),
+        target_usd=None,
+        judge_usd=None,
+    )[0]
+    assert [v.target.status for v in first.verdicts] == ["ok", "ok"]
+    assert first.pass_rate == 1.0, [v.target.output for v in first.verdicts]
+    assert first.total_cost_usd == 0.0  # a local model costs nothing
+    assert all(v.target.usage.completion_tokens > 0 for v in first.verdicts)
+    again = Engine().run(plan(spec, [CASES[0].prompt]), SpendEnvelope(cap=None))[0]
+    assert again.output == first.verdicts[0].target.output
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``python -m llama_cpp.server`` with the bundled weights on 127.0.0.1."""
+    port = _free_port()
+    # llama.cpp logs ~200 kB while loading: a file, never an unread pipe that fills up.
+    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
+    log = log_path.open("w")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(bundled_model_path("smollm2")),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "2048",
+            "--seed",
+            "0",
+            "--model_alias",
+            "smollm2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 120
+    try:
+        while True:  # readiness: poll the models endpoint until it answers
+            if process.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited: {log_path.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/models", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("llama_cpp.server did not become ready in 120 s")
+                time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_the_same_model_over_an_openai_compatible_http_server(llama_server: str) -> None:
+    spec = ModelSpec(
+        "openai:smollm2",
+        params={
+            "api_base": llama_server,
+            "api_key": "sk-local",
+            "max_tokens": 32,
+            "temperature": 0,
+        },
+    )
+    (suite,) = run_suites(
+        Engine(EngineConfig(concurrency=2)),
+        [spec],
+        CASES,
+        SpendEnvelope(cap=None),
+        target_usd=None,
+        judge_usd=None,
+    )
+    assert [v.target.status for v in suite.verdicts] == ["ok", "ok"]
+    assert "Paris" in (suite.verdicts[0].target.output or "")
+    assert suite.verdicts[0].target.usage.prompt_tokens > 0
