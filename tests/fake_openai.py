@@ -52,6 +52,9 @@ def fake_openai_server(
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes; with Nagle on, the client's delayed
+        # ACK adds ~40 ms to every response and the benchmark would measure that.
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: Any) -> None:  # keep test output clean
             pass

@@ -256,17 +256,15 @@ class LiteLLMAdapter:
                 },
             }
         try:
-            response = await asyncio.wait_for(
-                litellm.acompletion(
+            async with asyncio.timeout(timeout_s):
+                response = await litellm.acompletion(
                     model=request.model,
                     messages=[dict(m) for m in request.messages],
                     num_retries=0,
                     max_retries=0,
                     timeout=timeout_s,
                     **kwargs,
-                ),
-                timeout=timeout_s,
-            )
+                )
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -293,13 +291,21 @@ class LiteLLMAdapter:
             ) from None
         cost = declared_cost(spec, usage)
         if cost is None and spec.provider not in ("scripted", "local"):
-            try:
-                cost = float(
-                    self._litellm.completion_cost(completion_response=response, model=request.model)
-                )
-            except Exception:  # noqa: BLE001 - litellm raises many types for unknown models
-                cost = None
+            cost = self._price_table_cost(request, response)
         return ProviderReply(text=str(text), usage=usage, cost_usd=cost or 0.0)
+
+    def _price_table_cost(self, request: ProviderRequest, response: Any) -> float | None:
+        """The price-table cost litellm already attached to the reply (computed if absent)."""
+        hidden = getattr(response, "_hidden_params", None) or {}
+        if "response_cost" in hidden:  # litellm priced it already; None = not in its table
+            known = hidden["response_cost"]
+            return float(known) if isinstance(known, int | float) else None
+        try:
+            return float(
+                self._litellm.completion_cost(completion_response=response, model=request.model)
+            )
+        except Exception:  # noqa: BLE001 - litellm raises many types for unknown models
+            return None
 
     async def aclose(self) -> None:
         """Close litellm's cached async HTTP clients (inside the loop that made them)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from kb.errors import ConfigError
@@ -108,7 +109,7 @@ class ProviderRequest:
             body["schema"] = dict(self.response_schema)
         return body
 
-    @property
+    @cached_property
     def key(self) -> str:
         """sha256 of the canonical request (RFC 8785)."""
         return sha256_hex(canonical_json(self.canonical()))

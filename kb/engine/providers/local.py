@@ -67,7 +67,10 @@ class LocalModel:
             raise ConfigError(
                 "model", "local models need llama-cpp-python: pip install 'kb[local]'"
             ) from None
-        self._llama = Llama(model_path=str(path), n_ctx=n_ctx, seed=DEFAULT_SEED, verbose=False)
+        # Any: llama_cpp's stubs type the chat call as "response or stream".
+        self._llama: Any = Llama(
+            model_path=str(path), n_ctx=n_ctx, seed=DEFAULT_SEED, verbose=False
+        )
         self._lock = threading.Lock()
 
     @classmethod
