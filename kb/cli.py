@@ -9,9 +9,11 @@ defaults to now).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -82,14 +84,19 @@ class App:
     @cached_property
     def as_of(self) -> int:
         """The instant (ms) expiry is judged at: ``--as-of``, or now."""
+        return self.instant(None, "--as-of")
+
+    def instant(self, text: str | None, flag: str) -> int:
+        """``text`` as an instant (ms); else ``--as-of``; else now (the one clock read)."""
         from kb.store.ttl import InstantError, instant_from_datetime, parse_instant
 
-        if self.as_of_text is None:
+        chosen, where = (text, flag) if text is not None else (self.as_of_text, "--as-of")
+        if chosen is None:
             return instant_from_datetime(datetime.now(UTC))
         try:
-            return parse_instant(self.as_of_text)
+            return parse_instant(chosen)
         except InstantError as exc:
-            raise ConfigError("--as-of", str(exc)) from None
+            raise ConfigError(where, str(exc)) from None
 
     @cached_property
     def store(self) -> Any:
@@ -354,6 +361,126 @@ def deprecate(app: App, model: str, committer: str, attempts: int) -> None:
         click.echo(f"no active or stale claims about {model}; nothing committed")
     else:
         _echo_commit(result)
+
+
+SWEEP_EPILOG = """\b
+Examples:
+  kb sweep sweeps/nightly.toml                     measure, print, commit
+  kb sweep sweeps/nightly.toml --dry-run           pool, runs and worst-case spend only
+  kb sweep sweeps/nightly.toml --json --html r.html --record ci.jsonl
+  kb sweep sweeps/nightly.toml --replay ci.jsonl --no-commit
+"""
+
+
+@cli.command(epilog=SWEEP_EPILOG)
+@click.argument("spec_path", metavar="SPEC.toml", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print the pool, planned runs and spend; stop.")
+@click.option("--no-commit", is_flag=True, help="Measure and report without writing the store.")
+@click.option("--observed-at", default=None, help="The sweep instant (ISO; default --as-of/now).")
+@click.option("--report-id", default=None, help="Report id (default kb-sweep-<observedAt>).")
+@click.option("--concurrency", type=int, default=None, help="Calls in flight (spec default).")
+@click.option(
+    "--record",
+    "record_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a cassette of every provider exchange.",
+)
+@click.option(
+    "--replay",
+    "replay_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Answer every call from a cassette; no provider is called.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a self-contained HTML report.",
+)
+@click.option("--quiet", is_flag=True, help="No plan block and no progress bar.")
+@click.option("--strict", is_flag=True, help="Exit 1 when any target run failed at the provider.")
+@attempts_option
+@pass_app
+def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
+    """Measure the pool on the spec's cases and commit the claims (one commit)."""
+    from kb.canary import sweep_canary_step
+    from kb.sweep.report import plan_text, report_html, report_json, summary_text
+    from kb.sweep.run import execute_sweep, prepare_sweep
+    from kb.sweep.spec import load_spec
+
+    attempts = validate_attempts_option(opts["attempts"])
+    if opts["record_path"] and opts["replay_path"]:
+        raise ConfigError("--record/--replay", "use one or the other")
+    spec = load_spec(spec_path)
+    observed_at = app.instant(opts["observed_at"], "--observed-at")
+    plan = prepare_sweep(spec, app.store, observed_at=observed_at, report_id=opts["report_id"])
+    if not opts["quiet"] or opts["dry_run"]:
+        click.echo(plan_text(plan, list_runs=opts["dry_run"]), err=opts["as_json"])
+    if opts["dry_run"]:
+        return
+    engine = build_engine(spec, opts["concurrency"], opts["record_path"], opts["replay_path"])
+    with progress_bar(len(plan.target_runs), enabled=not opts["quiet"]) as advance:
+        engine.on_settled = advance
+        report = execute_sweep(
+            plan,
+            app.store,
+            engine,
+            commit=not opts["no_commit"],
+            attempts=attempts,
+            canary_step=sweep_canary_step,
+        )
+    if opts["html_path"]:
+        opts["html_path"].write_text(report_html(report), encoding="utf-8")
+    if opts["as_json"]:
+        click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
+    else:
+        click.echo(summary_text(report))
+    if opts["strict"] and report.provider_errors:
+        raise JobFailedError(f"{report.provider_errors} target runs failed at the provider")
+
+
+def validate_attempts_option(attempts: object) -> int:
+    """``--attempts`` through the core's own check (a ConfigError, exit 2)."""
+    from kb.store.filestore import validate_attempts
+
+    return validate_attempts(attempts)
+
+
+def build_engine(
+    spec: Any, concurrency: int | None, record: Path | None, replay: Path | None
+) -> Any:
+    """The engine a sweep (or canary) runs on, with its cassette."""
+    from kb.engine.cassette import Cassette
+    from kb.engine.scheduler import Engine, EngineConfig
+
+    level = concurrency if concurrency is not None else spec.sweep.concurrency
+    config = EngineConfig(
+        concurrency=level,
+        per_provider=spec.sweep.per_provider or level,
+        timeout_s=spec.sweep.timeout_s,
+        max_retries=spec.sweep.max_retries,
+    )
+    cassette = (
+        Cassette(replay, "replay") if replay else Cassette(record, "record") if record else None
+    )
+    return Engine(config, cassette=cassette)
+
+
+@contextmanager
+def progress_bar(total: int, *, enabled: bool) -> Iterator[Callable[[Any], None]]:
+    """A progress bar on stderr, only for a terminal; yields the per-run callback."""
+    if not enabled or total == 0 or not sys.stderr.isatty():
+        yield lambda _result: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("runs", total=total)
+        yield lambda _result: progress.advance(task)
 
 
 def _echo_commit(result: Any) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,8 @@ class Engine:
 
     config: EngineConfig = field(default_factory=EngineConfig)
     cassette: Cassette | None = None
+    on_settled: Callable[[RunResult], None] | None = None
+    """Called once per settled run (progress bars); never changes a result."""
     _seen: dict[str, int] = field(default_factory=dict, init=False)
     _seq: int = field(default=0, init=False)
     _cancelled: bool = field(default=False, init=False)
@@ -135,6 +137,9 @@ class Engine:
                         runs, reservations, numbering, strict=True
                     )
                 ]
+                if self.on_settled is not None:
+                    for task in tasks:
+                        task.add_done_callback(self._report_settled)
         except* KbError as group_error:
             raise group_error.exceptions[0] from None
         finally:
@@ -142,6 +147,10 @@ class Engine:
                 await self._adapter.aclose()
                 self._adapter = None
         return [task.result() for task in tasks]
+
+    def _report_settled(self, task: asyncio.Task[RunResult]) -> None:
+        if self.on_settled is not None and not task.cancelled() and task.exception() is None:
+            self.on_settled(task.result())
 
     async def _settle(
         self,

@@ -1,0 +1,233 @@
+"""One nightly sweep, steps 1–9: pool, plan, canary, measure, cells, claims, falsify, commit.
+
+:func:`prepare_sweep` does everything before the first provider call (read
+the store, build the pool, compute the worst-case authorized spend) so the
+CLI can print it first, or stop there with ``--dry-run``;
+:func:`execute_sweep` spends the money and commits. :func:`run_sweep` is
+both. No function here reads a clock: the sweep instant is a parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kb.engine.budget import SpendEnvelope, usd
+from kb.engine.requests import ModelSpec
+from kb.engine.scheduler import Engine, PlannedRun
+from kb.evals.cases import JudgeGrader
+from kb.evals.suite import plan_targets, run_suites
+from kb.store.filestore import CommitContext, KnowledgeStore
+from kb.store.models import ModelClaim
+from kb.store.ops import EvalCommitterGate
+from kb.store.snapshot import Snapshot
+from kb.store.ttl import claim_expired, format_instant, remeasurement_queue
+from kb.sweep.cells import SweepCell, cell_claim, cells_from_suites
+from kb.sweep.falsify import Retirement, sweep_ops
+from kb.sweep.spec import SweepSpec
+
+
+@dataclass(frozen=True)
+class PoolMember:
+    """A model the sweep measures, and why it is in the pool."""
+
+    spec: ModelSpec
+    origin: str
+    """``configured``, ``active weakness claim <id>`` or ``remeasurement queue <id>``."""
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """Everything decided before the first provider call."""
+
+    spec: SweepSpec
+    report_id: str
+    observed_at: int
+    snapshot: Snapshot
+    pool: tuple[PoolMember, ...]
+    target_runs: tuple[PlannedRun, ...]
+    judge_runs_max: int
+    canary_probes: int
+    worst_case_usd: float | None
+    """Worst-case authorized spend (``None``: unbounded)."""
+
+    @property
+    def members(self) -> list[ModelSpec]:
+        """The pool as model specs."""
+        return [member.spec for member in self.pool]
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did; ``to_json`` is the ``--json`` report."""
+
+    plan: SweepPlan
+    cells: list[tuple[SweepCell, ModelClaim | None]] = field(default_factory=list)
+    retired: list[Retirement] = field(default_factory=list)
+    canary: list[dict[str, Any]] = field(default_factory=list)
+    spent_usd: float = 0.0
+    committed_version: int | None = None
+    git_commit: str | None = None
+    commit_message: str | None = None
+
+    @property
+    def claims(self) -> list[ModelClaim]:
+        """The claims the sweep emitted."""
+        return [claim for _, claim in self.cells if claim is not None]
+
+    @property
+    def provider_errors(self) -> int:
+        """Target runs that failed at the provider (for ``--strict``)."""
+        return sum(cell.non_ok_runs for cell, _ in self.cells)
+
+
+def build_pool(configured: Sequence[ModelSpec], snapshot: Snapshot, at: int) -> list[PoolMember]:
+    """Configured models ∪ subjects of active unexpired weaknesses ∪ the remeasurement queue.
+
+    A subject pulled in from a claim inherits the params of a configured
+    model with the same ref (its endpoint and key), else has none.
+    """
+    pool: dict[str, PoolMember] = {}
+    params_by_ref: dict[str, Any] = {}
+    for spec in configured:
+        pool.setdefault(spec.key, PoolMember(spec, "configured"))
+        params_by_ref.setdefault(spec.ref, spec.params)
+
+    def add(claim: ModelClaim, origin: str) -> None:
+        spec = ModelSpec(claim.model, claim.effort, params_by_ref.get(claim.model, {}))
+        pool.setdefault(spec.key, PoolMember(spec, f"{origin} {claim.id}"))
+
+    for claim in snapshot.claims:
+        if (
+            claim.status == "active"
+            and claim.polarity == "weakness"
+            and not claim_expired(claim, at)
+        ):
+            add(claim, "active weakness claim")
+    for claim in remeasurement_queue(snapshot.claims, at):
+        add(claim, "remeasurement queue")
+    return list(pool.values())
+
+
+def prepare_sweep(
+    spec: SweepSpec,
+    store: KnowledgeStore,
+    *,
+    observed_at: int,
+    report_id: str | None = None,
+) -> SweepPlan:
+    """Steps 1–3: read the store, build the pool, plan the runs, bound the spend."""
+    snapshot = store.read()
+    pool = build_pool(spec.models, snapshot, observed_at)
+    members = [member.spec for member in pool]
+    budgets = spec.budgets
+    targets = plan_targets(members, spec.cases, budgets.target_usd)
+    judges_per_member = sum(
+        1 for case in spec.cases for g in case.graders if isinstance(g, JudgeGrader)
+    )
+    probes = len(spec.canary.prompts) * spec.canary.repeats if spec.canary else 0
+    worst: float | None = None
+    if budgets.max_total_usd is not None:
+        worst = min(
+            budgets.max_total_usd,
+            len(targets) * (budgets.target_usd or 0)
+            + judges_per_member * len(pool) * (budgets.judge_usd or 0)
+            + probes * len(pool) * (budgets.canary_usd or 0),
+        )
+    return SweepPlan(
+        spec=spec,
+        report_id=report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}",
+        observed_at=observed_at,
+        snapshot=snapshot,
+        pool=tuple(pool),
+        target_runs=tuple(targets),
+        judge_runs_max=judges_per_member * len(pool),
+        canary_probes=probes * len(pool),
+        worst_case_usd=worst,
+    )
+
+
+CanaryStep = Callable[
+    [SweepPlan, Engine, SpendEnvelope, KnowledgeStore, bool], list[dict[str, Any]]
+]
+
+
+def execute_sweep(
+    plan: SweepPlan,
+    store: KnowledgeStore,
+    engine: Engine,
+    *,
+    commit: bool = True,
+    attempts: int = 3,
+    canary_step: CanaryStep | None = None,
+) -> SweepReport:
+    """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit."""
+    spec = plan.spec
+    envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
+    report = SweepReport(plan)
+    fingerprints: dict[str, str] = {}
+    if canary_step is not None and spec.canary is not None:
+        report.canary = canary_step(plan, engine, envelope, store, commit)
+        fingerprints = {
+            entry["subjectKey"]: entry["fingerprint"] for entry in report.canary if entry["allOk"]
+        }
+    suites = run_suites(
+        engine,
+        plan.members,
+        spec.cases,
+        envelope,
+        target_usd=spec.budgets.target_usd,
+        judge_usd=spec.budgets.judge_usd,
+    )
+    engine.finish()
+    thresholds = spec.thresholds
+    for cell in cells_from_suites(suites):
+        claim = cell_claim(
+            cell,
+            strength=thresholds.strength,
+            weakness=thresholds.weakness,
+            report_id=plan.report_id,
+            observed_at=plan.observed_at,
+            committer=spec.sweep.committer,
+            canary_fingerprint=fingerprints.get(cell.member.key),
+        )
+        report.cells.append((cell, claim))
+    report.spent_usd = usd(envelope.debited)
+    gate = EvalCommitterGate(committer_id=spec.sweep.committer, report_id=plan.report_id)
+    report.retired = sweep_ops(plan.snapshot, report.cells, gate).retired
+    if not commit:
+        return report
+
+    def build(snapshot: Snapshot) -> list[Any]:
+        planned = sweep_ops(snapshot, report.cells, gate)
+        report.retired = planned.retired
+        return planned.ops
+
+    context = CommitContext(
+        "sweep", spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
+    )
+    result = store.commit_with_rebase(build, context, attempts=attempts)
+    if result is not None:
+        report.committed_version = result.snapshot.version
+        report.git_commit = result.git_commit
+        report.commit_message = result.message
+    return report
+
+
+def run_sweep(
+    spec: SweepSpec,
+    store: KnowledgeStore,
+    engine: Engine,
+    *,
+    observed_at: int,
+    report_id: str | None = None,
+    commit: bool = True,
+    attempts: int = 3,
+    canary_step: CanaryStep | None = None,
+) -> SweepReport:
+    """A whole sweep: :func:`prepare_sweep` then :func:`execute_sweep`."""
+    plan = prepare_sweep(spec, store, observed_at=observed_at, report_id=report_id)
+    return execute_sweep(
+        plan, store, engine, commit=commit, attempts=attempts, canary_step=canary_step
+    )

@@ -1,0 +1,302 @@
+"""The sweep spec (TOML): load, merge includes, validate everything before any call.
+
+Shape (see the README for a full example)::
+
+    include = ["cases/*.toml"]      # top of file (or in [sweep]): more [[cases]]
+    canary = "canaries/default.toml"  # top of file: or an inline [canary] table
+
+    [sweep]       committer (required), report_id, thresholds, concurrency,
+                  per_provider, allow_unbounded, timeout_s, max_retries
+    [budgets]     target_usd, judge_usd, canary_usd, max_total_usd
+    [[models]]    model, effort, params
+    [[cases]]     name, task_class, prompt, system, schema, graders
+    [canary]      prompts, repeats
+
+Every problem is collected into one :class:`ConfigError` whose lines name
+the file, the key path and the problem (``sweep.thresholds.weakness: must
+be below strength``). Relative paths (includes, the canary file, a scripted
+model's ``script``) resolve against the spec file's directory.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kb.engine.providers.scripted import ScriptedModel
+from kb.engine.requests import ModelSpec, split_ref
+from kb.errors import ConfigError
+from kb.evals.cases import Case, JudgeGrader
+from kb.store.snapshot import validation_issues
+
+DEFAULT_THRESHOLDS = {"strength": 0.9, "weakness": 0.5}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _positive_usd(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive finite number of USD, got {value!r}")
+    return value
+
+
+class Thresholds(_Strict):
+    """Pass-rate bands: at or above ``strength`` → strength; at or below ``weakness`` → weakness."""
+
+    strength: float = 0.9
+    weakness: float = 0.5
+
+    @field_validator("strength", "weakness")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if isinstance(value, bool) or not math.isfinite(value) or not 0 <= value <= 1:
+            raise ValueError(f"must be a finite fraction in [0, 1], got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Thresholds:
+        if not self.weakness < self.strength:
+            raise ValueError(
+                f"weakness ({self.weakness}) must be strictly below strength ({self.strength})"
+            )
+        return self
+
+
+class SweepSection(_Strict):
+    """``[sweep]``."""
+
+    committer: str = Field(min_length=1)
+    """The eval-committer identity recorded on every claim and commit."""
+    report_id: str | None = Field(default=None, min_length=1)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    concurrency: int = Field(default=8, ge=1)
+    per_provider: int | None = Field(default=None, ge=1)
+    allow_unbounded: bool = False
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    include: list[str] = Field(default_factory=list)
+
+
+class Budgets(_Strict):
+    """``[budgets]``: per-run ceilings and the envelope, in USD."""
+
+    target_usd: float | None = None
+    judge_usd: float | None = None
+    canary_usd: float | None = None
+    max_total_usd: float | None = None
+
+    _positive = field_validator("target_usd", "judge_usd", "canary_usd", "max_total_usd")(
+        _positive_usd
+    )
+
+
+class ModelEntry(_Strict):
+    """``[[models]]``."""
+
+    model: str
+    effort: str | None = Field(default=None, min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("model")
+    @classmethod
+    def _ref(cls, value: str) -> str:
+        try:
+            split_ref(value)
+        except ConfigError as exc:
+            raise ValueError(exc.issues[0]) from None
+        return value
+
+
+class CanarySection(_Strict):
+    """``[canary]`` or a canary file: probes with deterministic answers."""
+
+    prompts: list[str] = Field(min_length=1)
+    repeats: int = Field(default=1, ge=1)
+
+    @field_validator("prompts")
+    @classmethod
+    def _non_empty(cls, value: list[str]) -> list[str]:
+        if any(not p.strip() for p in value):
+            raise ValueError("prompts must not be empty strings")
+        return value
+
+
+class _SpecFile(_Strict):
+    sweep: SweepSection
+    budgets: Budgets | None = None
+    models: list[ModelEntry] = Field(default_factory=list)
+    cases: list[Case] = Field(default_factory=list)
+    include: list[str] = Field(default_factory=list)
+    canary: CanarySection | str | None = None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep spec."""
+
+    path: Path
+    sweep: SweepSection
+    budgets: Budgets
+    models: tuple[ModelSpec, ...]
+    cases: tuple[Case, ...]
+    canary: CanarySection | None
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The pass-rate bands."""
+        return self.sweep.thresholds
+
+
+def _read_toml(path: Path, where: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(where, f"no such file: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+
+
+def _validate(model: type[BaseModel], data: Any, prefix: str, issues: list[str]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        for issue in validation_issues(prefix, exc):
+            issues.append(issue.replace("Extra inputs are not permitted", "unknown key"))
+        return None
+
+
+def _resolve(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def load_canary_file(path: Path) -> CanarySection:
+    """A canary probe set from its own TOML file (``prompts`` at top level or in ``[canary]``)."""
+    data = _read_toml(path, "canary")
+    if "canary" in data and isinstance(data["canary"], dict):
+        data = data["canary"]
+    issues: list[str] = []
+    section = _validate(CanarySection, data, "", issues)
+    if issues:
+        raise ConfigError(str(path), issues)
+    assert isinstance(section, CanarySection)
+    return section
+
+
+def load_spec(path: Path | str) -> SweepSpec:
+    """Load and validate a sweep spec; raise one ``ConfigError`` listing every problem."""
+    path = Path(path)
+    raw = _read_toml(path, "spec")
+    base = path.resolve().parent
+    issues: list[str] = []
+    for index, case in enumerate(
+        raw.get("cases", []) if isinstance(raw.get("cases"), list) else []
+    ):
+        if isinstance(case, dict) and "include" in case:
+            issues.append(
+                f"cases[{index}].include: unknown key; put include = [...] at the top of the "
+                "file (before any table) or in [sweep]"
+            )
+            case.pop("include")
+    spec = _validate(_SpecFile, raw, "", issues)
+    if spec is None:
+        raise ConfigError(str(path), issues)
+    assert isinstance(spec, _SpecFile)
+    cases = list(spec.cases)
+    for pattern in [*spec.include, *spec.sweep.include]:
+        matches = sorted(glob.glob(str(_resolve(base, pattern))))
+        if not matches:
+            issues.append(f"include: {pattern!r} matches no file")
+        for match in matches:
+            cases.extend(_included_cases(Path(match), issues))
+    canary = spec.canary
+    if isinstance(canary, str):
+        try:
+            canary = load_canary_file(_resolve(base, canary))
+        except ConfigError as exc:
+            issues.append(f"canary: {exc}")
+            canary = None
+    budgets = spec.budgets or Budgets()
+    issues.extend(_budget_issues(spec, budgets, cases, canary))
+    models = _models(spec.models, base, issues)
+    if not cases:
+        issues.append("cases: the spec (with its includes) has no cases")
+    if issues:
+        raise ConfigError(str(path), issues)
+    return SweepSpec(path, spec.sweep, budgets, tuple(models), tuple(cases), canary)
+
+
+def _included_cases(path: Path, issues: list[str]) -> list[Case]:
+    try:
+        data = _read_toml(path, "include")
+    except ConfigError as exc:
+        issues.append(f"include: {exc}")
+        return []
+    unknown = sorted(set(data) - {"cases"})
+    if unknown:
+        issues.append(f"include {path}: unknown keys {', '.join(unknown)} (only [[cases]])")
+    found = []
+    for index, item in enumerate(data.get("cases", [])):
+        case = _validate(Case, item, f"{path.name}:cases[{index}]", issues)
+        if case is not None:
+            found.append(case)
+    return found
+
+
+def _budget_issues(
+    spec: _SpecFile, budgets: Budgets, cases: Sequence[Case], canary: CanarySection | None
+) -> list[str]:
+    if spec.sweep.allow_unbounded:
+        return []
+    if spec.budgets is None:
+        return ["budgets: missing; give [budgets] or set sweep.allow_unbounded = true"]
+    issues = []
+    if budgets.max_total_usd is None:
+        issues.append("budgets.max_total_usd: missing")
+    if budgets.target_usd is None:
+        issues.append("budgets.target_usd: missing")
+    has_judge = any(isinstance(g, JudgeGrader) for case in cases for g in case.graders)
+    if has_judge and budgets.judge_usd is None:
+        issues.append("budgets.judge_usd: missing (the cases use judge graders)")
+    if canary is not None and budgets.canary_usd is None:
+        issues.append("budgets.canary_usd: missing (the spec configures a canary)")
+    return issues
+
+
+def _models(entries: Sequence[ModelEntry], base: Path, issues: list[str]) -> list[ModelSpec]:
+    models: list[ModelSpec] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        spec = ModelSpec(entry.model, entry.effort, _resolve_params(entry.params, base))
+        if spec.provider == "scripted":
+            try:
+                ScriptedModel.from_params(spec.params, where=f"models[{index}].params")
+            except ConfigError as exc:
+                issues.extend(f"{exc.source}: {issue}" for issue in exc.issues)
+        if spec.key in seen:
+            issues.append(f"models[{index}]: duplicates models[{seen[spec.key]}] ({spec.key})")
+            continue
+        seen[spec.key] = index
+        models.append(spec)
+    return models
+
+
+def _resolve_params(params: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    resolved = dict(params)
+    if isinstance(resolved.get("script"), str):
+        resolved["script"] = str(_resolve(base, resolved["script"]))
+    if isinstance(resolved.get("model_path"), str):
+        resolved["model_path"] = str(_resolve(base, resolved["model_path"]))
+    return resolved
