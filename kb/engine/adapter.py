@@ -212,8 +212,10 @@ def classify(error: BaseException, secrets: list[str]) -> ProviderFailure:
 
 
 def declared_cost(spec: ModelSpec, usage: Usage) -> float | None:
-    """The provider's declared price from the spec's params, if any."""
+    """The provider's declared price from the spec's params (or scripted script), if any."""
     params = spec.params
+    if spec.provider == "scripted":
+        return ScriptedModel.from_params(params, where=f"scripted:{spec.ref}").cost_usd
     if "cost_usd" in params:
         return float(params["cost_usd"])
     if "input_cost_per_token" in params or "output_cost_per_token" in params:

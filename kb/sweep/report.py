@@ -100,7 +100,7 @@ def summary_text(report: SweepReport) -> str:
         outcome = cell.outcome(thresholds.strength, thresholds.weakness)
         low, high = cell.wilson95
         line = (
-            f"  {cell.member.key:<32} {cell.task_class:<16} {cell.passed}/{cell.n} of "
+            f"  {cell.member.key:<28} {cell.task_class:<22} {cell.passed}/{cell.n} of "
             f"{cell.planned_n}  passRate {cell.pass_rate:.2f} [{low:.2f}, {high:.2f}]  "
             f"${cell.total_cost_usd:.4f}  {outcome}"
         )

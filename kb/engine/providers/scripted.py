@@ -57,6 +57,7 @@ class ScriptedModel:
 
     responses: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
     default: str = ""
+    cost_usd: float = 0.0
     latency_ms: float = 0.0
     errors: frozenset[str] = frozenset()
     timeouts: frozenset[str] = frozenset()
@@ -71,6 +72,7 @@ class ScriptedModel:
         return cls(
             responses=_responses(merged.get("responses", {}), where),
             default=_text(merged.get("default", ""), f"{where}.default"),
+            cost_usd=_number(merged.get("cost_usd", 0), f"{where}.cost_usd"),
             latency_ms=_number(merged.get("latency_ms", 0), f"{where}.latency_ms"),
             errors=frozenset(_strings(merged.get("errors", []), f"{where}.errors")),
             timeouts=frozenset(_strings(merged.get("timeouts", []), f"{where}.timeouts")),
