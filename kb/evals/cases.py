@@ -24,7 +24,7 @@ class _Spec(BaseModel):
 
 def _fraction(value: float, what: str) -> float:
     if isinstance(value, bool) or not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{what} must be a finite fraction in [0, 1], got {value!r}")
+        raise ValueError(f"{what} must be a finite fraction in [0, 1]")
     return value
 
 

@@ -56,13 +56,13 @@ def _model_ref(value: str) -> str:
 
 def _fraction(value: float) -> float:
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"must be a finite fraction in [0, 1], got {value!r}")
+        raise ValueError("must be a finite fraction in [0, 1]")
     return value
 
 
 def _cost(value: float) -> float:
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"must be a finite nonnegative number, got {value!r}")
+        raise ValueError("must be a finite nonnegative number")
     return value
 
 

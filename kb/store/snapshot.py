@@ -39,7 +39,8 @@ _HASH_FORMAT = re.compile(r"[0-9a-f]{64}")
 # encoder would print raw. Conservative: escaped pairs also take the slow path.
 _NOT_PLAIN_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 _MAX_SAFE = 2**53
-_EVIDENCE_TAGS = frozenset({"eval", "journal"})
+# Tags pydantic inserts into error locations for discriminated unions (evidence, graders).
+_UNION_TAGS = frozenset({"eval", "journal", "golden", "rubric", "judge"})
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def error_path(prefix: str, loc: Sequence[int | str]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif isinstance(previous, int) and part in _EVIDENCE_TAGS:
+        elif isinstance(previous, int) and part in _UNION_TAGS:
             pass  # the discriminated-union tag pydantic inserts; the index already names it
         else:
             path += f".{part}" if path else part

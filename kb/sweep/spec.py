@@ -47,7 +47,7 @@ def _positive_usd(value: float | None) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"must be a positive finite number of USD, got {value!r}")
+        raise ValueError("must be a positive finite number of USD")
     return value
 
 
@@ -61,7 +61,7 @@ class Thresholds(_Strict):
     @classmethod
     def _fraction(cls, value: float) -> float:
         if isinstance(value, bool) or not math.isfinite(value) or not 0 <= value <= 1:
-            raise ValueError(f"must be a finite fraction in [0, 1], got {value!r}")
+            raise ValueError("must be a finite fraction in [0, 1]")
         return value
 
     @model_validator(mode="after")
@@ -132,15 +132,6 @@ class CanarySection(_Strict):
         return value
 
 
-class _SpecFile(_Strict):
-    sweep: SweepSection
-    budgets: Budgets | None = None
-    models: list[ModelEntry] = Field(default_factory=list)
-    cases: list[Case] = Field(default_factory=list)
-    include: list[str] = Field(default_factory=list)
-    canary: CanarySection | str | None = None
-
-
 @dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep spec."""
@@ -195,47 +186,74 @@ def load_canary_file(path: Path) -> CanarySection:
     return section
 
 
+_TOP_LEVEL = ("sweep", "budgets", "models", "cases", "include", "canary")
+
+
 def load_spec(path: Path | str) -> SweepSpec:
     """Load and validate a sweep spec; raise one ``ConfigError`` listing every problem."""
     path = Path(path)
     raw = _read_toml(path, "spec")
     base = path.resolve().parent
-    issues: list[str] = []
-    for index, case in enumerate(
-        raw.get("cases", []) if isinstance(raw.get("cases"), list) else []
-    ):
-        if isinstance(case, dict) and "include" in case:
+    issues: list[str] = [f"{key}: unknown key" for key in raw if key not in _TOP_LEVEL]
+    sweep = _validate(SweepSection, raw.get("sweep"), "sweep", issues)
+    if "sweep" not in raw:
+        issues[-1:] = ["sweep: missing [sweep] table (with committer)"]
+    budgets = _validate(Budgets, raw["budgets"], "budgets", issues) if "budgets" in raw else None
+    entries = [
+        _validate(ModelEntry, item, f"models[{index}]", issues)
+        for index, item in enumerate(_table_list(raw, "models", issues))
+    ]
+    cases = []
+    for index, item in enumerate(_table_list(raw, "cases", issues)):
+        if isinstance(item, dict) and "include" in item:
             issues.append(
                 f"cases[{index}].include: unknown key; put include = [...] at the top of the "
                 "file (before any table) or in [sweep]"
             )
-            case.pop("include")
-    spec = _validate(_SpecFile, raw, "", issues)
-    if spec is None:
-        raise ConfigError(str(path), issues)
-    assert isinstance(spec, _SpecFile)
-    cases = list(spec.cases)
-    for pattern in [*spec.include, *spec.sweep.include]:
+            item = {k: v for k, v in item.items() if k != "include"}
+        case = _validate(Case, item, f"cases[{index}]", issues)
+        if case is not None:
+            cases.append(case)
+    includes = raw.get("include", [])
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        issues.append("include: must be a list of glob patterns")
+        includes = []
+    for pattern in [*includes, *(sweep.include if sweep else [])]:
         matches = sorted(glob.glob(str(_resolve(base, pattern))))
         if not matches:
             issues.append(f"include: {pattern!r} matches no file")
         for match in matches:
             cases.extend(_included_cases(Path(match), issues))
-    canary = spec.canary
-    if isinstance(canary, str):
+    canary = _canary(raw.get("canary"), base, issues)
+    models = _models([(i, e) for i, e in enumerate(entries) if e is not None], base, issues)
+    if sweep is not None:
+        issues.extend(_budget_issues(sweep, budgets, cases, canary))
+    if not cases and not issues:
+        issues.append("cases: the spec (with its includes) has no cases")
+    if issues or sweep is None:
+        raise ConfigError(str(path), issues)
+    return SweepSpec(path, sweep, budgets or Budgets(), tuple(models), tuple(cases), canary)
+
+
+def _table_list(raw: Mapping[str, Any], key: str, issues: list[str]) -> list[Any]:
+    value = raw.get(key, [])
+    if not isinstance(value, list):
+        issues.append(f"{key}: must be an array of tables ([[{key}]])")
+        return []
+    return value
+
+
+def _canary(value: Any, base: Path, issues: list[str]) -> CanarySection | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
         try:
-            canary = load_canary_file(_resolve(base, canary))
+            return load_canary_file(_resolve(base, value))
         except ConfigError as exc:
             issues.append(f"canary: {exc}")
-            canary = None
-    budgets = spec.budgets or Budgets()
-    issues.extend(_budget_issues(spec, budgets, cases, canary))
-    models = _models(spec.models, base, issues)
-    if not cases:
-        issues.append("cases: the spec (with its includes) has no cases")
-    if issues:
-        raise ConfigError(str(path), issues)
-    return SweepSpec(path, spec.sweep, budgets, tuple(models), tuple(cases), canary)
+            return None
+    section = _validate(CanarySection, value, "canary", issues)
+    return section if isinstance(section, CanarySection) else None
 
 
 def _included_cases(path: Path, issues: list[str]) -> list[Case]:
@@ -256,11 +274,14 @@ def _included_cases(path: Path, issues: list[str]) -> list[Case]:
 
 
 def _budget_issues(
-    spec: _SpecFile, budgets: Budgets, cases: Sequence[Case], canary: CanarySection | None
+    sweep: SweepSection,
+    budgets: Budgets | None,
+    cases: Sequence[Case],
+    canary: CanarySection | None,
 ) -> list[str]:
-    if spec.sweep.allow_unbounded:
+    if sweep.allow_unbounded:
         return []
-    if spec.budgets is None:
+    if budgets is None:
         return ["budgets: missing; give [budgets] or set sweep.allow_unbounded = true"]
     issues = []
     if budgets.max_total_usd is None:
@@ -275,10 +296,12 @@ def _budget_issues(
     return issues
 
 
-def _models(entries: Sequence[ModelEntry], base: Path, issues: list[str]) -> list[ModelSpec]:
+def _models(
+    entries: Sequence[tuple[int, ModelEntry]], base: Path, issues: list[str]
+) -> list[ModelSpec]:
     models: list[ModelSpec] = []
     seen: dict[str, int] = {}
-    for index, entry in enumerate(entries):
+    for index, entry in entries:
         spec = ModelSpec(entry.model, entry.effort, _resolve_params(entry.params, base))
         if spec.provider == "scripted":
             try:

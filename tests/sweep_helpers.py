@@ -1,0 +1,64 @@
+"""Writing sweep specs with scripted models of exact pass rates."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+CASES = [(f"case-{i:02d}", f"Question {i}?", f"answer-{i}") for i in range(10)]
+
+
+def responses(correct: int, cases: list[tuple[str, str, str]] = CASES) -> dict[str, str]:
+    """Replies that get exactly ``correct`` of the cases right."""
+    return {
+        prompt: (answer if i < correct else "wrong") for i, (_, prompt, answer) in enumerate(cases)
+    }
+
+
+def toml_value(value: Any) -> str:
+    return (
+        json.dumps(value)
+        if not isinstance(value, dict)
+        else (
+            "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
+        )
+    )
+
+
+def write_spec(
+    path: Path,
+    models: list[dict[str, Any]],
+    *,
+    cases: list[tuple[str, str, str]] = CASES,
+    task_class: str = "extraction",
+    budgets: dict[str, float] | None = None,
+    extra_sweep: str = "",
+    extra: str = "",
+    graders: str | None = None,
+) -> Path:
+    """A spec whose cases are golden-graded ``cases``; models are ``[[models]]`` tables."""
+    budgets = budgets if budgets is not None else {"target_usd": 0.01, "max_total_usd": 5.0}
+    lines = ["[sweep]", 'committer = "ci"', extra_sweep, "", "[budgets]"]
+    lines += [f"{k} = {v}" for k, v in budgets.items()]
+    for model in models:
+        lines += ["", "[[models]]"] + [f"{k} = {toml_value(v)}" for k, v in model.items()]
+    for name, prompt, answer in cases:
+        grader = graders or f'{{ kind = "golden", expected = {json.dumps(answer)} }}'
+        lines += [
+            "",
+            "[[cases]]",
+            f'name = "{name}"',
+            f'task_class = "{task_class}"',
+            f"prompt = {json.dumps(prompt)}",
+            f"graders = [{grader}]",
+        ]
+    text = "\n".join(lines) + "\n" + extra
+    tomllib.loads(text)  # fail here, not in kb, if a test writes bad TOML
+    path.write_text(text)
+    return path
+
+
+def scripted_model(name: str, correct: int, **params: Any) -> dict[str, Any]:
+    return {"model": f"scripted:{name}", "params": {"responses": responses(correct), **params}}
