@@ -2,10 +2,15 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+KB := $(VENV)/bin/kb
 STAMP := $(VENV)/.kb-installed
+DEMO := demo-workspace
+DEMO_STORE := $(DEMO)/rulvar.models.json
 
-.PHONY: install check test demo bench clean
+.PHONY: install system-deps check test demo knowledge bench clean
 
+# The package with its dev tools and the local-model extra (pip compiles
+# llama.cpp once, ~5 minutes on 2 cores; later installs reuse pip's cache).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -14,20 +19,40 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Debian packages the tests use: git, and chromium for the HTML report test.
+system-deps:
+	@command -v git >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git chromium)
+
 check: $(STAMP)
 	$(VENV)/bin/ruff check kb tests bench
 	$(VENV)/bin/ruff format --check kb tests bench
 	$(VENV)/bin/mypy kb
 
-test: check
+test: check system-deps
 	$(VENV)/bin/pytest -q
 
+# The nightly sweep on the bundled model, in a scratch git workspace (git-ignored):
+# two nights, so the second supersedes the first.
 demo: $(STAMP)
-	@echo "make demo arrives with kb sweep (issue 4): it will run sweeps/demo.toml on the bundled SmolLM2 model."
+	rm -rf $(DEMO) && mkdir -p $(DEMO) && git -C $(DEMO) init -q
+	$(KB) --store $(DEMO_STORE) init
+	$(KB) --store $(DEMO_STORE) sweep sweeps/demo.toml --observed-at 2026-11-29T02:00:00Z \
+	  --html $(DEMO)/report-night-1.html
+	$(KB) --store $(DEMO_STORE) --as-of 2026-11-29T03:00:00Z list --status active
+	$(KB) --store $(DEMO_STORE) sweep sweeps/demo.toml --observed-at 2026-11-30T02:00:00Z \
+	  --html $(DEMO)/report-night-2.html
+	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z list --model local:smollm2
+	git -C $(DEMO) log --oneline
+	@echo "HTML reports: $(DEMO)/report-night-1.html, $(DEMO)/report-night-2.html"
+
+# Re-measure the bundled model into the project's own store (one kb commit).
+knowledge: $(STAMP)
+	$(KB) sweep sweeps/demo.toml --html $(DEMO)-knowledge.html
 
 bench: $(STAMP)
 	$(PY) bench/store_bench.py
 	$(PY) bench/engine_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO) .pytest_cache .mypy_cache .ruff_cache
