@@ -211,6 +211,59 @@ def commit_flips(
     return result.snapshot.version
 
 
+def run_canary(
+    spec: Any,
+    store: KnowledgeStore,
+    engine: Engine,
+    *,
+    at: int,
+    repeats: int | None = None,
+    commit: bool = True,
+    attempts: int = 3,
+) -> list[CanaryResult]:
+    """``kb canary``: probe the sweep's pool (as of ``at``) and flip drift in one commit."""
+    from kb.errors import ConfigError
+    from kb.sweep.run import build_pool
+
+    section = spec.canary
+    if section is None:
+        raise ConfigError(str(spec.path), 'no canary configured ([canary] or canary = "...")')
+    members = [member.spec for member in build_pool(spec.models, store.read(), at)]
+    envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
+    canaries = measure_canaries(
+        engine,
+        members,
+        section.prompts,
+        envelope,
+        canary_usd=spec.budgets.canary_usd,
+        repeats=repeats or section.repeats,
+    )
+    engine.finish()
+    if commit:
+        commit_flips(
+            canaries, store, committer=spec.sweep.committer, label="canary", attempts=attempts
+        )
+    else:
+        classify(canaries, store.read())
+    return canaries
+
+
+def canary_line(result: CanaryResult) -> str:
+    """One human line per model."""
+    head = f"{result.member.key}  {result.fingerprint[:12]}  "
+    if result.status == "drift":
+        count = len(result.flipped)
+        where = f" (store v{result.version})" if result.version is not None else " (not committed)"
+        return head + f"DRIFT, {count} claim{'s' if count != 1 else ''} flipped stale{where}"
+    if result.status == "unstable":
+        shaky = [str(i + 1) for i, probe in enumerate(result.probes) if not probe.stable]
+        return head + f"unstable (probe {', '.join(shaky)} disagreed across repeats)"
+    if result.status == "incomplete":
+        failed = [f"{i + 1}: {p.status}" for i, p in enumerate(result.probes) if p.status != "ok"]
+        return head + f"incomplete (probe {'; '.join(failed)})"
+    return head + "no drift"
+
+
 def sweep_canary_step(
     plan: Any, engine: Engine, envelope: SpendEnvelope, store: KnowledgeStore, commit: bool
 ) -> list[dict[str, Any]]:

@@ -413,8 +413,6 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
     from kb.sweep.spec import load_spec
 
     attempts = validate_attempts_option(opts["attempts"])
-    if opts["record_path"] and opts["replay_path"]:
-        raise ConfigError("--record/--replay", "use one or the other")
     spec = load_spec(spec_path)
     observed_at = app.instant(opts["observed_at"], "--observed-at")
     plan = prepare_sweep(spec, app.store, observed_at=observed_at, report_id=opts["report_id"])
@@ -443,6 +441,69 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
         raise JobFailedError(f"{report.provider_errors} target runs failed at the provider")
 
 
+CANARY_EPILOG = """\b
+Examples:
+  kb canary sweeps/nightly.toml                   probe, flip drifted claims stale
+  kb canary sweeps/nightly.toml --repeats 3       unstable answers are noise, not drift
+  kb canary sweeps/nightly.toml --json --fail-on-drift
+"""
+
+
+@cli.command(epilog=CANARY_EPILOG)
+@click.argument("spec_path", metavar="SPEC.toml", type=click.Path(path_type=Path))
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ask each probe K times; disagreement is reported unstable.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per model.")
+@click.option("--fail-on-drift", is_flag=True, help="Exit 1 when any model drifted.")
+@click.option("--no-commit", is_flag=True, help="Report drift without flipping claims.")
+@click.option("--concurrency", type=int, default=None, help="Calls in flight (spec default).")
+@click.option(
+    "--max-retries",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Provider retries per probe (spec default).",
+)
+@click.option("--record", "record_path", type=click.Path(path_type=Path), default=None)
+@click.option("--replay", "replay_path", type=click.Path(path_type=Path), default=None)
+@attempts_option
+@pass_app
+def canary(app: App, /, spec_path: Path, **opts: Any) -> None:
+    """Probe every model with the canary; flip claims stale where the model changed."""
+    from kb.canary import canary_line, run_canary
+    from kb.sweep.spec import load_spec
+
+    attempts = validate_attempts_option(opts["attempts"])
+    spec = load_spec(spec_path)
+    engine = build_engine(
+        spec,
+        opts["concurrency"],
+        opts["record_path"],
+        opts["replay_path"],
+        max_retries=opts["max_retries"],
+    )
+    results = run_canary(
+        spec,
+        app.store,
+        engine,
+        at=app.as_of,
+        repeats=opts["repeats"],
+        commit=not opts["no_commit"],
+        attempts=attempts,
+    )
+    if opts["as_json"]:
+        click.echo(json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False))
+    else:
+        for result in results:
+            click.echo(canary_line(result))
+    drifted = sum(1 for r in results if r.status == "drift")
+    if opts["fail_on_drift"] and drifted:
+        raise JobFailedError(f"drift in {drifted} model{'s' if drifted != 1 else ''}")
+
+
 def validate_attempts_option(attempts: object) -> int:
     """``--attempts`` through the core's own check (a ConfigError, exit 2)."""
     from kb.store.filestore import validate_attempts
@@ -451,18 +512,25 @@ def validate_attempts_option(attempts: object) -> int:
 
 
 def build_engine(
-    spec: Any, concurrency: int | None, record: Path | None, replay: Path | None
+    spec: Any,
+    concurrency: int | None,
+    record: Path | None,
+    replay: Path | None,
+    *,
+    max_retries: int | None = None,
 ) -> Any:
     """The engine a sweep (or canary) runs on, with its cassette."""
     from kb.engine.cassette import Cassette
     from kb.engine.scheduler import Engine, EngineConfig
 
+    if record and replay:
+        raise ConfigError("--record/--replay", "use one or the other")
     level = concurrency if concurrency is not None else spec.sweep.concurrency
     config = EngineConfig(
         concurrency=level,
         per_provider=spec.sweep.per_provider or level,
         timeout_s=spec.sweep.timeout_s,
-        max_retries=spec.sweep.max_retries,
+        max_retries=max_retries if max_retries is not None else spec.sweep.max_retries,
     )
     cassette = (
         Cassette(replay, "replay") if replay else Cassette(record, "record") if record else None

@@ -138,3 +138,28 @@ def test_the_same_model_over_an_openai_compatible_http_server(llama_server: str)
     assert [v.target.status for v in suite.verdicts] == ["ok", "ok"]
     assert "Paris" in (suite.verdicts[0].target.output or "")
     assert suite.verdicts[0].target.usage.prompt_tokens > 0
+
+
+def test_the_bundled_model_canary_is_stable() -> None:
+    from pathlib import Path
+
+    from kb.canary import measure_canaries
+    from kb.sweep.spec import load_canary_file
+
+    prompts = load_canary_file(Path(__file__).parents[1] / "canaries" / "default.toml").prompts
+    spec = ModelSpec("local:smollm2", params={"max_tokens": 48})
+    first, second = (
+        measure_canaries(Engine(), [spec], prompts, SpendEnvelope(cap=None), canary_usd=None)[0]
+        for _ in range(2)
+    )
+    assert first.all_ok and first.fingerprint == second.fingerprint
+    (repeated,) = measure_canaries(
+        Engine(EngineConfig(concurrency=4)),
+        [spec],
+        prompts,
+        SpendEnvelope(cap=None),
+        canary_usd=None,
+        repeats=10,
+    )
+    assert repeated.stable, [p.outputs for p in repeated.probes if not p.stable]
+    assert repeated.fingerprint == first.fingerprint

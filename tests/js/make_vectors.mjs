@@ -110,8 +110,36 @@ for (const o of observed) for (const cls of Object.keys(DAYS)) for (const pol of
   expiries.push({ observedAt: o, class: cls, polarity: pol, expiresAt: new Date(Date.parse(o) + DAYS[cls][pol] * 86400000).toISOString() });
 }
 
+// Canary outputs, normalized and fingerprinted the way rulvar does it:
+// NFC, trim, collapse every \s run (JavaScript's set) to one space; then
+// sha256 of JSON.stringify([probeCount, outputs]) through node:crypto.
+const normalizeCanaryOutput = (text) => text.normalize("NFC").trim().replace(/\s+/gu, " ");
+const canaryFingerprint = (outputs) => sha256(JSON.stringify([outputs.length, outputs]));
+const rawOutputs = [
+  "red, yellow, blue", "  Red,\n\tYellow,  Blue  ", "e\u0301te\u0301", "\u00e9t\u00e9",
+  "\ufeffbom\ufeff", "a\u001cb\u001dc\u001ed\u001ff", "x\u0085y", "nbsp\u00a0here\u3000ideo",
+  "line\u2028sep\u2029para", "quote \" and \\ backslash", "emoji 😀 👩‍👩‍👧", "lone \ud800 high",
+  "lone \udc00 low", "ctrl \u0000\u0007\u001b", "", "   ", "!error", "1, 2, 3", "2024-02-29",
+  "n-e-c-e-s-s-a-r-y", "tab\there\vvt\fff", "mixed\r\nnewlines\rhere", "\u1680ogham\u180emvs",
+  "\u200bzero-width", "\u2000\u2001\u200aspaces\u202f\u205f",
+];
+const normalized = rawOutputs.map((raw) => ({ raw: unitsOf(raw), normalized: unitsOf(normalizeCanaryOutput(raw)) }));
+const fingerprints = [];
+for (let i = 0; i < 60; i++) {
+  const count = 1 + Math.floor(rand() * 5);
+  const outputs = [];
+  for (let j = 0; j < count; j++) {
+    const pick = rand();
+    if (pick < 0.15) outputs.push(["!error", "!refused", "!exhausted", "!cancelled"][Math.floor(rand() * 4)]);
+    else outputs.push(normalizeCanaryOutput(rawOutputs[Math.floor(rand() * rawOutputs.length)] + (rand() < 0.5 ? " " + i : "")));
+  }
+  fingerprints.push({ outputs: outputs.map(unitsOf), json: JSON.stringify([count, outputs]), fingerprint: canaryFingerprint(outputs) });
+}
+fingerprints.push({ outputs: [], json: JSON.stringify([0, []]), fingerprint: canaryFingerprint([]) });
+
 writeFileSync(new URL("../data/js_vectors.json", import.meta.url), JSON.stringify({
   generator: "tests/js/make_vectors.mjs", node: process.version, numbers, strings, jcs, expiries,
+  canary: { normalized, fingerprints },
 }, null, 1) + "\n");
 
 // A store exactly as rulvar's FileModelKnowledgeStore writes it.
