@@ -504,6 +504,58 @@ def canary(app: App, /, spec_path: Path, **opts: Any) -> None:
         raise JobFailedError(f"drift in {drifted} model{'s' if drifted != 1 else ''}")
 
 
+@cli.command()
+@click.argument("ladders_path", metavar="LADDERS.toml", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the verified recommendations.")
+@pass_app
+def card(app: App, ladders_path: Path, as_json: bool) -> None:
+    """Render the knowledge card an orchestrator would be taught (tier-relative)."""
+    from kb.card import compile_verified_layer, load_ladders, render_card
+
+    ladders = load_ladders(ladders_path)
+    claims = app.store.read().claims
+    if as_json:
+        recommendations = compile_verified_layer(claims, ladders.ladders, app.as_of, ladders.floors)
+        click.echo(json.dumps([r.to_json() for r in recommendations], indent=2))
+    else:
+        click.echo(render_card(claims, ladders, app.as_of), nl=False)
+
+
+@cli.command()
+@click.argument("spec_path", metavar="SPEC.toml", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--concurrency", type=int, default=None, help="Calls in flight (spec default).")
+@click.option("--record", "record_path", type=click.Path(path_type=Path), default=None)
+@click.option("--replay", "replay_path", type=click.Path(path_type=Path), default=None)
+@pass_app
+def checkpoint(app: App, /, spec_path: Path, **opts: Any) -> None:
+    """A/B-test whether routing by the knowledge beats routing without it (exit 0/1)."""
+    from kb.checkpoint import checkpoint_table, load_checkpoint_spec, run_checkpoint
+    from kb.engine.cassette import Cassette
+    from kb.engine.scheduler import Engine, EngineConfig
+
+    spec = load_checkpoint_spec(spec_path)
+    claims = app.store.read().claims
+    if opts["record_path"] and opts["replay_path"]:
+        raise ConfigError("--record/--replay", "use one or the other")
+    cassette = (
+        Cassette(opts["replay_path"], "replay")
+        if opts["replay_path"]
+        else Cassette(opts["record_path"], "record")
+        if opts["record_path"]
+        else None
+    )
+    level = opts["concurrency"] or spec.section.concurrency
+    engine = Engine(EngineConfig(concurrency=level, per_provider=level), cassette=cassette)
+    report = run_checkpoint(spec, claims, engine, as_of=app.as_of)
+    if opts["as_json"]:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(checkpoint_table(report))
+    if not report.passed:
+        raise JobFailedError("checkpoint not passed")
+
+
 def validate_attempts_option(attempts: object) -> int:
     """``--attempts`` through the core's own check (a ConfigError, exit 2)."""
     from kb.store.filestore import validate_attempts

@@ -80,23 +80,68 @@ class SuiteResult:
         return sum(latencies) / len(latencies) if latencies else None
 
 
+def target_run(member: ModelSpec, case: Case, name: str, target_usd: float | None) -> PlannedRun:
+    """The target run of one case on one model."""
+    return PlannedRun(
+        label=f"target:{member.key}/{name}",
+        kind="target",
+        spec=member,
+        request=build_request(
+            member, case.prompt, system=case.system, response_schema=case.schema_
+        ),
+        ceiling_usd=target_usd,
+    )
+
+
 def plan_targets(
     members: Sequence[ModelSpec], cases: Sequence[Case], target_usd: float | None
 ) -> list[PlannedRun]:
     """Every (member × case) target run, member-major, cases in spec order."""
     names = unique_names(cases)
     return [
-        PlannedRun(
-            label=f"target:{member.key}/{name}",
-            kind="target",
-            spec=member,
-            request=build_request(
-                member, case.prompt, system=case.system, response_schema=case.schema_
-            ),
-            ceiling_usd=target_usd,
-        )
+        target_run(member, case, name, target_usd)
         for member in members
         for case, name in zip(cases, names, strict=True)
+    ]
+
+
+def run_pairs(
+    engine: Engine,
+    pairs: Sequence[tuple[ModelSpec, Case, str]],
+    envelope: SpendEnvelope,
+    *,
+    target_usd: float | None,
+    judge_usd: float | None,
+) -> list[CaseVerdict]:
+    """Run each ``(model, case, unique case name)`` once: all targets, then all judges.
+
+    Verdicts come back in the order of ``pairs``.
+    """
+    targets = engine.run(
+        [target_run(member, case, name, target_usd) for member, case, name in pairs], envelope
+    )
+    judge_plan: list[PlannedRun] = []
+    judge_slots: list[tuple[int, int]] = []  # (pair index, grader index)
+    for index, ((_, case, name), result) in enumerate(zip(pairs, targets, strict=True)):
+        if result.status != "ok":
+            continue
+        for g_index, grader in enumerate(case.graders):
+            if isinstance(grader, JudgeGrader):
+                judge_plan.append(
+                    PlannedRun(
+                        label=f"judge:{result.model}/{name}/{g_index}",
+                        kind="judge",
+                        spec=judge_spec(grader),
+                        request=judge_request(grader, case.prompt, result.output or ""),
+                        ceiling_usd=judge_usd,
+                    )
+                )
+                judge_slots.append((index, g_index))
+    judged = engine.run(judge_plan, envelope) if judge_plan else []
+    judge_runs: dict[tuple[int, int], RunResult] = dict(zip(judge_slots, judged, strict=True))
+    return [
+        _verdict(case, name, target, index, judge_runs)
+        for index, ((_, case, name), target) in enumerate(zip(pairs, targets, strict=True))
     ]
 
 
@@ -111,36 +156,15 @@ def run_suites(
 ) -> list[SuiteResult]:
     """Measure every member on every case; one :class:`SuiteResult` per member."""
     names = unique_names(cases)
-    targets = engine.run(plan_targets(members, cases, target_usd), envelope)
-    judge_plan: list[PlannedRun] = []
-    judge_slots: list[tuple[int, int]] = []  # (target index, grader index)
-    for index, result in enumerate(targets):
-        case = cases[index % len(cases)]
-        if result.status != "ok":
-            continue
-        for g_index, grader in enumerate(case.graders):
-            if isinstance(grader, JudgeGrader):
-                judge_plan.append(
-                    PlannedRun(
-                        label=f"judge:{result.model}/{names[index % len(cases)]}/{g_index}",
-                        kind="judge",
-                        spec=judge_spec(grader),
-                        request=judge_request(grader, case.prompt, result.output or ""),
-                        ceiling_usd=judge_usd,
-                    )
-                )
-                judge_slots.append((index, g_index))
-    judged = engine.run(judge_plan, envelope) if judge_plan else []
-    judge_runs: dict[tuple[int, int], RunResult] = dict(zip(judge_slots, judged, strict=True))
-
-    suites = []
-    for m_index, member in enumerate(members):
-        verdicts = []
-        for c_index, (case, name) in enumerate(zip(cases, names, strict=True)):
-            index = m_index * len(cases) + c_index
-            verdicts.append(_verdict(case, name, targets[index], index, judge_runs))
-        suites.append(SuiteResult(member, tuple(verdicts)))
-    return suites
+    pairs = [
+        (member, case, name) for member in members for case, name in zip(cases, names, strict=True)
+    ]
+    verdicts = run_pairs(engine, pairs, envelope, target_usd=target_usd, judge_usd=judge_usd)
+    size = len(cases)
+    return [
+        SuiteResult(member, tuple(verdicts[i * size : (i + 1) * size]))
+        for i, member in enumerate(members)
+    ]
 
 
 def _verdict(

@@ -7,7 +7,10 @@ Params (all optional; from ``[[models]] params`` in a sweep spec):
   item ``n mod len``, so a scripted model can alternate or drift.
 * ``script`` — path to a JSON file with any of these same keys; keys given
   directly in params win over the file's.
-* ``default`` — the reply for a prompt not in ``responses`` (default ``""``).
+* ``contains`` — table of substring → reply, for prompts not in ``responses``:
+  the first substring (in table order) found in the prompt wins. Handy when
+  part of a prompt is generated (a knowledge card, a judge's framing).
+* ``default`` — the reply for any other prompt (default ``""``).
 * ``cost_usd`` — what each call costs (the provider's declared price).
 * ``latency_ms`` — how long each call takes.
 * ``errors`` — prompts whose calls fail with a provider error (HTTP 503).
@@ -30,7 +33,7 @@ from typing import Any
 from kb.errors import ConfigError
 
 SCRIPTED_KEYS = frozenset(
-    {"responses", "script", "default", "cost_usd", "latency_ms", "errors", "timeouts"}
+    {"responses", "contains", "script", "default", "cost_usd", "latency_ms", "errors", "timeouts"}
 )
 
 
@@ -56,6 +59,7 @@ class ScriptedModel:
     """One scripted model's behaviour, resolved from its params."""
 
     responses: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
+    contains: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
     default: str = ""
     cost_usd: float = 0.0
     latency_ms: float = 0.0
@@ -71,6 +75,7 @@ class ScriptedModel:
         merged.update({k: v for k, v in params.items() if k in SCRIPTED_KEYS and k != "script"})
         return cls(
             responses=_responses(merged.get("responses", {}), where),
+            contains=_responses(merged.get("contains", {}), where, "contains"),
             default=_text(merged.get("default", ""), f"{where}.default"),
             cost_usd=_number(merged.get("cost_usd", 0), f"{where}.cost_usd"),
             latency_ms=_number(merged.get("latency_ms", 0), f"{where}.latency_ms"),
@@ -89,7 +94,9 @@ class ScriptedModel:
             raise ScriptedFault("timeout", prompt)
         if prompt in self.errors:
             raise ScriptedFault("error", prompt)
-        reply = self.responses.get(prompt, self.default)
+        reply = self.responses.get(prompt)
+        if reply is None:
+            reply = next((r for part, r in self.contains.items() if part in prompt), self.default)
         if isinstance(reply, tuple):
             reply = reply[occurrence % len(reply)] if reply else ""
         prompt_tokens = sum(len(m.get("content", "").split()) for m in prompt_messages)
@@ -112,15 +119,15 @@ def _load_script(path: str, where: str) -> dict[str, Any]:
     return data
 
 
-def _responses(value: Any, where: str) -> dict[str, str | tuple[str, ...]]:
+def _responses(value: Any, where: str, key: str = "responses") -> dict[str, str | tuple[str, ...]]:
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}.responses", "must be a table of prompt = reply")
+        raise ConfigError(f"{where}.{key}", "must be a table of prompt = reply")
     table: dict[str, str | tuple[str, ...]] = {}
     for prompt, reply in value.items():
         if isinstance(reply, list):
-            table[str(prompt)] = tuple(_strings(reply, f"{where}.responses[{prompt!r}]"))
+            table[str(prompt)] = tuple(_strings(reply, f"{where}.{key}[{prompt!r}]"))
         else:
-            table[str(prompt)] = _text(reply, f"{where}.responses[{prompt!r}]")
+            table[str(prompt)] = _text(reply, f"{where}.{key}[{prompt!r}]")
     return table
 
 

@@ -1,0 +1,587 @@
+"""The value checkpoint: whether routing by the knowledge beats routing without it.
+
+Two A/B experiments on eval cases **disjoint from the cases that produced
+the claims** (a shared name or prompt is leakage and refused as a
+``ConfigError``):
+
+* **Criterion 1 — the start rung.** Per (ladder, task class) cell, the
+  baseline arm runs the cell's cases at the ladder's default start tier and
+  the treatment arm at the tier the verified layer recommends. A cell with a
+  recommendation passes by :func:`start_rung_rule`. Cells without one run
+  the default in both arms (the same runs): neutral for the majority, part
+  of the pooled aggregate. The criterion holds when a strict majority of
+  recommended cells pass and the pooled arms pass the same rule; with no
+  recommendation at all there is nothing to earn its keep and it does not
+  hold.
+* **Criterion 2 — which profile.** For each orchestrated case an
+  orchestrator model picks a profile (structured ``{"profile": name}``) once
+  with the knowledge card in its prompt and once without; the chosen
+  profile's model runs the case. Both orchestrator calls are paid and
+  counted in their arm. Passes by :func:`profile_rule`.
+
+Any arm with a refused, exhausted, failed or judge-incomplete run is
+*contaminated*: its verdict cannot pass, and the report names the run.
+Passed = criterion 1 AND criterion 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kb.card import (
+    Ladder,
+    LaddersFile,
+    Profile,
+    compile_verified_layer,
+    load_ladders,
+    render_card,
+    usable_claims,
+)
+from kb.engine.budget import SpendEnvelope, usd
+from kb.engine.requests import ModelSpec, ProviderRequest, build_request
+from kb.engine.runs import RunResult
+from kb.engine.scheduler import Engine, PlannedRun
+from kb.errors import ConfigError
+from kb.evals.cases import Case, unique_names
+from kb.evals.suite import CaseVerdict, run_pairs
+from kb.store.models import ModelClaim
+from kb.store.snapshot import validation_issues
+
+TOLERANCE = 1e-9
+ROUTER_SYSTEM = (
+    'You route tasks to agent profiles. Reply with only a JSON object {"profile": "<name>"} '
+    "naming one of the listed profiles."
+)
+
+
+def start_rung_rule(
+    treatment_rate: float, treatment_cost: float, baseline_rate: float, baseline_cost: float
+) -> bool:
+    """Criterion 1's rule: match or beat at ≤ 0.90 × cost, or beat by ≥ 0.05 at ≤ 1.00 × cost."""
+    cheaper = treatment_rate >= baseline_rate - TOLERANCE and (
+        treatment_cost <= 0.90 * baseline_cost + TOLERANCE
+    )
+    better = treatment_rate >= baseline_rate + 0.05 - TOLERANCE and (
+        treatment_cost <= 1.00 * baseline_cost + TOLERANCE
+    )
+    return cheaper or better
+
+
+def profile_rule(
+    informed_rate: float, informed_cost: float, blind_rate: float, blind_cost: float
+) -> bool:
+    """Criterion 2's rule: match or beat at ≤ 1.05 × cost, or beat by ≥ 0.15 at ≤ 1.15 × cost.
+
+    An informed arm at pass rate 0 fails outright.
+    """
+    if informed_rate <= TOLERANCE:
+        return False
+    matches = informed_rate >= blind_rate - TOLERANCE and (
+        informed_cost <= 1.05 * blind_cost + TOLERANCE
+    )
+    beats = informed_rate >= blind_rate + 0.15 - TOLERANCE and (
+        informed_cost <= 1.15 * blind_cost + TOLERANCE
+    )
+    return matches or beats
+
+
+# -- the spec --------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CheckpointSection(_Strict):
+    """``[checkpoint]``."""
+
+    orchestrator: str = Field(pattern=r"^[^:]+:.+$")
+    """The model that picks profiles in criterion 2."""
+    ladders: str | None = None
+    """A ladders file (else ``[[ladders]]`` in this file)."""
+    seeded_by: list[str] = Field(default_factory=list)
+    """Sweep specs whose cases produced the claims (their prompts must not reappear)."""
+    concurrency: int = Field(default=8, ge=1)
+    allow_unbounded: bool = False
+
+
+class CheckpointBudgets(_Strict):
+    """``[budgets]``."""
+
+    target_usd: float | None = Field(default=None, gt=0)
+    judge_usd: float | None = Field(default=None, gt=0)
+    orchestrator_usd: float | None = Field(default=None, gt=0)
+    max_total_usd: float | None = Field(default=None, gt=0)
+
+
+class _ModelEntry(_Strict):
+    model: str = Field(pattern=r"^[^:]+:.+$")
+    effort: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class _CheckpointFile(_Strict):
+    checkpoint: CheckpointSection
+    budgets: CheckpointBudgets = Field(default_factory=CheckpointBudgets)
+    models: list[_ModelEntry] = Field(default_factory=list)
+    ladders: list[Ladder] = Field(default_factory=list)
+    floors: dict[str, list[str]] = Field(default_factory=dict)
+    profiles: list[Profile] = Field(default_factory=list)
+    cases: list[Case] = Field(min_length=1)
+    orchestrated: list[Case] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """A validated checkpoint spec."""
+
+    path: Path
+    section: CheckpointSection
+    budgets: CheckpointBudgets
+    params: dict[str, dict[str, Any]]
+    """Params per ``model@effort`` key (and per bare model as a fallback)."""
+    ladders: LaddersFile
+    cases: tuple[Case, ...]
+    orchestrated: tuple[Case, ...]
+    seeding_cases: tuple[Case, ...]
+
+    def model(self, ref: str, effort: str | None = None) -> ModelSpec:
+        """A model with the params the spec gives it."""
+        key = f"{ref}@{effort}" if effort else ref
+        return ModelSpec(ref, effort, self.params.get(key, self.params.get(ref, {})))
+
+
+def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
+    """Load and validate a checkpoint spec (leakage is checked against the store later)."""
+    import tomllib
+
+    from kb.sweep.spec import load_spec
+
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(str(path), "no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    try:
+        spec = _CheckpointFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(
+            str(path),
+            [
+                i.replace("Extra inputs are not permitted", "unknown key")
+                for i in validation_issues("", exc)
+            ],
+        ) from None
+    base = path.resolve().parent
+    issues: list[str] = []
+    if spec.checkpoint.ladders is not None:
+        ladders = load_ladders(base / spec.checkpoint.ladders)
+    else:
+        from kb.card import parse_ladders
+
+        ladders = parse_ladders(
+            {
+                "ladders": [ladder.model_dump() for ladder in spec.ladders],
+                "floors": spec.floors,
+                "profiles": [p.model_dump() for p in spec.profiles],
+            },
+            str(path),
+        )
+    if not ladders.profiles:
+        issues.append("profiles: criterion 2 needs at least one [[profiles]] entry")
+    budgets = spec.budgets
+    if not spec.checkpoint.allow_unbounded:
+        for name in ("target_usd", "orchestrator_usd", "max_total_usd"):
+            if getattr(budgets, name) is None:
+                issues.append(f"budgets.{name}: missing (or set checkpoint.allow_unbounded)")
+    seeding: list[Case] = []
+    for sweep_path in spec.checkpoint.seeded_by:
+        seeding.extend(load_spec(base / sweep_path).cases)
+    if issues:
+        raise ConfigError(str(path), issues)
+    params: dict[str, dict[str, Any]] = {}
+    for entry in spec.models:
+        resolved = dict(entry.params)
+        if isinstance(resolved.get("script"), str):
+            resolved["script"] = str(base / resolved["script"])
+        params[f"{entry.model}@{entry.effort}" if entry.effort else entry.model] = resolved
+    return CheckpointSpec(
+        path,
+        spec.checkpoint,
+        budgets,
+        params,
+        ladders,
+        tuple(spec.cases),
+        tuple(spec.orchestrated),
+        tuple(seeding),
+    )
+
+
+def leakage_issues(spec: CheckpointSpec, claims: Sequence[ModelClaim]) -> list[str]:
+    """Checkpoint cases that share a name or prompt with the cases behind the claims."""
+    seen_names = {
+        case_id
+        for claim in claims
+        if claim.claim_class == "eval-measured"
+        for ev in claim.evidence
+        if ev["kind"] == "eval"
+        for case_id in ev["caseIds"]
+    }
+    seen_names |= {case.name for case in spec.seeding_cases}
+    seen_prompts = {case.prompt for case in spec.seeding_cases}
+    issues = []
+    for kind, cases in (("cases", spec.cases), ("orchestrated", spec.orchestrated)):
+        for index, case in enumerate(cases):
+            if case.name in seen_names:
+                issues.append(
+                    f"{kind}[{index}].name: {case.name!r} is a case that produced "
+                    "the store's claims (measuring on seeding cases is leakage)"
+                )
+            if case.prompt in seen_prompts:
+                issues.append(
+                    f"{kind}[{index}].prompt: the same prompt produced the store's "
+                    "claims (measuring on seeding cases is leakage)"
+                )
+    return issues
+
+
+# -- running it -----------------------------------------------------------------------------
+
+
+@dataclass
+class Arm:
+    """One side of an A/B comparison."""
+
+    name: str
+    verdicts: list[CaseVerdict] = field(default_factory=list)
+    extra_runs: list[RunResult] = field(default_factory=list)
+    """Orchestrator calls (criterion 2), paid and counted."""
+    invalid_choices: int = 0
+
+    @property
+    def runs(self) -> list[RunResult]:
+        """Every run of the arm."""
+        return [r for v in self.verdicts for r in (v.target, *v.judges)] + self.extra_runs
+
+    @property
+    def pass_rate(self) -> float:
+        """Passed over planned cases."""
+        return sum(v.passed for v in self.verdicts) / len(self.verdicts) if self.verdicts else 0.0
+
+    @property
+    def cost_usd(self) -> float:
+        """Everything the arm spent."""
+        return sum(run.cost_usd for run in self.runs)
+
+    @property
+    def contamination(self) -> str | None:
+        """The first run that makes the arm's verdict unusable, if any."""
+        for verdict in self.verdicts:
+            if verdict.judge_incomplete:
+                return f"judge-incomplete on {verdict.name}"
+        for run in self.runs:
+            if run.status != "ok":
+                return f"{run.status} run {run.label}"
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """Report form."""
+        entry: dict[str, Any] = {
+            "arm": self.name,
+            "passRate": self.pass_rate,
+            "costUsd": self.cost_usd,
+            "n": len(self.verdicts),
+        }
+        if self.contamination:
+            entry["contamination"] = self.contamination
+        if self.invalid_choices:
+            entry["invalidChoices"] = self.invalid_choices
+        return entry
+
+
+def _pooled(name: str, arms: Sequence[Arm]) -> Arm:
+    pooled = Arm(name)
+    for arm in arms:
+        pooled.verdicts += arm.verdicts
+        pooled.extra_runs += arm.extra_runs
+    return pooled
+
+
+@dataclass
+class StartRungCell:
+    """One (ladder, task class) cell of criterion 1."""
+
+    ladder: str
+    task_class: str
+    default_tier: int
+    recommended_tier: int | None
+    baseline: Arm
+    treatment: Arm
+
+    @property
+    def passed(self) -> bool | None:
+        """The cell verdict (``None`` for a cell without a recommendation)."""
+        if self.recommended_tier is None:
+            return None
+        return _verdict(self.treatment, self.baseline, start_rung_rule)
+
+
+def _verdict(treatment: Arm, baseline: Arm, rule: Any) -> bool:
+    if treatment.contamination or baseline.contamination:
+        return False
+    return bool(
+        rule(treatment.pass_rate, treatment.cost_usd, baseline.pass_rate, baseline.cost_usd)
+    )
+
+
+@dataclass
+class CheckpointReport:
+    """Both criteria and the overall verdict."""
+
+    cells: list[StartRungCell]
+    pooled_baseline: Arm
+    pooled_treatment: Arm
+    informed: Arm
+    blind: Arm
+    card: str
+    spent_usd: float
+
+    @property
+    def criterion1(self) -> bool:
+        """A strict majority of recommended cells pass, and the pooled arms pass."""
+        verdicts = [cell.passed for cell in self.cells if cell.passed is not None]
+        majority = bool(verdicts) and sum(verdicts) * 2 > len(verdicts)
+        return majority and _verdict(self.pooled_treatment, self.pooled_baseline, start_rung_rule)
+
+    @property
+    def criterion2(self) -> bool:
+        """The card-informed orchestrator picks profiles that pay off."""
+        return _verdict(self.informed, self.blind, profile_rule)
+
+    @property
+    def passed(self) -> bool:
+        """Criterion 1 and criterion 2."""
+        return self.criterion1 and self.criterion2
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` report."""
+        return {
+            "passed": self.passed,
+            "criterion1": {
+                "holds": self.criterion1,
+                "cells": [
+                    {
+                        "ladder": c.ladder,
+                        "taskClass": c.task_class,
+                        "defaultTier": c.default_tier,
+                        "recommendedTier": c.recommended_tier,
+                        "passed": c.passed,
+                        "baseline": c.baseline.to_json(),
+                        "treatment": c.treatment.to_json(),
+                    }
+                    for c in self.cells
+                ],
+                "pooled": {
+                    "baseline": self.pooled_baseline.to_json(),
+                    "treatment": self.pooled_treatment.to_json(),
+                },
+            },
+            "criterion2": {
+                "holds": self.criterion2,
+                "informed": self.informed.to_json(),
+                "blind": self.blind.to_json(),
+            },
+            "spentUsd": self.spent_usd,
+        }
+
+
+def _router_request(
+    spec: CheckpointSpec, case: Case, card: str | None
+) -> tuple[ModelSpec, ProviderRequest]:
+    profiles = "\n".join(f"- {p.name} (task class: {p.task_class})" for p in spec.ladders.profiles)
+    knowledge = f"\nKnowledge card:\n{card}\n" if card is not None else ""
+    prompt = (
+        f"Profiles:\n{profiles}\n{knowledge}\nTask (task class: {case.task_class}):\n"
+        f"{case.prompt}\n\nWhich profile should handle this task?"
+    )
+    schema = {
+        "type": "object",
+        "properties": {
+            "profile": {"type": "string", "enum": [p.name for p in spec.ladders.profiles]}
+        },
+        "required": ["profile"],
+        "additionalProperties": False,
+    }
+    orchestrator = spec.model(spec.section.orchestrator)
+    return orchestrator, build_request(
+        orchestrator,
+        prompt,
+        system=ROUTER_SYSTEM,
+        response_schema=schema,
+        overrides={"temperature": 0},
+    )
+
+
+def _choice(spec: CheckpointSpec, run: RunResult) -> Profile | None:
+    if run.status != "ok":
+        return None
+    try:
+        name = json.loads((run.output or "").strip()).get("profile")
+    except (ValueError, AttributeError):
+        return None
+    return next((p for p in spec.ladders.profiles if p.name == name), None)
+
+
+def run_checkpoint(
+    spec: CheckpointSpec, claims: Sequence[ModelClaim], engine: Engine, *, as_of: int
+) -> CheckpointReport:
+    """Run both experiments against the store's ``claims`` at instant ``as_of``."""
+    issues = leakage_issues(spec, usable_claims(claims, as_of))
+    if issues:
+        raise ConfigError(str(spec.path), issues)
+    budgets = spec.budgets
+    envelope = SpendEnvelope.from_usd(budgets.max_total_usd)
+    ladders = spec.ladders
+    recommendations = {
+        (r.ladder, r.task_class): r
+        for r in compile_verified_layer(claims, ladders.ladders, as_of, ladders.floors)
+    }
+    names = unique_names(spec.cases)
+    named = list(zip(spec.cases, names, strict=True))
+
+    # Criterion 1: every (ladder, task class) cell that has cases; one engine phase.
+    layout: list[tuple[Ladder, str, int | None]] = []
+    pairs: list[tuple[ModelSpec, Case, str]] = []
+    for ladder in ladders.ladders:
+        classes = dict.fromkeys(
+            c.task_class for c in spec.cases if ladder.task_class in (None, c.task_class)
+        )
+        for task_class in classes:
+            rec = recommendations.get((ladder.name, task_class))
+            tiers = [ladder.start_tier] + ([rec.recommended_tier] if rec else [])
+            for tier in tiers:
+                rung = ladder.rungs[tier]
+                pairs += [
+                    (spec.model(rung.model, rung.effort), case, name)
+                    for case, name in named
+                    if case.task_class == task_class
+                ]
+            layout.append((ladder, task_class, rec.recommended_tier if rec else None))
+    verdicts = run_pairs(
+        engine, pairs, envelope, target_usd=budgets.target_usd, judge_usd=budgets.judge_usd
+    )
+    cells, cursor = [], 0
+    for ladder, task_class, recommended in layout:
+        size = sum(1 for case in spec.cases if case.task_class == task_class)
+        baseline = Arm("baseline", verdicts[cursor : cursor + size])
+        cursor += size
+        if recommended is not None:
+            treatment = Arm("treatment", verdicts[cursor : cursor + size])
+            cursor += size
+        else:
+            treatment = Arm("treatment", list(baseline.verdicts))
+        cells.append(
+            StartRungCell(
+                ladder.name, task_class, ladder.start_tier, recommended, baseline, treatment
+            )
+        )
+
+    # Criterion 2: the orchestrator picks, with and without the card.
+    card = render_card(claims, ladders, as_of)
+    routed = [
+        (arm, case, name)
+        for arm in ("informed", "blind")
+        for case, name in zip(spec.orchestrated, unique_names(spec.orchestrated), strict=True)
+    ]
+    router_runs = engine.run(
+        [
+            PlannedRun(
+                f"orchestrator:{arm}/{name}",
+                "target",
+                *_router_request(spec, case, card if arm == "informed" else None),
+                ceiling_usd=budgets.orchestrator_usd,
+            )
+            for arm, case, name in routed
+        ],
+        envelope,
+    )
+    arms = {"informed": Arm("informed"), "blind": Arm("blind")}
+    chosen: list[tuple[ModelSpec, Case, str]] = []
+    slots: list[str] = []
+    for (arm, case, name), run in zip(routed, router_runs, strict=True):
+        arms[arm].extra_runs.append(run)
+        profile = _choice(spec, run)
+        if profile is None:
+            if run.status == "ok":
+                arms[arm].invalid_choices += 1
+            arms[arm].verdicts.append(CaseVerdict(name, case.task_class, run, (), (), False, False))
+            continue
+        chosen.append((spec.model(profile.model, profile.effort), case, f"{arm}/{name}"))
+        slots.append(arm)
+    for arm, verdict in zip(
+        slots,
+        run_pairs(
+            engine, chosen, envelope, target_usd=budgets.target_usd, judge_usd=budgets.judge_usd
+        ),
+        strict=True,
+    ):
+        arms[arm].verdicts.append(verdict)
+    engine.finish()
+    return CheckpointReport(
+        cells=cells,
+        pooled_baseline=_pooled("baseline", [c.baseline for c in cells]),
+        pooled_treatment=_pooled("treatment", [c.treatment for c in cells]),
+        informed=arms["informed"],
+        blind=arms["blind"],
+        card=card,
+        spent_usd=usd(envelope.debited),
+    )
+
+
+def checkpoint_table(report: CheckpointReport) -> str:
+    """The terminal table: cells, arms, pass rates, costs, verdicts, contamination."""
+
+    def arm_text(arm: Arm) -> str:
+        tail = f"  CONTAMINATED: {arm.contamination}" if arm.contamination else ""
+        return f"{arm.pass_rate:.2f} ${arm.cost_usd:.4f}{tail}"
+
+    def verdict(value: bool | None) -> str:
+        return "n/a (no recommendation)" if value is None else "pass" if value else "FAIL"
+
+    lines = [
+        "criterion 1: start rung (baseline = default tier, treatment = recommended tier)",
+        f"  {'ladder':<14} {'task class':<22} {'tiers':<7} {'baseline':<18} "
+        f"{'treatment':<18} verdict",
+    ]
+    for c in report.cells:
+        tiers = (
+            f"{c.default_tier}->{c.recommended_tier}"
+            if c.recommended_tier is not None
+            else f"{c.default_tier}"
+        )
+        lines.append(
+            f"  {c.ladder:<14} {c.task_class:<22} {tiers:<7} "
+            f"{arm_text(c.baseline):<18} {arm_text(c.treatment):<18} "
+            f"{verdict(c.passed)}"
+        )
+    lines.append(
+        f"  pooled: baseline {arm_text(report.pooled_baseline)}, treatment "
+        f"{arm_text(report.pooled_treatment)}"
+    )
+    lines.append(f"  criterion 1: {'holds' if report.criterion1 else 'does not hold'}")
+    lines.append("criterion 2: profile choice (informed = card in the orchestrator's prompt)")
+    for arm in (report.informed, report.blind):
+        invalid = f", {arm.invalid_choices} invalid choices" if arm.invalid_choices else ""
+        lines.append(f"  {arm.name:<9} {arm_text(arm)}{invalid}")
+    lines.append(f"  criterion 2: {'holds' if report.criterion2 else 'does not hold'}")
+    lines.append(f"spent ${report.spent_usd:.4f}")
+    lines.append(f"checkpoint: {'PASSED' if report.passed else 'NOT PASSED'}")
+    return "\n".join(lines)

@@ -1,0 +1,246 @@
+"""The value checkpoint: the two rules at their boundaries, and scripted worlds end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kb.checkpoint import profile_rule, start_rung_rule
+from kb.cli import cli
+from kb.store.filestore import CommitContext, KnowledgeStore
+from tests.factories import add, eval_claim
+from tests.sweep_helpers import toml_value
+
+# -- the rules ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("t_rate", "t_cost", "b_rate", "b_cost", "passes"),
+    [
+        (0.8, 0.90, 0.8, 1.0, True),  # equal rate at exactly 90 % cost
+        (0.8, 0.9001, 0.8, 1.0, False),  # a hair over 90 %
+        (0.7999, 0.5, 0.8, 1.0, False),  # a hair worse, however cheap
+        (0.85, 1.00, 0.8, 1.0, True),  # exactly 5 points better at exactly equal cost
+        (0.8499, 1.00, 0.8, 1.0, False),  # just short of 5 points at full cost
+        (0.85, 1.0001, 0.8, 1.0, False),  # better but dearer
+        (0.7 + 0.1, 0.9, 0.8, 1.0, True),  # 0.7 + 0.1 != 0.8 in floats: the tolerance
+        (0.0, 0.0, 0.0, 0.0, True),  # free and equal: matches at <= 90 % of nothing
+    ],
+)
+def test_start_rung_rule_boundaries(
+    t_rate: float, t_cost: float, b_rate: float, b_cost: float, passes: bool
+) -> None:
+    assert start_rung_rule(t_rate, t_cost, b_rate, b_cost) is passes
+
+
+@pytest.mark.parametrize(
+    ("i_rate", "i_cost", "b_rate", "b_cost", "passes"),
+    [
+        (0.6, 1.05, 0.6, 1.0, True),
+        (0.6, 1.0501, 0.6, 1.0, False),
+        (0.75, 1.15, 0.6, 1.0, True),
+        (0.7499, 1.15, 0.6, 1.0, False),
+        (0.75, 1.1501, 0.6, 1.0, False),
+        (0.0, 0.5, 0.0, 1.0, False),  # an informed arm at pass rate 0 fails outright
+    ],
+)
+def test_profile_rule_boundaries(
+    i_rate: float, i_cost: float, b_rate: float, b_cost: float, passes: bool
+) -> None:
+    assert profile_rule(i_rate, i_cost, b_rate, b_cost) is passes
+
+
+rates = st.floats(0, 1)
+costs = st.floats(0, 100)
+
+
+@given(rates, costs, rates, costs)
+def test_start_rung_rule_properties(
+    t_rate: float, t_cost: float, b_rate: float, b_cost: float
+) -> None:
+    verdict = start_rung_rule(t_rate, t_cost, b_rate, b_cost)
+    if verdict:  # never worse and never dearer than the baseline
+        assert t_rate >= b_rate - 1e-9 and t_cost <= b_cost + 1e-9
+    if t_rate >= b_rate and t_cost <= 0.9 * b_cost:
+        assert verdict
+    assert start_rung_rule(b_rate, b_cost, b_rate, b_cost) is (b_cost <= 1e-8)
+
+
+@given(rates, costs, rates, costs)
+def test_profile_rule_properties(
+    i_rate: float, i_cost: float, b_rate: float, b_cost: float
+) -> None:
+    verdict = profile_rule(i_rate, i_cost, b_rate, b_cost)
+    if verdict:
+        assert i_rate > 0 and i_rate >= b_rate - 1e-9 and i_cost <= 1.15 * b_cost + 1e-9
+    if i_rate > 1e-9:
+        assert profile_rule(i_rate, b_cost, i_rate, b_cost)  # the same arm matches itself
+
+
+# -- scripted worlds ----------------------------------------------------------------
+
+EXTRACTION = [(f"ck-{i}", f"Checkpoint question {i}?", f"right-{i}") for i in range(4)]
+ROUTED = [(f"route-{i}", f"Routed task {i}?", f"routed-{i}") for i in range(4)]
+
+
+def answers(correct: bool, cases: list[tuple[str, str, str]]) -> dict[str, str]:
+    return {prompt: (answer if correct else "wrong") for _, prompt, answer in cases}
+
+
+def write_world(
+    path: Path, *, cheap_right: bool, max_total: float = 5.0, informed_profile: str = "fast"
+) -> Path:
+    def model(name: str, responses: dict[str, str], cost: float, **extra: Any) -> str:
+        params = {"responses": responses, "cost_usd": cost, **extra}
+        return f'[[models]]\nmodel = "scripted:{name}"\nparams = {toml_value(params)}\n'
+
+    right = answers(True, EXTRACTION) | answers(True, ROUTED)
+    cheap = answers(cheap_right, EXTRACTION) | answers(True, ROUTED)
+    lines = [
+        "[checkpoint]",
+        'orchestrator = "scripted:router"',
+        "",
+        "[budgets]",
+        "target_usd = 0.05",
+        "orchestrator_usd = 0.01",
+        f"max_total_usd = {max_total}",
+        "",
+        model("cheap", cheap, 0.001),
+        model("mid", right, 0.01),
+        model("top", right, 0.04),
+        model(
+            "router",
+            {},
+            0.0005,
+            contains={"Knowledge card:": json.dumps({"profile": informed_profile})},
+            default=json.dumps({"profile": "careful"}),
+        ),
+        "[[ladders]]",
+        'name = "general"',
+        "start_tier = 1",
+        'rungs = [{ model = "scripted:cheap" }, { model = "scripted:mid" }, '
+        '{ model = "scripted:top" }]',
+        "",
+        "[[profiles]]",
+        'name = "fast"',
+        'model = "scripted:cheap"',
+        'task_class = "extraction"',
+        "",
+        "[[profiles]]",
+        'name = "careful"',
+        'model = "scripted:top"',
+        'task_class = "extraction"',
+        "",
+    ]
+    for section, cases in (("cases", EXTRACTION), ("orchestrated", ROUTED)):
+        for name, prompt, answer in cases:
+            lines += [
+                f"[[{section}]]",
+                f'name = "{name}"',
+                'task_class = "extraction"',
+                f'prompt = "{prompt}"',
+                f'graders = [{{ kind = "golden", expected = "{answer}" }}]',
+                "",
+            ]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def seed_store() -> None:
+    """The sweep found the cheap rung strong at extraction (on other cases)."""
+    claim = eval_claim(
+        "seed/cheap/extraction",
+        subject={"model": "scripted:cheap"},
+        observedAt="2026-11-20T00:00:00.000Z",
+        evidence=[{"kind": "eval", "reportId": "seed", "caseIds": ["s1", "s2"]}],
+    )
+    KnowledgeStore("rulvar.models.json").commit([add(claim)], 0, CommitContext("seed", "t"))
+
+
+def run(runner: CliRunner, spec: Path, *args: str) -> Result:
+    return runner.invoke(
+        cli, ["--as-of", "2026-11-30", "checkpoint", str(spec), *args], catch_exceptions=False
+    )
+
+
+def test_a_world_where_the_knowledge_pays(runner: CliRunner, isolated: Path) -> None:
+    seed_store()
+    result = run(runner, write_world(isolated / "cp.toml", cheap_right=True), "--json")
+    assert result.exit_code == 0, result.stdout
+    report = json.loads(result.stdout)
+    (cell,) = report["criterion1"]["cells"]
+    assert (cell["defaultTier"], cell["recommendedTier"], cell["passed"]) == (1, 0, True)
+    assert cell["treatment"]["passRate"] == cell["baseline"]["passRate"] == 1.0
+    assert cell["treatment"]["costUsd"] == pytest.approx(0.004)  # at a tenth of the cost
+    assert cell["baseline"]["costUsd"] == pytest.approx(0.04)
+    assert report["criterion1"]["holds"] and report["criterion2"]["holds"]
+    informed, blind = report["criterion2"]["informed"], report["criterion2"]["blind"]
+    assert informed["passRate"] == blind["passRate"] == 1.0
+    assert informed["costUsd"] == pytest.approx(4 * 0.0005 + 4 * 0.001)  # router calls count
+    assert blind["costUsd"] == pytest.approx(4 * 0.0005 + 4 * 0.04)
+    assert report["passed"] is True
+    table = run(runner, write_world(isolated / "cp.toml", cheap_right=True)).stdout
+    assert "general        extraction             1->0" in table
+    assert table.rstrip().endswith("checkpoint: PASSED")
+
+
+def test_a_world_where_it_must_fail(runner: CliRunner, isolated: Path) -> None:
+    seed_store()
+    result = run(runner, write_world(isolated / "cp.toml", cheap_right=False), "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["criterion1"]["cells"][0]["passed"] is False
+    assert report["criterion1"]["holds"] is False and report["passed"] is False
+    assert "checkpoint not passed" in result.stderr
+
+
+def test_an_envelope_refusal_contaminates_its_arm(runner: CliRunner, isolated: Path) -> None:
+    seed_store()
+    # Baseline (4 x 0.05) + treatment (4 x 0.05) reservations already exceed 0.3.
+    result = run(
+        runner, write_world(isolated / "cp.toml", cheap_right=True, max_total=0.3), "--json"
+    )
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    treatment = report["criterion1"]["cells"][0]["treatment"]
+    assert treatment["contamination"].startswith("refused run target:scripted:cheap/")
+    assert report["criterion1"]["cells"][0]["passed"] is False
+    assert (
+        "CONTAMINATED: refused run"
+        in run(runner, write_world(isolated / "cp.toml", cheap_right=True, max_total=0.3)).stdout
+    )
+
+
+def test_criterion_two_needs_the_card_to_change_the_choice(
+    runner: CliRunner, isolated: Path
+) -> None:
+    seed_store()
+    same = write_world(isolated / "cp.toml", cheap_right=True, informed_profile="careful")
+    report = json.loads(run(runner, same, "--json").stdout)
+    # Both arms pick "careful": equal, and the informed arm is not dearer: still holds.
+    assert report["criterion2"]["holds"] is True
+    wrong = write_world(isolated / "cp2.toml", cheap_right=True, informed_profile="nonexistent")
+    report = json.loads(run(runner, wrong, "--json").stdout)
+    assert report["criterion2"]["informed"]["invalidChoices"] == 4
+    assert report["criterion2"]["holds"] is False  # informed pass rate 0 fails outright
+
+
+def test_seeding_cases_are_refused_as_leakage(runner: CliRunner, isolated: Path) -> None:
+    seed_store()
+    spec = write_world(isolated / "cp.toml", cheap_right=True)
+    spec.write_text(spec.read_text().replace('name = "ck-0"', 'name = "s1"'))
+    result = run(runner, spec)
+    assert result.exit_code == 2
+    assert "cases[0].name: 's1' is a case that produced the store's claims" in result.stderr
+
+
+def test_a_bad_checkpoint_spec_is_a_config_error(runner: CliRunner, isolated: Path) -> None:
+    (isolated / "bad.toml").write_text('[checkpoint]\norchestrator = "nocolon"\n')
+    result = run(runner, isolated / "bad.toml")
+    assert result.exit_code == 2 and "checkpoint.orchestrator" in result.stderr
