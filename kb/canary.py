@@ -196,12 +196,14 @@ def commit_flips(
     committer: str,
     label: str,
     attempts: int = 3,
+    push: bool = False,
 ) -> int | None:
     """One CAS commit of every flip; the committed version (``None``: nothing drifted)."""
     result = store.commit_with_rebase(
         lambda snapshot: flip_ops(canaries, snapshot),
         CommitContext("canary", committer, label=label),
         attempts=attempts,
+        push=push,
     )
     if result is None:
         return None
@@ -220,6 +222,7 @@ def run_canary(
     repeats: int | None = None,
     commit: bool = True,
     attempts: int = 3,
+    push: bool = False,
 ) -> list[CanaryResult]:
     """``kb canary``: probe the sweep's pool (as of ``at``) and flip drift in one commit."""
     from kb.errors import ConfigError
@@ -265,7 +268,12 @@ def canary_line(result: CanaryResult) -> str:
 
 
 def sweep_canary_step(
-    plan: Any, engine: Engine, envelope: SpendEnvelope, store: KnowledgeStore, commit: bool
+    plan: Any,
+    engine: Engine,
+    envelope: SpendEnvelope,
+    store: KnowledgeStore,
+    commit: bool,
+    push: bool = False,
 ) -> list[dict[str, Any]]:
     """The canary inside ``kb sweep``: probe every pool member, flip drift before measuring."""
     section = plan.spec.canary
@@ -278,7 +286,9 @@ def sweep_canary_step(
         repeats=section.repeats,
     )
     if commit:
-        commit_flips(canaries, store, committer=plan.spec.sweep.committer, label=plan.report_id)
+        commit_flips(
+            canaries, store, committer=plan.spec.sweep.committer, label=plan.report_id, push=push
+        )
     else:
         classify(canaries, store.read())
     return [canary.to_json() for canary in canaries]

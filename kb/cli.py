@@ -120,6 +120,15 @@ def attempts_option(func: F) -> F:
     )(func)
 
 
+def push_option(func: F) -> F:
+    """``--push``: publish the commit to the branch's remote (never forced)."""
+    return click.option(
+        "--push",
+        is_flag=True,
+        help="Push the commit to the branch's remote; on rejection re-apply and retry.",
+    )(func)
+
+
 def committer_option(func: F) -> F:
     """``--by NAME``: who is recorded as the committer."""
     return click.option(
@@ -286,6 +295,7 @@ Example:
 @click.option("--confidence", type=click.Choice(["high", "medium", "low"]), default="low")
 @click.option("--id", "claim_id", default=None, help="Claim id (default note/<subject>/...).")
 @attempts_option
+@push_option
 @pass_app
 def note(app: App, /, **opts: Any) -> None:
     """Add a human-editorial claim through the human gate."""
@@ -314,7 +324,7 @@ def note(app: App, /, **opts: Any) -> None:
         extra_trailers=(("Kb-Gate", f"human; ruled out {', '.join(gate.ruled_out)}"),),
     )
     result = app.store.commit_with_rebase(
-        lambda _: [AddClaim(claim, gate)], context, attempts=attempts
+        lambda _: [AddClaim(claim, gate)], context, attempts=attempts, push=opts["push"]
     )
     _echo_commit(result)
 
@@ -326,8 +336,11 @@ def note(app: App, /, **opts: Any) -> None:
 )
 @committer_option
 @attempts_option
+@push_option
 @pass_app
-def archive(app: App, claim_id: str, reason: str, committer: str, attempts: int) -> None:
+def archive(
+    app: App, claim_id: str, reason: str, committer: str, attempts: int, push: bool
+) -> None:
     """Archive one claim (it stays in the file with status archived)."""
     from kb.store.editorial import archive_ops
     from kb.store.filestore import CommitContext, validate_attempts
@@ -338,6 +351,7 @@ def archive(app: App, claim_id: str, reason: str, committer: str, attempts: int)
         lambda snapshot: archive_ops(snapshot, claim_id, reason),  # type: ignore[arg-type]
         context,
         attempts=attempts,
+        push=push,
     )
     _echo_commit(result)
 
@@ -346,8 +360,9 @@ def archive(app: App, claim_id: str, reason: str, committer: str, attempts: int)
 @click.argument("model")
 @committer_option
 @attempts_option
+@push_option
 @pass_app
-def deprecate(app: App, model: str, committer: str, attempts: int) -> None:
+def deprecate(app: App, model: str, committer: str, attempts: int, push: bool) -> None:
     """Archive every active or stale claim about MODEL (reason deprecated)."""
     from kb.store.editorial import deprecate_ops
     from kb.store.filestore import CommitContext, validate_attempts
@@ -355,7 +370,7 @@ def deprecate(app: App, model: str, committer: str, attempts: int) -> None:
     validate_attempts(attempts)
     context = CommitContext("deprecate", committer, label=model)
     result = app.store.commit_with_rebase(
-        lambda snapshot: deprecate_ops(snapshot, model), context, attempts=attempts
+        lambda snapshot: deprecate_ops(snapshot, model), context, attempts=attempts, push=push
     )
     if result is None:
         click.echo(f"no active or stale claims about {model}; nothing committed")
@@ -403,19 +418,29 @@ Examples:
 )
 @click.option("--quiet", is_flag=True, help="No plan block and no progress bar.")
 @click.option("--strict", is_flag=True, help="Exit 1 when any target run failed at the provider.")
+@click.option(
+    "--shard",
+    default=None,
+    metavar="I/N",
+    help="Measure only shard I of N (whole cells; for a CI job matrix).",
+)
 @attempts_option
+@push_option
 @pass_app
 def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
     """Measure the pool on the spec's cases and commit the claims (one commit)."""
     from kb.canary import sweep_canary_step
     from kb.sweep.report import plan_text, report_html, report_json, summary_text
-    from kb.sweep.run import execute_sweep, prepare_sweep
+    from kb.sweep.run import execute_sweep, parse_shard, prepare_sweep
     from kb.sweep.spec import load_spec
 
     attempts = validate_attempts_option(opts["attempts"])
     spec = load_spec(spec_path)
     observed_at = app.instant(opts["observed_at"], "--observed-at")
-    plan = prepare_sweep(spec, app.store, observed_at=observed_at, report_id=opts["report_id"])
+    shard = parse_shard(opts["shard"]) if opts["shard"] else None
+    plan = prepare_sweep(
+        spec, app.store, observed_at=observed_at, report_id=opts["report_id"], shard=shard
+    )
     if not opts["quiet"] or opts["dry_run"]:
         click.echo(plan_text(plan, list_runs=opts["dry_run"]), err=opts["as_json"])
     if opts["dry_run"]:
@@ -430,6 +455,7 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
             commit=not opts["no_commit"],
             attempts=attempts,
             canary_step=sweep_canary_step,
+            push=opts["push"],
         )
     if opts["html_path"]:
         opts["html_path"].write_text(report_html(report), encoding="utf-8")
@@ -470,6 +496,7 @@ Examples:
 @click.option("--record", "record_path", type=click.Path(path_type=Path), default=None)
 @click.option("--replay", "replay_path", type=click.Path(path_type=Path), default=None)
 @attempts_option
+@push_option
 @pass_app
 def canary(app: App, /, spec_path: Path, **opts: Any) -> None:
     """Probe every model with the canary; flip claims stale where the model changed."""
@@ -493,6 +520,7 @@ def canary(app: App, /, spec_path: Path, **opts: Any) -> None:
         repeats=opts["repeats"],
         commit=not opts["no_commit"],
         attempts=attempts,
+        push=opts["push"],
     )
     if opts["as_json"]:
         click.echo(json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False))

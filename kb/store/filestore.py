@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store, render_stor
 if TYPE_CHECKING:
     from filelock import FileLock
 
-    from kb.store.git import GitStoreRepo
+    from kb.store.git import GitStoreRepo, PushTarget
 
 DEFAULT_STORE_NAME = "rulvar.models.json"
 DEFAULT_ATTEMPTS = 3
@@ -192,14 +194,30 @@ class KnowledgeStore:
         context: CommitContext,
         *,
         attempts: int = DEFAULT_ATTEMPTS,
+        push: bool = False,
     ) -> CommitResult | None:
         """The rebase loop: read, build the ops from that snapshot, commit; retry on CAS.
 
         ``build_ops`` must be a pure function of the snapshot (it is called
         again after every conflict). Returns ``None`` when it produces no ops.
         Raises ``CasAttemptsExhausted`` when every attempt met a conflict.
+
+        With ``push`` (a store in a git work tree with a remote), each commit
+        is pushed without force; a rejected push fetches, moves the branch
+        onto the remote tip (dropping only kb's own unpushed commits), and
+        re-applies the ops recomputed from the remote store, with jittered
+        back-off, up to ``attempts`` times. When they run out the last local
+        commit stays on the branch, unpushed, and the error names it.
         """
         attempts = validate_attempts(attempts)
+        if push and self.git is None:
+            raise ConfigError("--push", f"{self.path} is not in a git work tree")
+        target = None
+        if push:
+            from kb.store.git import push_target
+
+            assert self.git is not None
+            target = push_target(self.git)
         last: KnowledgeCasError | None = None
         for attempt in range(1, attempts + 1):
             try:
@@ -210,13 +228,41 @@ class KnowledgeStore:
                     if not ops:
                         return None
                     result = self._commit_locked(ops, snapshot.version, context, head)
+                    if target is not None:
+                        self._push_or_catch_up(target, result, final=attempt == attempts)
                     return CommitResult(
                         result.snapshot, result.counts, result.git_commit, result.message, attempt
                     )
             except KnowledgeCasError as exc:
                 last = exc
+                if target is not None and attempt < attempts:
+                    time.sleep(random.uniform(0.05, 0.2) * 2 ** (attempt - 1))
         assert last is not None
         raise CasAttemptsExhausted(attempts, last)
+
+    def _push_or_catch_up(self, target: PushTarget, result: CommitResult, *, final: bool) -> None:
+        """Push ``result``; when rejected, catch up with the remote and raise a CAS error.
+
+        On the final attempt the local commit is kept (unpublished) and named.
+        """
+        from kb.store.git import PushRejected, catch_up, push
+
+        assert self.git is not None and result.git_commit is not None
+        try:
+            push(self.git, target)
+        except PushRejected as rejected:
+            commit = result.git_commit[:12]
+            if final:
+                raise KnowledgeCasError(
+                    f"push to {target.remote}/{target.branch} rejected ({rejected}); the local "
+                    f"commit {commit} is kept on {target.local_ref.removeprefix('refs/heads/')}, "
+                    "not published"
+                ) from None
+            catch_up(self.git, target, {result.git_commit})
+            raise KnowledgeCasError(
+                f"push to {target.remote}/{target.branch} rejected ({rejected}); re-applying "
+                "on the remote tip"
+            ) from None
 
     def initialize(self, context: CommitContext) -> Snapshot:
         """Create the empty store (version 0) and, inside git, commit it.

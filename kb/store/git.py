@@ -279,6 +279,9 @@ class GitStoreRepo:
                 args, with_extended_output=True, with_exceptions=False
             )
             if status == 0:
+                # --cacheinfo records no stat data; refreshing it lets later porcelain
+                # (git status, git reset --keep) see the entry as up to date.
+                self._try("update-index", "-q", "--refresh", "--", self.rel)
                 return
             if "index.lock" not in err:
                 raise GitError(f"git update-index failed: {err.strip()}")
@@ -340,3 +343,91 @@ def iter_trailers(body: str) -> Iterator[tuple[str, str]]:
         key, sep, value = line.partition(": ")
         if sep and key.startswith("Kb-"):
             yield key, value.strip()
+
+
+@dataclass(frozen=True)
+class PushTarget:
+    """Where ``--push`` publishes: a remote and the branch on it."""
+
+    remote: str
+    branch: str
+    local_ref: str
+
+    @property
+    def remote_ref(self) -> str:
+        """The remote-tracking ref fetched into (``refs/remotes/<remote>/<branch>``)."""
+        return f"refs/remotes/{self.remote}/{self.branch}"
+
+
+class PushRejected(Exception):
+    """The remote refused a fast-forward push (someone else pushed first)."""
+
+
+def push_target(repo: GitStoreRepo) -> PushTarget:
+    """The branch's upstream (``git branch --set-upstream-to``), else ``origin/<branch>``."""
+    ref, _ = repo.head()
+    if not ref.startswith("refs/heads/"):
+        raise GitError("--push needs a branch checked out, not a detached HEAD")
+    branch = ref.removeprefix("refs/heads/")
+    remote = repo._try("config", f"branch.{branch}.remote")
+    merge = repo._try("config", f"branch.{branch}.merge")
+    remote_name = remote.strip() if remote else "origin"
+    remote_branch = merge.strip().removeprefix("refs/heads/") if merge else branch
+    if repo._try("remote", "get-url", remote_name) is None:
+        raise GitError(f"--push: no remote {remote_name!r} is configured")
+    return PushTarget(remote_name, remote_branch, ref)
+
+
+def push(repo: GitStoreRepo, target: PushTarget) -> None:
+    """Push the branch without force; :class:`PushRejected` on a non-fast-forward."""
+    status, _, err = repo._git.execute(
+        [
+            "git",
+            "push",
+            "--porcelain",
+            target.remote,
+            f"{target.local_ref}:refs/heads/{target.branch}",
+        ],
+        with_extended_output=True,
+        with_exceptions=False,
+    )
+    if status == 0:
+        return
+    # A lost race shows up as a rejection ("non-fast-forward", "fetch first") or, when
+    # two pushes reach the remote at once, as its ref lock failing the compare.
+    races = (
+        "non-fast-forward",
+        "fetch first",
+        "rejected",
+        "cannot lock ref",
+        "failed to update ref",
+    )
+    if any(word in err for word in races):
+        raise PushRejected(err.strip().splitlines()[-1] if err.strip() else "rejected")
+    raise GitError(f"git push {target.remote} failed: {err.strip()}")
+
+
+def catch_up(repo: GitStoreRepo, target: PushTarget, droppable: set[str]) -> str:
+    """Fetch the remote branch and move the local branch onto it.
+
+    The local branch may be ahead of the remote only by ``droppable`` — the
+    kb commit the rejected push carried, whose *ops* the caller re-applies on
+    the fresh remote store. Any other local commit (the user's, or a kb
+    commit an earlier run left unpublished) stops everything: kb never
+    discards work this call did not make. The work tree follows with
+    ``git reset --keep``, which refuses rather than overwrite local edits.
+    Returns the new tip.
+    """
+    repo._run("fetch", "--quiet", target.remote, f"+refs/heads/{target.branch}:{target.remote_ref}")
+    remote_tip = repo._run("rev-parse", target.remote_ref).strip()
+    ahead = repo._run("rev-list", f"{target.remote_ref}..{target.local_ref}").split()
+    foreign = [oid for oid in ahead if oid not in droppable]
+    if foreign:
+        raise GitError(
+            f"--push: the local branch has {len(foreign)} unpublished commit(s) this push did "
+            f"not make (e.g. {foreign[0][:12]}); push or rebase them onto {target.remote}/"
+            f"{target.branch} first"
+        )
+    repo._try("update-index", "-q", "--refresh")
+    repo._run("reset", "--quiet", "--keep", remote_tip)
+    return remote_tip

@@ -15,7 +15,7 @@ from typing import Literal
 
 from kb.engine.requests import ModelSpec
 from kb.engine.runs import RunResult
-from kb.evals.suite import CaseVerdict, SuiteResult
+from kb.evals.suite import CaseVerdict
 from kb.stats import wilson_interval
 from kb.store.models import ModelClaim
 from kb.store.ttl import claim_expiry, format_instant
@@ -141,15 +141,20 @@ def _s(count: int) -> str:
     return "" if count == 1 else "s"
 
 
-def cells_from_suites(suites: Sequence[SuiteResult]) -> list[SweepCell]:
-    """Cells per member, task classes in order of first appearance among the cases."""
-    cells = []
-    for suite in suites:
-        classes = list(dict.fromkeys(v.task_class for v in suite.verdicts))
-        for task_class in classes:
-            verdicts = tuple(v for v in suite.verdicts if v.task_class == task_class)
-            cells.append(SweepCell(suite.model, task_class, verdicts))
-    return cells
+def group_cells(members: Sequence[ModelSpec], verdicts: Sequence[CaseVerdict]) -> list[SweepCell]:
+    """Cells from aligned (member, verdict) lists, verdicts in plan order.
+
+    Members come in order of first appearance, then task classes likewise.
+    """
+    groups: dict[tuple[str, str], list[CaseVerdict]] = {}
+    specs: dict[str, ModelSpec] = {}
+    for member, verdict in zip(members, verdicts, strict=True):
+        specs.setdefault(member.key, member)
+        groups.setdefault((member.key, verdict.task_class), []).append(verdict)
+    return [
+        SweepCell(specs[key], task_class, tuple(found))
+        for (key, task_class), found in groups.items()
+    ]
 
 
 def to_fixed_2(value: float) -> str:

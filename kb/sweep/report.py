@@ -20,7 +20,8 @@ def _money(value: float | None) -> str:
 
 def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     """The pre-flight block: report id, pool with origins, worst-case spend (and runs)."""
-    lines = [f"sweep {plan.report_id} at {format_instant(plan.observed_at)}", "pool:"]
+    shard = f" (shard {plan.shard[0]}/{plan.shard[1]})" if plan.shard else ""
+    lines = [f"sweep {plan.report_id} at {format_instant(plan.observed_at)}{shard}", "pool:"]
     lines += [f"  {member.spec.key}  ({member.origin})" for member in plan.pool]
     cap = plan.spec.budgets.max_total_usd
     lines.append(

@@ -9,6 +9,7 @@ both. No function here reads a clock: the sweep instant is a parameter.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,14 +17,15 @@ from typing import Any
 from kb.engine.budget import SpendEnvelope, usd
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, PlannedRun
-from kb.evals.cases import JudgeGrader
-from kb.evals.suite import plan_targets, run_suites
-from kb.store.filestore import CommitContext, KnowledgeStore
+from kb.errors import ConfigError
+from kb.evals.cases import Case, JudgeGrader, unique_names
+from kb.evals.suite import run_pairs, target_run
+from kb.store.filestore import CommitContext, KnowledgeStore, validate_attempts
 from kb.store.models import ModelClaim
 from kb.store.ops import EvalCommitterGate
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expired, format_instant, remeasurement_queue
-from kb.sweep.cells import SweepCell, cell_claim, cells_from_suites
+from kb.sweep.cells import SweepCell, cell_claim, group_cells
 from kb.sweep.falsify import Retirement, sweep_ops
 from kb.sweep.spec import SweepSpec
 
@@ -46,16 +48,20 @@ class SweepPlan:
     observed_at: int
     snapshot: Snapshot
     pool: tuple[PoolMember, ...]
+    pairs: tuple[tuple[ModelSpec, Case, str], ...]
+    """(member, case, unique case name) this sweep (or shard) measures, in plan order."""
     target_runs: tuple[PlannedRun, ...]
     judge_runs_max: int
     canary_probes: int
     worst_case_usd: float | None
     """Worst-case authorized spend (``None``: unbounded)."""
+    shard: tuple[int, int] | None = None
 
     @property
     def members(self) -> list[ModelSpec]:
-        """The pool as model specs."""
-        return [member.spec for member in self.pool]
+        """The pool members with at least one cell in this sweep (or shard)."""
+        keys = {member.key for member, _, _ in self.pairs}
+        return [member.spec for member in self.pool if member.spec.key in keys]
 
 
 @dataclass
@@ -110,30 +116,56 @@ def build_pool(configured: Sequence[ModelSpec], snapshot: Snapshot, at: int) -> 
     return list(pool.values())
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` with 1 ≤ I ≤ N."""
+    index, sep, total = text.partition("/")
+    if not (sep and index.isdigit() and total.isdigit()) or not 1 <= int(index) <= int(total):
+        raise ConfigError("--shard", f"{text!r} must be I/N with 1 <= I <= N")
+    return int(index), int(total)
+
+
+def shard_of(member_key: str, task_class: str, total: int) -> int:
+    """The shard (1-based) a cell belongs to.
+
+    A hash of the cell itself, not its position: shards that start at
+    different moments may read slightly different pools (another shard
+    already superseded a queued claim), yet every cell still lands in exactly
+    one shard. Cells are never split, so each shard's claims are complete.
+    """
+    digest = hashlib.sha256(f"{member_key}\0{task_class}".encode()).hexdigest()
+    return int(digest, 16) % total + 1
+
+
 def prepare_sweep(
     spec: SweepSpec,
     store: KnowledgeStore,
     *,
     observed_at: int,
     report_id: str | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> SweepPlan:
     """Steps 1–3: read the store, build the pool, plan the runs, bound the spend."""
     snapshot = store.read()
     pool = build_pool(spec.models, snapshot, observed_at)
-    members = [member.spec for member in pool]
     budgets = spec.budgets
-    targets = plan_targets(members, spec.cases, budgets.target_usd)
-    judges_per_member = sum(
-        1 for case in spec.cases for g in case.graders if isinstance(g, JudgeGrader)
-    )
+    named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
+    pairs = [
+        (member.spec, case, name)
+        for member in pool
+        for case, name in named
+        if shard is None or shard_of(member.spec.key, case.task_class, shard[1]) == shard[0]
+    ]
+    targets = [target_run(m, case, name, budgets.target_usd) for m, case, name in pairs]
+    judges = sum(1 for _, case, _ in pairs for g in case.graders if isinstance(g, JudgeGrader))
     probes = len(spec.canary.prompts) * spec.canary.repeats if spec.canary else 0
+    members = len({m.key for m, _, _ in pairs})
     worst: float | None = None
     if budgets.max_total_usd is not None:
         worst = min(
             budgets.max_total_usd,
             len(targets) * (budgets.target_usd or 0)
-            + judges_per_member * len(pool) * (budgets.judge_usd or 0)
-            + probes * len(pool) * (budgets.canary_usd or 0),
+            + judges * (budgets.judge_usd or 0)
+            + probes * members * (budgets.canary_usd or 0),
         )
     return SweepPlan(
         spec=spec,
@@ -141,15 +173,17 @@ def prepare_sweep(
         observed_at=observed_at,
         snapshot=snapshot,
         pool=tuple(pool),
+        pairs=tuple(pairs),
         target_runs=tuple(targets),
-        judge_runs_max=judges_per_member * len(pool),
-        canary_probes=probes * len(pool),
+        judge_runs_max=judges,
+        canary_probes=probes * members,
         worst_case_usd=worst,
+        shard=shard,
     )
 
 
 CanaryStep = Callable[
-    [SweepPlan, Engine, SpendEnvelope, KnowledgeStore, bool], list[dict[str, Any]]
+    [SweepPlan, Engine, SpendEnvelope, KnowledgeStore, bool, bool], list[dict[str, Any]]
 ]
 
 
@@ -161,28 +195,28 @@ def execute_sweep(
     commit: bool = True,
     attempts: int = 3,
     canary_step: CanaryStep | None = None,
+    push: bool = False,
 ) -> SweepReport:
-    """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit."""
+    """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``)."""
     spec = plan.spec
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     report = SweepReport(plan)
     fingerprints: dict[str, str] = {}
     if canary_step is not None and spec.canary is not None:
-        report.canary = canary_step(plan, engine, envelope, store, commit)
+        report.canary = canary_step(plan, engine, envelope, store, commit, push)
         fingerprints = {
             entry["subjectKey"]: entry["fingerprint"] for entry in report.canary if entry["allOk"]
         }
-    suites = run_suites(
+    verdicts = run_pairs(
         engine,
-        plan.members,
-        spec.cases,
+        plan.pairs,
         envelope,
         target_usd=spec.budgets.target_usd,
         judge_usd=spec.budgets.judge_usd,
     )
     engine.finish()
     thresholds = spec.thresholds
-    for cell in cells_from_suites(suites):
+    for cell in group_cells([member for member, _, _ in plan.pairs], verdicts):
         claim = cell_claim(
             cell,
             strength=thresholds.strength,
@@ -207,7 +241,7 @@ def execute_sweep(
     context = CommitContext(
         "sweep", spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
     )
-    result = store.commit_with_rebase(build, context, attempts=attempts)
+    result = store.commit_with_rebase(build, context, attempts=attempts, push=push)
     if result is not None:
         report.committed_version = result.snapshot.version
         report.git_commit = result.git_commit
@@ -225,9 +259,11 @@ def run_sweep(
     commit: bool = True,
     attempts: int = 3,
     canary_step: CanaryStep | None = None,
+    push: bool = False,
 ) -> SweepReport:
     """A whole sweep: :func:`prepare_sweep` then :func:`execute_sweep`."""
+    validate_attempts(attempts)
     plan = prepare_sweep(spec, store, observed_at=observed_at, report_id=report_id)
     return execute_sweep(
-        plan, store, engine, commit=commit, attempts=attempts, canary_step=canary_step
+        plan, store, engine, commit=commit, attempts=attempts, canary_step=canary_step, push=push
     )
