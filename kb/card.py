@@ -48,7 +48,7 @@ PROFILE_GUIDANCE = (
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Rung(_Strict):

@@ -95,7 +95,7 @@ def profile_rule(
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class CheckpointSection(_Strict):

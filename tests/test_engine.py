@@ -77,7 +77,7 @@ def test_the_global_limit_bounds_calls_in_flight(monkeypatch: pytest.MonkeyPatch
 def test_cancel_settles_unstarted_runs_cancelled() -> None:
     engine = Engine(FAST)
     engine.cancel()
-    results = engine.run(plan(scripted(), ["a", "b"]), SpendEnvelope.from_usd(1.0))
+    results = engine.run(plan(scripted(), ["a", "b"], ceiling=0.1), SpendEnvelope.from_usd(1.0))
     assert [r.status for r in results] == ["cancelled", "cancelled"]
 
 
@@ -111,3 +111,26 @@ def test_engine_config_is_validated(bad: dict[str, object]) -> None:
 def test_a_bad_ref_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="must be 'provider:model'"):
         PlannedRun("x", "target", ModelSpec("nocolon"), build_request(ModelSpec("nocolon"), "q"))
+
+
+def test_a_capped_envelope_refuses_runs_without_a_ceiling() -> None:
+    with pytest.raises(ConfigError, match="needs a per-run ceiling on every run"):
+        Engine(FAST).run(plan(scripted(), ["a"]), SpendEnvelope.from_usd(1.0))
+
+
+def test_one_busy_provider_does_not_starve_another() -> None:
+    from tests.fake_openai import fake_openai_server
+
+    slow = scripted("a", latency_ms=40)  # provider "scripted", limited to one call at a time
+    config = EngineConfig(concurrency=2, per_provider=1, backoff_base_s=0.001)
+    with fake_openai_server() as (base, _):
+        other = ModelSpec("openai:fake", params={"api_base": base, "api_key": "sk-x"})
+        runs = [PlannedRun(f"a{i}", "target", slow, build_request(slow, f"q{i}")) for i in range(4)]
+        runs += [
+            PlannedRun(f"b{i}", "target", other, build_request(other, f"q{i}")) for i in range(4)
+        ]
+        results = Engine(config).run(runs, SpendEnvelope(cap=None))
+    assert all(r.status == "ok" for r in results)
+    # Queued behind provider "scripted", the a-runs must not hold the global slots:
+    # the first b-run starts before the last a-run does.
+    assert min(r.started_at or 0 for r in results[4:]) < max(r.started_at or 0 for r in results[:4])

@@ -268,6 +268,18 @@ def test_one_sweep_is_one_git_commit_touching_only_the_store(runner: CliRunner, 
         ("[sweep]\ncommitter = 'ci'\n", "budgets: missing"),
         ("[sweep]\ncommitter = 'ci'\nconcurrency = 'many'\n", "sweep.concurrency"),
         ("not toml [", "not valid TOML"),
+        (
+            "[sweep]\ncommitter = 'ci'\nallow_unbounded = true\n[budgets]\nmax_total_usd = 0.01\n",
+            "budgets.target_usd: missing (every target run needs a ceiling)",
+        ),
+        (
+            "[sweep]\ncommitter = 'ci'\n[budgets]\ntarget_usd = 0.1\nmax_total_usd = true\n",
+            "budgets.max_total_usd",
+        ),
+        (
+            "[sweep]\ncommitter = 'ci'\nconcurrency = '4'\nallow_unbounded = true\n",
+            "sweep.concurrency",
+        ),
     ],
 )
 def test_bad_specs_exit_2_and_write_nothing(

@@ -103,6 +103,14 @@ class Engine:
     async def _run_phase(
         self, runs: Sequence[PlannedRun], envelope: SpendEnvelope
     ) -> list[RunResult]:
+        if envelope.cap is not None:
+            unbounded = [run.label for run in runs if run.ceiling_usd is None]
+            if unbounded:
+                raise ConfigError(
+                    "budgets",
+                    f"a capped envelope needs a per-run ceiling on every run "
+                    f"({len(unbounded)} without one, e.g. {unbounded[0]})",
+                )
         reservations = [
             envelope.authorize(run.label, run.ceiling_usd if run.ceiling_usd is not None else 0)
             if envelope.cap is not None or run.ceiling_usd is not None
@@ -247,7 +255,9 @@ class Engine:
                     ended_at=time.monotonic(),
                 )
             attempts += 1
-            async with limit, provider_limit:
+            # The provider's slot first: a task queued on one busy provider must not
+            # sit on a global slot that another provider's run could use.
+            async with provider_limit, limit:
                 if started is None:
                     started = time.monotonic()
                 try:

@@ -19,7 +19,7 @@ _PREDICATES = ("contains", "not_contains", "regex", "max_chars", "min_chars", "j
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _fraction(value: float, what: str) -> float:

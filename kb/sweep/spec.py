@@ -40,7 +40,8 @@ DEFAULT_THRESHOLDS = {"strength": 0.9, "weakness": 0.5}
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: TOML's `true` is not a $1 budget, "4" is not a concurrency.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _positive_usd(value: float | None) -> float | None:
@@ -279,15 +280,25 @@ def _budget_issues(
     cases: Sequence[Case],
     canary: CanarySection | None,
 ) -> list[str]:
-    if sweep.allow_unbounded:
-        return []
-    if budgets is None:
+    if budgets is None or all(
+        value is None
+        for value in (
+            budgets.target_usd,
+            budgets.judge_usd,
+            budgets.canary_usd,
+            budgets.max_total_usd,
+        )
+    ):
+        if sweep.allow_unbounded:
+            return []
         return ["budgets: missing; give [budgets] or set sweep.allow_unbounded = true"]
+    # Any budget at all means a bounded sweep: the envelope can only hold if every
+    # run reserves a ceiling before it starts.
     issues = []
-    if budgets.max_total_usd is None:
+    if budgets.max_total_usd is None and not sweep.allow_unbounded:
         issues.append("budgets.max_total_usd: missing")
     if budgets.target_usd is None:
-        issues.append("budgets.target_usd: missing")
+        issues.append("budgets.target_usd: missing (every target run needs a ceiling)")
     has_judge = any(isinstance(g, JudgeGrader) for case in cases for g in case.graders)
     if has_judge and budgets.judge_usd is None:
         issues.append("budgets.judge_usd: missing (the cases use judge graders)")
