@@ -4,6 +4,7 @@ The reply depends on the last user message:
 * ``rate-limit-once`` — 429 with ``retry-after: 0.3`` the first time, then ok;
 * ``server-error`` — always 500;
 * ``malformed`` — 200 with a body that is not JSON;
+* ``echo-auth`` — 401 whose message quotes the API key it was sent;
 * ``hang`` — holds the request for ``hang_s`` seconds before answering;
 * anything else — 200 with ``echo: <prompt>``.
 Every request is recorded (arrival time, headers, body) for assertions.
@@ -88,6 +89,10 @@ def fake_openai_server(
                 self._send(429, json.dumps(error).encode(), {"retry-after": "0.3"})
             elif prompt == "server-error":
                 self._send(500, b'{"error": {"message": "boom", "type": "server_error"}}')
+            elif prompt == "echo-auth":  # some providers quote the key they refused
+                auth = self.headers.get("Authorization", "")
+                message = f"Incorrect API key provided: {auth.removeprefix('Bearer ')}"
+                self._send(401, json.dumps({"error": {"message": message}}).encode())
             elif prompt == "malformed":
                 self._send(200, b"{this is not json")
             else:

@@ -133,3 +133,26 @@ def test_replay_needs_no_provider_and_never_imports_litellm(isolated: Path) -> N
     ).format(str(Path(__file__).resolve().parents[1]), str(isolated / "c.jsonl"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == f"{len(PROMPTS)} False", proc.stderr
+
+
+def test_a_cassette_replays_from_another_checkout() -> None:
+    import shutil
+    import tempfile
+
+    from kb.engine.requests import build_request
+
+    base = Path(tempfile.mkdtemp())
+    try:
+        for name in ("one", "two"):
+            (base / name).mkdir()
+            (base / name / "script.json").write_text('{"default": "from the script"}')
+        keys = [
+            build_request(scripted(script=str(base / name / "script.json")), "q").key
+            for name in ("one", "two")
+        ]
+        assert keys[0] == keys[1]  # the path differs; the content, and so the key, does not
+        (base / "two" / "script.json").write_text('{"default": "edited"}')
+        edited = build_request(scripted(script=str(base / "two" / "script.json")), "q").key
+        assert edited != keys[0]  # an edited script is a different request
+    finally:
+        shutil.rmtree(base)

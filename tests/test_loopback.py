@@ -72,3 +72,29 @@ def test_a_planted_key_never_reaches_the_cassette(isolated: Path) -> None:
     text = path.read_text()
     assert "hello" in text and PLANTED not in text and "Authorization" not in text
     assert "KB_TEST_KEY" not in text  # not even the variable's name: it is not part of the call
+
+
+def test_secrets_echoed_by_a_provider_or_nested_in_params_never_reach_the_cassette(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment-0000")
+    path = isolated / "run.jsonl"
+    with fake_openai_server() as (base, _):
+        authed_base = base.replace("http://", "http://user:hunter2-secret@")
+        spec = ModelSpec(
+            "openai:fake-model",
+            params={
+                "api_base": base,
+                "api_key_env": "KB_TEST_KEY",
+                "extra_body": {"vendor": {"token": "nested-secret-value"}, "note": "kept"},
+                "metadata": {"origin": authed_base},
+            },
+        )
+        engine = Engine(CONFIG, cassette=Cassette(path, "record"))
+        (result,) = engine.run(plan(spec, ["echo-auth"]), SpendEnvelope(cap=None))
+        engine.finish()
+    assert result.status == "error" and "Incorrect API key provided: ***" in (result.error or "")
+    text = path.read_text()
+    for secret in (PLANTED, "nested-secret-value", "hunter2-secret", "sk-from-the-environment"):
+        assert secret not in text and secret not in repr(result)
+    assert '"note": "kept"' in text  # only secrets are cut

@@ -24,13 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kb.engine.providers.local import LocalModel
 from kb.engine.providers.scripted import ScriptedFault, ScriptedModel
-from kb.engine.requests import ModelSpec, ProviderRequest, is_secret_param
+from kb.engine.requests import ModelSpec, ProviderRequest, secret_values
 from kb.engine.runs import Usage
 from kb.errors import ConfigError
 
@@ -167,11 +168,22 @@ def _api_key(spec: ModelSpec) -> str | None:
     return value
 
 
+_SECRET_ENV = re.compile(r"(_API_KEY|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+_SECRET_SHAPES = re.compile(r"(Bearer\s+)\S+|\b(sk|pk|rk)-[A-Za-z0-9_\-]{8,}", re.IGNORECASE)
+
+
 def _scrub(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
+    """Cut known secrets, key-shaped tokens and the environment's credentials.
+
+    Providers read ``*_API_KEY`` variables on their own, so those values are
+    cut even when the spec never named them.
+    """
+    known = [s for s in secrets if s] + [
+        value for name, value in os.environ.items() if _SECRET_ENV.search(name) and len(value) >= 8
+    ]
+    for secret in sorted(set(known), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _SECRET_SHAPES.sub(lambda m: (m.group(1) or "") + "***", text)
 
 
 def _retry_after(error: BaseException) -> float | None:
@@ -237,13 +249,8 @@ class LiteLLMAdapter:
         """One attempt at ``request``; raises :class:`ProviderFailure`."""
         litellm = self._litellm
         api_key = _api_key(spec)
-        secrets = [api_key or ""] + [
-            str(v) for k, v in spec.params.items() if is_secret_param(k) and isinstance(v, str)
-        ]
-        kwargs: dict[str, Any] = dict(request.params)
-        for name, value in spec.params.items():
-            if is_secret_param(name):
-                kwargs[name] = value
+        secrets = [api_key or "", *secret_values(spec.params)]
+        kwargs: dict[str, Any] = dict(request.call_params)
         if api_key is not None:
             kwargs["api_key"] = api_key
         if spec.provider == "scripted":

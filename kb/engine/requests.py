@@ -7,10 +7,12 @@ maps to litellm's ``provider/model`` route. Nothing here imports litellm.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from kb.errors import ConfigError
@@ -18,6 +20,10 @@ from kb.store.canonical import canonical_json, sha256_hex
 
 #: Providers kb implements itself (registered with litellm as custom providers).
 BUILTIN_PROVIDERS = ("scripted", "local")
+
+#: Params naming a local file: keyed by content, never by absolute path.
+FILE_PARAMS = ("script", "model_path")
+_URL_USERINFO = re.compile(r"(\w+://)[^/@\s]+@")
 
 #: Params that configure kb rather than the provider call.
 KB_PARAMS = (
@@ -97,6 +103,9 @@ class ProviderRequest:
     """litellm call params (temperature, max_tokens, api_base, reasoning_effort …),
     without kb's own params and without secrets."""
     response_schema: Mapping[str, Any] | None = None
+    call_params: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """What the adapter actually sends: the same params with secrets and kb's file
+    params intact. Never hashed, recorded or printed."""
 
     def canonical(self) -> dict[str, Any]:
         """The JSON object the cassette key hashes."""
@@ -124,13 +133,14 @@ def build_request(
     overrides: Mapping[str, Any] | None = None,
 ) -> ProviderRequest:
     """The request for ``prompt`` against ``spec`` (``overrides`` win over spec params)."""
-    params: dict[str, Any] = {
+    call = {
         name: value
         for name, value in {**spec.params, **(overrides or {})}.items()
-        if name not in KB_PARAMS and not is_secret_param(name)
+        if name not in KB_PARAMS
     }
     if spec.effort is not None and spec.provider in EFFORT_PROVIDERS:
-        params["reasoning_effort"] = spec.effort
+        call["reasoning_effort"] = spec.effort
+    params = key_params(call)
     messages: list[Mapping[str, str]] = []
     if system:
         messages.append({"role": "system", "content": system})
@@ -140,7 +150,66 @@ def build_request(
         messages=tuple(messages),
         params=params,
         response_schema=response_schema,
+        call_params=call,
     )
+
+
+def key_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The params a request is keyed and recorded by: secrets out, paths made portable.
+
+    Secret-named params are dropped at any depth, credentials in URLs are cut,
+    and a local file param (a scripted ``script``, a local ``model_path``) is
+    replaced by what identifies its content, so a cassette recorded in one
+    checkout replays in another.
+    """
+    keyed: dict[str, Any] = {}
+    for name, value in params.items():
+        if is_secret_param(name):
+            continue
+        if name in FILE_PARAMS and isinstance(value, str):
+            keyed[f"{name}_identity"] = file_identity(value, hash_content=name == "script")
+        else:
+            keyed[name] = _scrubbed_value(value)
+    return keyed
+
+
+def secret_values(params: Mapping[str, Any]) -> list[str]:
+    """Every string under a secret-named param, at any depth (to cut from messages)."""
+    found: list[str] = []
+
+    def walk(value: Any, secret: bool) -> None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, secret or is_secret_param(str(key)))
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item, secret)
+        elif secret and isinstance(value, str) and value:
+            found.append(value)
+
+    walk(params, False)
+    return found
+
+
+def _scrubbed_value(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _scrubbed_value(v) for k, v in value.items() if not is_secret_param(str(k))}
+    if isinstance(value, list | tuple):
+        return [_scrubbed_value(v) for v in value]
+    if isinstance(value, str):
+        return _URL_USERINFO.sub(r"\1", value)
+    return value
+
+
+def file_identity(path: str, *, hash_content: bool) -> str:
+    """A file's content hash (small files) or name and size (model weights)."""
+    file = Path(path)
+    try:
+        if hash_content:
+            return "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()
+        return f"{file.name}:{file.stat().st_size}"
+    except OSError:
+        return f"missing:{file.name}"
 
 
 def occurrences(keys: Sequence[str]) -> list[int]:
