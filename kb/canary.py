@@ -101,7 +101,6 @@ class CanaryResult:
         if self.member.effort:
             entry["effort"] = self.member.effort
         entry.update(
-            subjectKey=self.member.key,
             fingerprint=self.fingerprint,
             allOk=self.all_ok,
             probes=[{"prompt": p.prompt, "status": p.status} for p in self.probes],
@@ -274,6 +273,7 @@ def sweep_canary_step(
     store: KnowledgeStore,
     commit: bool,
     push: bool = False,
+    attempts: int = 3,
 ) -> list[dict[str, Any]]:
     """The canary inside ``kb sweep``: probe every pool member, flip drift before measuring."""
     section = plan.spec.canary
@@ -287,7 +287,12 @@ def sweep_canary_step(
     )
     if commit:
         commit_flips(
-            canaries, store, committer=plan.spec.sweep.committer, label=plan.report_id, push=push
+            canaries,
+            store,
+            committer=plan.spec.sweep.committer,
+            label=plan.report_id,
+            push=push,
+            attempts=attempts,
         )
     else:
         classify(canaries, store.read())

@@ -26,7 +26,6 @@ behind a marker, and mandatory sections that alone overflow are cut with
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from kb.errors import ConfigError
 from kb.store.models import ModelClaim
 from kb.store.snapshot import validation_issues
 from kb.store.ttl import claim_expired, format_instant, parse_instant
+from kb.tomlfile import read_toml
 
 CARD_BUDGET_CHARS = 4096
 EDITORIAL_MARK = "editorial note, no metrics, not confirmed by evals"
@@ -127,13 +127,7 @@ def parse_ladders(data: Mapping[str, Any], source: str) -> LaddersFile:
 def load_ladders(path: Path | str) -> LaddersFile:
     """Load a ladders TOML file."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(str(path), "no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    return parse_ladders(data, str(path))
+    return parse_ladders(read_toml(path, str(path)), str(path))
 
 
 @dataclass(frozen=True)

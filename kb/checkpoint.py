@@ -159,17 +159,11 @@ class CheckpointSpec:
 
 def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
     """Load and validate a checkpoint spec (leakage is checked against the store later)."""
-    import tomllib
-
     from kb.sweep.spec import load_spec
+    from kb.tomlfile import read_toml
 
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(str(path), "no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    raw = read_toml(path, str(path))
     try:
         spec = _CheckpointFile.model_validate(raw)
     except ValidationError as exc:

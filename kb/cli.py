@@ -72,6 +72,11 @@ class KbGroup(click.Group):
             if os.environ.get("KB_DEBUG") == "1":
                 raise
             raise KbClickError(error) from error
+        except OSError as error:  # a full disk, a vanished directory: one line, exit 1
+            if os.environ.get("KB_DEBUG") == "1":
+                raise
+            where = f": {error.filename}" if error.filename else ""
+            raise click.ClickException(f"{error.strerror or error}{where}") from error
 
 
 @dataclass
@@ -88,13 +93,18 @@ class App:
 
     def instant(self, text: str | None, flag: str) -> int:
         """``text`` as an instant (ms); else ``--as-of``; else now (the one clock read)."""
-        from kb.store.ttl import InstantError, instant_from_datetime, parse_instant
+        from kb.store.ttl import (
+            InstantError,
+            check_claim_instant,
+            instant_from_datetime,
+            parse_instant,
+        )
 
         chosen, where = (text, flag) if text is not None else (self.as_of_text, "--as-of")
-        if chosen is None:
-            return instant_from_datetime(datetime.now(UTC))
         try:
-            return parse_instant(chosen)
+            if chosen is None:
+                return instant_from_datetime(datetime.now(UTC))
+            return check_claim_instant(parse_instant(chosen), where)
         except InstantError as exc:
             raise ConfigError(where, str(exc)) from None
 
@@ -435,6 +445,9 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
     from kb.sweep.spec import load_spec
 
     attempts = validate_attempts_option(opts["attempts"])
+    for flag in ("html_path", "record_path"):
+        if opts[flag] is not None and not opts[flag].parent.is_dir():
+            raise ConfigError(f"--{flag.split('_')[0]}", f"{opts[flag].parent} is not a directory")
     spec = load_spec(spec_path)
     observed_at = app.instant(opts["observed_at"], "--observed-at")
     shard = parse_shard(opts["shard"]) if opts["shard"] else None

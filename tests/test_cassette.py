@@ -156,3 +156,26 @@ def test_a_cassette_replays_from_another_checkout() -> None:
         assert edited != keys[0]  # an edited script is a different request
     finally:
         shutil.rmtree(base)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("costUsd", float("nan"), "costUsd must be a finite nonnegative number"),
+        ("costUsd", -1, "costUsd must be a finite nonnegative number"),
+        ("output", None, "an ok exchange needs a string output"),
+        ("usage", {"promptTokens": -1, "completionTokens": 0}, "usage must be nonnegative"),
+    ],
+)
+def test_a_line_that_would_invent_an_answer_is_refused(
+    isolated: Path, field: str, value: object, problem: str
+) -> None:
+    path = isolated / "c.jsonl"
+    record(path, 1)
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first[field] = value
+    lines[0] = json.dumps(first)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=problem):
+        Cassette(path, "replay")

@@ -371,3 +371,13 @@ def test_store_commands_do_not_import_litellm(isolated: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip().splitlines()[-1] == "litellm imported: False"
+
+
+@pytest.mark.parametrize("instant", ["0000-01-01", "9999-12-01", "9999-12-31T23:59:59Z"])
+def test_instants_beyond_what_a_claim_can_live_through_exit_2(
+    runner: CliRunner, isolated: Path, instant: str
+) -> None:
+    for args in (["list"], NOTE):
+        result = kb(runner, "--as-of", instant, *args)
+        assert result.exit_code == 2 and result.stderr.startswith("Error: --as-of")
+    assert not Path(STORE).exists()

@@ -221,3 +221,21 @@ def test_multiple_members_run_in_one_pass() -> None:
         ("scripted:strong", 1.0),
         ("scripted:weak", 0.0),
     ]
+
+
+def test_json_equality_is_typed() -> None:
+    assert grade_golden(golden({"ok": True}, "json"), '{"ok": true}').passed
+    assert not grade_golden(golden(True, "json"), "1").passed  # Python's True == 1
+    assert not grade_golden(golden('"1"', "json"), "1").passed  # the string "1" vs the number
+    assert grade_golden(golden([1, 2.5], "json"), "[1.0, 2.5]").passed
+
+
+def test_a_pathological_reply_is_a_wrong_answer_not_a_crash() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    assert not grade_golden(golden([], "json"), deep).passed
+    assert not grade_rubric(rubric({"name": "p", "json_path": "a", "equals": 1}), deep).passed
+
+
+def test_json_expected_must_be_json_at_load() -> None:
+    with pytest.raises(ValidationError, match="expected is not JSON"):
+        golden("{not json", "json")

@@ -410,5 +410,39 @@ def test_ids_collide_when_a_report_id_is_reused(runner: CliRunner, isolated: Pat
     spec = write_spec(isolated / "s.toml", [scripted_model("m", 10)])
     sweep_json(runner, spec, "--report-id", "nightly-1")
     again = kb(runner, "sweep", str(spec), "--quiet", "--report-id", "nightly-1")
-    assert again.exit_code == 2 and "already exists" in again.stderr
+    assert again.exit_code == 2 and "'nightly-1' was already used" in again.stderr
+    assert "planned:" not in again.stdout  # refused before the plan, let alone a call
     assert parse_instant("2026-11-29") > 0
+
+
+def test_problems_found_before_any_money_is_spent(runner: CliRunner, repo: Path) -> None:
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 10)])
+    assert kb(runner, "sweep", str(spec), "--quiet", "--html", "nowhere/r.html").exit_code == 2
+    sweep_json(runner, spec)
+    path = repo / STORE
+    path.write_text(path.read_text() + " ")  # an uncommitted edit
+    result = kb(runner, "sweep", str(spec), "--observed-at", "2026-11-30T02:00:00Z")
+    assert result.exit_code == 2 and "unstaged changes" in result.stderr
+    assert "cells:" not in result.stdout  # refused before measuring
+
+
+@pytest.mark.parametrize(
+    ("model", "fragment"),
+    [
+        ({"model": "openai:x", "params": {"cost_usd": "cheap"}}, "params.cost_usd"),
+        ({"model": "openai:x", "params": {"input_cost_per_token": -1}}, "input_cost_per_token"),
+    ],
+)
+def test_declared_prices_are_checked_at_load(
+    runner: CliRunner, isolated: Path, model: dict[str, Any], fragment: str
+) -> None:
+    result = kb(runner, "sweep", str(write_spec(isolated / "s.toml", [model])))
+    assert result.exit_code == 2 and fragment in result.stderr
+
+
+def test_a_task_class_too_long_for_a_statement_is_refused(
+    runner: CliRunner, isolated: Path
+) -> None:
+    spec = write_spec(isolated / "s.toml", [scripted_model("m", 10)], task_class="t" * 101)
+    result = kb(runner, "sweep", str(spec))
+    assert result.exit_code == 2 and "task_class" in result.stderr

@@ -22,6 +22,7 @@ cassette or asks for more occurrences than were recorded.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -84,11 +85,33 @@ def _parse_line(line: str, where: str) -> Exchange:
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(where, f"corrupt cassette line: {type(exc).__name__}: {exc}") from None
-    if exchange.status not in ("ok", "error") or not isinstance(exchange.key, str):
-        raise ConfigError(where, "corrupt cassette line: bad status or key")
-    if not isinstance(exchange.occurrence, int) or exchange.occurrence < 0:
-        raise ConfigError(where, "corrupt cassette line: occurrence must be a nonnegative integer")
+    problem = _exchange_problem(exchange)
+    if problem:
+        raise ConfigError(where, f"corrupt cassette line: {problem}")
     return exchange
+
+
+def _exchange_problem(e: Exchange) -> str | None:
+    """What makes a parsed line unusable (a replay must never invent an answer)."""
+
+    def counts(*values: object) -> bool:
+        return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
+
+    if e.status not in ("ok", "error") or not isinstance(e.key, str):
+        return "bad status or key"
+    if not counts(e.occurrence, e.seq):
+        return "occurrence and seq must be nonnegative integers"
+    if not counts(e.usage.prompt_tokens, e.usage.completion_tokens):
+        return "usage must be nonnegative integers"
+    if not (math.isfinite(e.cost_usd) and e.cost_usd >= 0):
+        return "costUsd must be a finite nonnegative number"
+    if e.status == "ok" and not isinstance(e.output, str):
+        return "an ok exchange needs a string output"
+    if e.status == "error" and not isinstance(e.error, str):
+        return "an error exchange needs an error message"
+    if not isinstance(e.request, dict):
+        return "request must be an object"
+    return None
 
 
 class Cassette:

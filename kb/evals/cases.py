@@ -7,6 +7,7 @@ thresholds are checked at load time too.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -52,6 +53,11 @@ class GoldenGrader(_Spec):
             raise ValueError(f"expected must be a string for match = {self.match!r}")
         if self.match == "regex":
             _compiles(self.expected)
+        if self.match == "json" and isinstance(self.expected, str):
+            try:
+                json.loads(self.expected)
+            except ValueError as exc:
+                raise ValueError(f"expected is not JSON: {exc}") from None
         return self
 
     @property
@@ -124,7 +130,8 @@ class JudgeGrader(_Spec):
     @field_validator("model")
     @classmethod
     def _ref(cls, value: str) -> str:
-        if ":" not in value:
+        provider, _, model = value.partition(":")
+        if not provider or not model:
             raise ValueError(f"judge model {value!r} must be 'provider:model'")
         return value
 
@@ -141,7 +148,8 @@ class Case(_Spec):
     """One eval case."""
 
     name: str = Field(min_length=1)
-    task_class: str = Field(min_length=1)
+    task_class: str = Field(min_length=1, max_length=100)
+    """At most 100 characters, so a claim statement naming it stays within 200."""
     prompt: str = Field(min_length=1)
     system: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")

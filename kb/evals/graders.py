@@ -62,10 +62,23 @@ def grade_golden(grader: GoldenGrader, output: str) -> Grade:
     else:
         target = json.loads(expected) if isinstance(expected, str) else expected
         try:
-            passed = json.loads(output) == target
-        except ValueError:
-            passed = False
+            passed = json_equal(json.loads(output), target)
+        except (ValueError, RecursionError):
+            passed = False  # not JSON, or nested past what we parse: a wrong answer
     return Grade(grader.grader_id, passed, f"match {grader.match}")
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """JSON equality: ``1 == 1.0`` (one number type) but ``true != 1`` and ``"1" != 1``."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(json_equal, left, right))
+    return type(left) is type(right) and bool(left == right)
 
 
 def _json_path(output: str, path: str) -> Any:
@@ -96,8 +109,8 @@ def criterion_met(criterion: Criterion, output: str) -> bool:
         return output.strip() in criterion.one_of
     assert criterion.json_path is not None
     try:
-        return bool(_json_path(output, criterion.json_path) == criterion.equals)
-    except (ValueError, KeyError, IndexError, TypeError):
+        return json_equal(_json_path(output, criterion.json_path), criterion.equals)
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         return False
 
 

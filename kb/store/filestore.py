@@ -264,6 +264,15 @@ class KnowledgeStore:
                 "on the remote tip"
             ) from None
 
+    def preflight(self) -> None:
+        """Fail now, not after a sweep's spending, if a commit could not be made.
+
+        Checks what the commit itself would check first: the directory exists,
+        the lock can be taken, and git agrees with the store file.
+        """
+        with self._locked(None):
+            self._prepare()
+
     def initialize(self, context: CommitContext) -> Snapshot:
         """Create the empty store (version 0) and, inside git, commit it.
 

@@ -33,6 +33,10 @@ ClaimClass = Literal["eval-measured", "human-editorial"]
 Polarity = Literal["strength", "weakness"]
 
 MS_PER_DAY = 86_400_000
+#: 0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: what four-digit years can render.
+MIN_INSTANT = -62_135_596_800_000
+MAX_INSTANT = 253_402_300_799_999
+
 
 #: Days a claim lives, by (class, polarity).
 CLAIM_TTL_DAYS: dict[tuple[str, str], int] = {
@@ -70,6 +74,8 @@ def parse_instant(text: str) -> int:
             )
         raise InstantError(f"{text!r} is not an ISO date (YYYY-MM-DD) or date-time with offset")
     year, month, day = int(match["y"]), int(match["mo"]), int(match["d"])
+    if year < 1:
+        raise InstantError(f"{text!r}: years before 0001 are not supported")
     if not 1 <= month <= 12 or not 1 <= day <= calendar.monthrange(year, month)[1]:
         raise InstantError(f"{text!r} is not a calendar date")
     hour = int(match["h"] or 0)
@@ -99,10 +105,10 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
 
 def format_instant(ms: int) -> str:
     """Render milliseconds since the epoch exactly like JavaScript ``toISOString()``."""
+    if not MIN_INSTANT <= ms <= MAX_INSTANT:
+        raise InstantError(f"instant {ms} ms is outside the years 0001-9999")
     days, rest = divmod(ms, MS_PER_DAY)
     date = datetime.fromordinal(days + 719_163)
-    if not 0 <= date.year <= 9999:
-        raise InstantError(f"instant {ms} ms is outside years 0000-9999")
     seconds, millis = divmod(rest, 1000)
     minutes, second = divmod(seconds, 60)
     hour, minute = divmod(minutes, 60)
@@ -149,3 +155,17 @@ def remeasurement_queue(claims: Iterable[ModelClaim], at: int) -> list[ModelClai
         and claim.claim_class == "eval-measured"
         and claim_expired(claim, at)
     ]
+
+
+#: The longest lifetime; a claim observed later than MAX_INSTANT minus this cannot expire.
+MAX_TTL_MS = max(CLAIM_TTL_DAYS.values()) * MS_PER_DAY
+
+
+def check_claim_instant(at: int, what: str) -> int:
+    """``at`` as an instant a claim may be observed at (its expiry must be renderable)."""
+    if not MIN_INSTANT <= at <= MAX_INSTANT - MAX_TTL_MS:
+        raise InstantError(
+            f"{what} {format_instant(min(max(at, MIN_INSTANT), MAX_INSTANT))} "
+            "is too far in the past or future for a claim's lifetime"
+        )
+    return at

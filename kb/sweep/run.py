@@ -25,7 +25,7 @@ from kb.store.models import ModelClaim
 from kb.store.ops import EvalCommitterGate
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expired, format_instant, remeasurement_queue
-from kb.sweep.cells import SweepCell, cell_claim, group_cells
+from kb.sweep.cells import SweepCell, cell_claim, claim_id, group_cells
 from kb.sweep.falsify import Retirement, sweep_ops
 from kb.sweep.spec import SweepSpec
 
@@ -167,9 +167,23 @@ def prepare_sweep(
             + judges * (budgets.judge_usd or 0)
             + probes * members * (budgets.canary_usd or 0),
         )
+    report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
+    taken = sorted(
+        {
+            cid
+            for member, case, _ in pairs
+            if (cid := claim_id(report_id, member, case.task_class)) in snapshot.by_id
+        }
+    )
+    if taken:  # found now, before any money is spent, not at commit time
+        raise ConfigError(
+            "report id",
+            f"{report_id!r} was already used: claim {taken[0]!r} exists; pass a new "
+            "--report-id or --observed-at",
+        )
     return SweepPlan(
         spec=spec,
-        report_id=report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}",
+        report_id=report_id,
         observed_at=observed_at,
         snapshot=snapshot,
         pool=tuple(pool),
@@ -183,7 +197,7 @@ def prepare_sweep(
 
 
 CanaryStep = Callable[
-    [SweepPlan, Engine, SpendEnvelope, KnowledgeStore, bool, bool], list[dict[str, Any]]
+    [SweepPlan, Engine, SpendEnvelope, KnowledgeStore, bool, bool, int], list[dict[str, Any]]
 ]
 
 
@@ -199,13 +213,19 @@ def execute_sweep(
 ) -> SweepReport:
     """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``)."""
     spec = plan.spec
+    if commit:
+        store.preflight()
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     report = SweepReport(plan)
     fingerprints: dict[str, str] = {}
     if canary_step is not None and spec.canary is not None:
-        report.canary = canary_step(plan, engine, envelope, store, commit, push)
+        report.canary = canary_step(plan, engine, envelope, store, commit, push, attempts)
+        # Only a fingerprint that could flip claims may be recorded on new ones: an
+        # incomplete or unstable canary records nothing.
         fingerprints = {
-            entry["subjectKey"]: entry["fingerprint"] for entry in report.canary if entry["allOk"]
+            ModelSpec(entry["model"], entry.get("effort")).key: entry["fingerprint"]
+            for entry in report.canary
+            if entry["status"] in ("no-drift", "drift")
         }
     verdicts = run_pairs(
         engine,

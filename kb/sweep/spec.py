@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import glob
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from kb.engine.requests import ModelSpec, split_ref
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader
 from kb.store.snapshot import validation_issues
+from kb.tomlfile import read_toml
 
 DEFAULT_THRESHOLDS = {"strength": 0.9, "weakness": 0.5}
 
@@ -150,16 +150,6 @@ class SweepSpec:
         return self.sweep.thresholds
 
 
-def _read_toml(path: Path, where: str) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(where, f"no such file: {path}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-
-
 def _validate(model: type[BaseModel], data: Any, prefix: str, issues: list[str]) -> Any:
     try:
         return model.model_validate(data)
@@ -176,7 +166,7 @@ def _resolve(base: Path, value: str) -> Path:
 
 def load_canary_file(path: Path) -> CanarySection:
     """A canary probe set from its own TOML file (``prompts`` at top level or in ``[canary]``)."""
-    data = _read_toml(path, "canary")
+    data = read_toml(path, "canary")
     if "canary" in data and isinstance(data["canary"], dict):
         data = data["canary"]
     issues: list[str] = []
@@ -193,7 +183,7 @@ _TOP_LEVEL = ("sweep", "budgets", "models", "cases", "include", "canary")
 def load_spec(path: Path | str) -> SweepSpec:
     """Load and validate a sweep spec; raise one ``ConfigError`` listing every problem."""
     path = Path(path)
-    raw = _read_toml(path, "spec")
+    raw = read_toml(path, "spec")
     base = path.resolve().parent
     issues: list[str] = [f"{key}: unknown key" for key in raw if key not in _TOP_LEVEL]
     sweep = _validate(SweepSection, raw.get("sweep"), "sweep", issues)
@@ -259,7 +249,7 @@ def _canary(value: Any, base: Path, issues: list[str]) -> CanarySection | None:
 
 def _included_cases(path: Path, issues: list[str]) -> list[Case]:
     try:
-        data = _read_toml(path, "include")
+        data = read_toml(path, "include")
     except ConfigError as exc:
         issues.append(f"include: {exc}")
         return []
@@ -314,6 +304,7 @@ def _models(
     seen: dict[str, int] = {}
     for index, entry in entries:
         spec = ModelSpec(entry.model, entry.effort, _resolve_params(entry.params, base))
+        issues.extend(_numeric_param_issues(index, spec.params))
         if spec.provider == "scripted":
             try:
                 ScriptedModel.from_params(spec.params, where=f"models[{index}].params")
@@ -325,6 +316,23 @@ def _models(
         seen[spec.key] = index
         models.append(spec)
     return models
+
+
+def _numeric_param_issues(index: int, params: Mapping[str, Any]) -> list[str]:
+    issues = []
+    for name in ("cost_usd", "input_cost_per_token", "output_cost_per_token", "timeout_s"):
+        if name not in params:
+            continue
+        value = params[name]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (math.isfinite(value) and value >= 0)
+        ):
+            issues.append(
+                f"models[{index}].params.{name}: must be a nonnegative number (got {value!r})"
+            )
+    return issues
 
 
 def _resolve_params(params: Mapping[str, Any], base: Path) -> dict[str, Any]:
