@@ -336,7 +336,7 @@ def note(app: App, /, **opts: Any) -> None:
     result = app.store.commit_with_rebase(
         lambda _: [AddClaim(claim, gate)], context, attempts=attempts, push=opts["push"]
     )
-    _echo_commit(result)
+    _echo_commit(result, app)
 
 
 @cli.command()
@@ -363,7 +363,7 @@ def archive(
         attempts=attempts,
         push=push,
     )
-    _echo_commit(result)
+    _echo_commit(result, app)
 
 
 @cli.command()
@@ -385,7 +385,7 @@ def deprecate(app: App, model: str, committer: str, attempts: int, push: bool) -
     if result is None:
         click.echo(f"no active or stale claims about {model}; nothing committed")
     else:
-        _echo_commit(result)
+        _echo_commit(result, app)
 
 
 SWEEP_EPILOG = """\b
@@ -476,6 +476,7 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
         click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
     else:
         click.echo(summary_text(report))
+    _echo_warnings(app)
     if opts["strict"] and report.provider_errors:
         raise JobFailedError(f"{report.provider_errors} target runs failed at the provider")
 
@@ -644,9 +645,15 @@ def progress_bar(total: int, *, enabled: bool) -> Iterator[Callable[[Any], None]
         yield lambda _result: progress.advance(task)
 
 
-def _echo_commit(result: Any) -> None:
+def _echo_commit(result: Any, app: App) -> None:
     git = f" [git {result.git_commit[:12]}]" if result.git_commit else ""
     click.echo(f"{result.message}{git}")
+    _echo_warnings(app)
+
+
+def _echo_warnings(app: App) -> None:
+    for warning in app.store.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

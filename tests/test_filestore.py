@@ -318,3 +318,24 @@ def test_a_held_lock_times_out_as_a_retryable_conflict(isolated: Path) -> None:
         with pytest.raises(CasAttemptsExhausted):
             store.commit_with_rebase(lambda s: adds("a"), CTX, attempts=2)
     assert not (isolated / "rulvar.models.json").exists()
+
+
+def test_a_deliberate_revert_is_refused_not_rolled_forward(repo: Path) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    store.commit(adds("b"), 1, CTX)
+    git(repo, "checkout", "HEAD~1", "--", "rulvar.models.json")  # the user restores v1
+    reverted = (repo / "rulvar.models.json").read_bytes()
+    with pytest.raises(StoreDirtyError, match="staged changes"):
+        KnowledgeStore("rulvar.models.json").commit_with_rebase(lambda s: adds("c"), CTX)
+    assert (repo / "rulvar.models.json").read_bytes() == reverted
+
+
+def test_a_stale_intent_from_an_unpublished_commit_is_discarded(repo: Path) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    assert store.git is not None
+    store.git.write_intent("0" * 40)  # a writer died before its update-ref
+    result = store.commit_with_rebase(lambda s: adds("b"), CTX)
+    assert result is not None and result.snapshot.version == 2
+    assert store.git.read_intent() is None

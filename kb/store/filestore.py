@@ -145,6 +145,8 @@ class KnowledgeStore:
         self.path = Path(path).absolute()
         self.active_claims_cap = active_claims_cap
         self.lock_timeout = lock_timeout
+        self.warnings: list[str] = []
+        """Things a caller should tell the user although the commit succeeded."""
 
     @cached_property
     def git(self) -> GitStoreRepo | None:
@@ -362,7 +364,14 @@ class KnowledgeStore:
             raise
         _fsync_directory(self.path.parent)
         if self.git is not None and blob is not None:
-            self.git.set_index_blob(blob)
+            if self.git.set_index_blob(blob):
+                self.git.clear_intent()
+            else:
+                self.warnings.append(
+                    f"committed {commit_oid[:12] if commit_oid else ''}, but git's index was "
+                    "locked and still shows the old store; the next kb command repairs it "
+                    "(do not `git commit` the store meanwhile)"
+                )
         return commit_oid
 
     def _write_temp(self, text: str) -> Path:

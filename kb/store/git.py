@@ -10,16 +10,18 @@ and surfaces as :class:`KnowledgeCasError`, which the rebase loop retries.
 
 Crash recovery: the file store publishes the ref first and replaces the
 file second, so a process killed in between leaves ``HEAD`` one kb commit
-ahead of the work-tree file. :meth:`GitStoreRepo.reconcile` recognizes
-exactly that state (the file and index equal the store blob of ``HEAD``'s
-parent, and ``HEAD`` is a kb commit touching only the store) and finishes
-the interrupted commit; any other difference between the work tree, the
-index and ``HEAD`` is the user's edit and is refused with
-:class:`StoreDirtyError` rather than overwritten.
+ahead of the work-tree file. Before publishing, kb writes an *intent
+marker* (``kb-intent-*`` in the git directory, naming the new commit) and
+removes it once the file and the index caught up. :meth:`reconcile`
+finishes an interrupted commit only when the marker names ``HEAD`` — so a
+user who deliberately checks out an older store is never "rolled forward"
+— and refuses any other difference between the work tree, the index and
+``HEAD`` with :class:`StoreDirtyError` rather than overwrite it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import time
@@ -225,17 +227,24 @@ class GitStoreRepo:
         index_blob = self.blob_in_index()
         exists = self.store_path.exists()
         file_blob = self.hash_file(self.store_path) if exists else None
+        intent = self.read_intent()
+        if intent is not None and intent != head:
+            self.clear_intent()  # a commit that never got published: nothing to finish
+            intent = None
         if file_blob == head_blob and index_blob == head_blob:
+            self.clear_intent()
             return Reconciled("clean")
-        if head is not None and head_blob is not None and self.is_kb_commit(head):
+        if intent is not None and head is not None and head_blob is not None:
             parent = self._try("rev-parse", "-q", "--verify", f"{head}^1")
             parent_blob = self.blob_in(parent.strip() if parent else None)
             if file_blob == head_blob and index_blob == parent_blob:
-                self.set_index_blob(head_blob)
+                if self.set_index_blob(head_blob):
+                    self.clear_intent()
                 return Reconciled("index-refreshed")
             if file_blob == parent_blob and index_blob == parent_blob:
                 self._restore_file(head_blob)
-                self.set_index_blob(head_blob)
+                if self.set_index_blob(head_blob):
+                    self.clear_intent()
                 return Reconciled("rolled-forward")
         where = "staged" if index_blob != head_blob else "unstaged"
         if not exists and head_blob is not None:
@@ -265,13 +274,38 @@ class GitStoreRepo:
             Path(temp).unlink(missing_ok=True)
             raise
 
-    def set_index_blob(self, blob: str) -> None:
+    @cached_property
+    def intent_path(self) -> Path:
+        """The marker of a commit published to git but not yet to the work tree."""
+        tag = hashlib.sha256(self.rel.encode()).hexdigest()[:12]
+        return self.git_dir / f"kb-intent-{tag}"
+
+    def write_intent(self, commit: str) -> None:
+        """Record, durably, that ``commit`` is about to become the branch tip."""
+        with open(self.intent_path, "w", encoding="ascii") as handle:
+            handle.write(commit + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_intent(self) -> str | None:
+        """The commit a crashed writer was publishing, if any."""
+        try:
+            return self.intent_path.read_text(encoding="ascii").strip() or None
+        except FileNotFoundError:
+            return None
+
+    def clear_intent(self) -> None:
+        """The work tree and index caught up: no commit is half-published."""
+        self.intent_path.unlink(missing_ok=True)
+
+    def set_index_blob(self, blob: str) -> bool:
         """Point the user's index entry for the store (and only it) at ``blob``.
 
         Any git command the user runs meanwhile (even ``git status``) may
         hold ``index.lock`` for a moment, so contention is retried briefly.
-        If the index stays locked the commit still stands; the next kb
-        commit finds the lagging entry and repairs it (see ``reconcile``).
+        If the index stays locked it returns ``False``: the commit still
+        stands and the intent marker stays, so the next kb command repairs the
+        entry (see ``reconcile``); the caller warns the user meanwhile.
         """
         args = ["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}"]
         for attempt in range(_INDEX_LOCK_RETRIES):
@@ -282,10 +316,11 @@ class GitStoreRepo:
                 # --cacheinfo records no stat data; refreshing it lets later porcelain
                 # (git status, git reset --keep) see the entry as up to date.
                 self._try("update-index", "-q", "--refresh", "--", self.rel)
-                return
+                return True
             if "index.lock" not in err:
                 raise GitError(f"git update-index failed: {err.strip()}")
             time.sleep(0.01 * (attempt + 1))
+        return False
 
     # -- writing ----------------------------------------------------------------------
 
@@ -323,12 +358,14 @@ class GitStoreRepo:
             args += ["-p", expected_head]
         args += ["-m", message, "-m", trailer_text]
         commit = self._run(*args, env=self._identity()).strip()
+        self.write_intent(commit)
         status, _, err = self._git.execute(
             ["git", "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID],
             with_extended_output=True,
             with_exceptions=False,
         )
         if status != 0:
+            self.clear_intent()
             _, moved_to = self.head()
             raise KnowledgeCasError(
                 f"git {ref} moved from {(expected_head or 'unborn')[:12]} to "
