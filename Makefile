@@ -50,9 +50,9 @@ demo: $(STAMP)
 knowledge: $(STAMP)
 	$(KB) sweep sweeps/demo.toml --html $(DEMO)-knowledge.html
 
-bench: $(STAMP)
-	$(PY) bench/store_bench.py
-	$(PY) bench/engine_bench.py
+bench: $(STAMP) system-deps
+	@command -v jq >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq)
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf $(VENV) $(DEMO) .pytest_cache .mypy_cache .ruff_cache

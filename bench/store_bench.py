@@ -78,15 +78,25 @@ def generate_store(path: Path, count: int) -> None:
     path.write_text(render_store(snapshot))
 
 
-def timed(cmd: list[str], repeats: int, env: dict[str, str] | None = None) -> tuple[float, bytes]:
+def timed(
+    cmd: list[str], repeats: int, env: dict[str, str] | None = None
+) -> tuple[float, bytes, int]:
+    """Median wall time, the output, and the peak RSS (KiB) of the child process."""
     samples = []
     out = b""
+    peak = 0
     for _ in range(repeats):
-        start = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, env=env, check=True)
-        samples.append(time.perf_counter() - start)
-        out = proc.stdout
-    return statistics.median(samples), out
+        with tempfile.TemporaryFile() as sink:
+            start = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.DEVNULL, env=env)
+            _, status, usage = os.wait4(proc.pid, 0)
+            samples.append(time.perf_counter() - start)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            assert proc.returncode == 0, cmd
+            peak = max(peak, usage.ru_maxrss)
+            sink.seek(0)
+            out = sink.read()
+    return statistics.median(samples), out, peak
 
 
 def bench_list(sizes: list[int], repeats: int) -> list[str]:
@@ -103,20 +113,21 @@ def bench_list(sizes: list[int], repeats: int) -> list[str]:
             generate_store(store, size)
             mb = store.stat().st_size / 1e6
             env = dict(os.environ, KB_AS_OF="2026-12-01")
-            ours, kb_out = timed(
+            ours, kb_out, kb_rss = timed(
                 [kb, "--store", str(store), "list", "--json", "--model", model], repeats, env
             )
             if jq is None:
                 lines.append(
-                    f"| {size:,} | {mb:.1f} | {ours * 1000:.0f} ms | jq not installed | - |"
+                    f"| {size:,} | {mb:.1f} | {ours * 1000:.0f} ms | jq not installed | - "
+                    f"| {kb_rss / 1024:.0f} MiB | - |"
                 )
                 continue
             jq_filter = f'[.claims[] | select(.subject.model == "{model}")]'
-            theirs, jq_out = timed([jq, jq_filter, str(store)], repeats)
+            theirs, jq_out, jq_rss = timed([jq, jq_filter, str(store)], repeats)
             assert len(json.loads(kb_out)) == len(json.loads(jq_out))
             lines.append(
                 f"| {size:,} | {mb:.1f} | {ours * 1000:.0f} ms | {theirs * 1000:.0f} ms "
-                f"| {ours / theirs:.2f}x |"
+                f"| {ours / theirs:.2f}x | {kb_rss / 1024:.0f} MiB | {jq_rss / 1024:.0f} MiB |"
             )
     return lines
 

@@ -100,7 +100,10 @@ def fake_openai_server(
                     time.sleep(hang_s)
                 self._send(200, json.dumps(_completion(body["model"], f"echo: {prompt}")).encode())
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 256  # the default 5 drops bursts of connects into SYN retries
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

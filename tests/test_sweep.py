@@ -181,6 +181,7 @@ def test_the_pool_is_configured_plus_weaknesses_plus_the_queue(
     assert "planned: 30 target runs" in result.stdout
     assert "worst-case authorized spend: $0.3000 (cap $5.0000)" in result.stdout
     assert "target:scripted:old@low/case-09  ceiling $0.0100" in result.stdout
+    assert "canary:" not in result.stdout  # no canary configured
     assert KnowledgeStore(STORE).read().version == 1  # a dry run writes nothing
 
 

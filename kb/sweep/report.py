@@ -31,7 +31,21 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     lines.append(f"worst-case authorized spend: {_money(plan.worst_case_usd)} (cap {_money(cap)})")
     if list_runs:
         lines.append("runs:")
+        canary = plan.spec.canary
+        if canary is not None:
+            from kb.canary import plan_probes
+
+            probes = plan_probes(
+                plan.members, canary.prompts, canary.repeats, plan.spec.budgets.canary_usd
+            )
+            lines += [f"  {run.label}  ceiling {_money(run.ceiling_usd)}" for run in probes]
         lines += [f"  {run.label}  ceiling {_money(run.ceiling_usd)}" for run in plan.target_runs]
+        if plan.judge_runs_max:
+            lines.append(
+                f"  (+ up to {plan.judge_runs_max} judge runs, one per judge grader "
+                f"of each target run that settles ok, ceiling "
+                f"{_money(plan.spec.budgets.judge_usd)})"
+            )
     return "\n".join(lines)
 
 
