@@ -51,7 +51,8 @@ knowledge: $(STAMP)
 	$(KB) sweep sweeps/demo.toml --html $(DEMO)-knowledge.html
 
 bench: $(STAMP) system-deps
-	@command -v jq >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq)
+	@command -v jq >/dev/null 2>&1 && test -x /usr/bin/time || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq time)
 	$(PY) bench/run_all.py
 
 clean:

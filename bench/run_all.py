@@ -50,12 +50,7 @@ def main() -> None:
         "Every figure below comes from this one run; ratios compare kb with the baseline "
         "or ideal measured in the same run.\n"
     )
-    text = (
-        header
-        + "\n\n"
-        + "\n\n".join(s.replace("\n# ", "\n## ").replace("\n## ", "\n### ", 0) for s in sections)
-        + "\n"
-    )
+    text = header + "\n\n" + "\n\n".join(demote_headings(section) for section in sections) + "\n"
     (ROOT / "bench" / "RESULTS.md").write_text(text)
     print(text)
 

@@ -458,7 +458,9 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
         click.echo(plan_text(plan, list_runs=opts["dry_run"]), err=opts["as_json"])
     if opts["dry_run"]:
         return
-    engine = build_engine(spec, opts["concurrency"], opts["record_path"], opts["replay_path"])
+    engine = build_engine(
+        sweep_engine_config(spec, opts["concurrency"]), opts["record_path"], opts["replay_path"]
+    )
     with progress_bar(len(plan.target_runs), enabled=not opts["quiet"]) as advance:
         engine.on_settled = advance
         report = execute_sweep(
@@ -520,11 +522,9 @@ def canary(app: App, /, spec_path: Path, **opts: Any) -> None:
     attempts = validate_attempts_option(opts["attempts"])
     spec = load_spec(spec_path)
     engine = build_engine(
-        spec,
-        opts["concurrency"],
+        sweep_engine_config(spec, opts["concurrency"], opts["max_retries"]),
         opts["record_path"],
         opts["replay_path"],
-        max_retries=opts["max_retries"],
     )
     results = run_canary(
         spec,
@@ -573,22 +573,16 @@ def card(app: App, ladders_path: Path, as_json: bool) -> None:
 def checkpoint(app: App, /, spec_path: Path, **opts: Any) -> None:
     """A/B-test whether routing by the knowledge beats routing without it (exit 0/1)."""
     from kb.checkpoint import checkpoint_table, load_checkpoint_spec, run_checkpoint
-    from kb.engine.cassette import Cassette
-    from kb.engine.scheduler import Engine, EngineConfig
+    from kb.engine.scheduler import EngineConfig
 
     spec = load_checkpoint_spec(spec_path)
     claims = app.store.read().claims
-    if opts["record_path"] and opts["replay_path"]:
-        raise ConfigError("--record/--replay", "use one or the other")
-    cassette = (
-        Cassette(opts["replay_path"], "replay")
-        if opts["replay_path"]
-        else Cassette(opts["record_path"], "record")
-        if opts["record_path"]
-        else None
-    )
     level = opts["concurrency"] or spec.section.concurrency
-    engine = Engine(EngineConfig(concurrency=level, per_provider=level), cassette=cassette)
+    engine = build_engine(
+        EngineConfig(concurrency=level, per_provider=level),
+        opts["record_path"],
+        opts["replay_path"],
+    )
     report = run_checkpoint(spec, claims, engine, as_of=app.as_of)
     if opts["as_json"]:
         click.echo(json.dumps(report.to_json(), indent=2))
@@ -605,27 +599,26 @@ def validate_attempts_option(attempts: object) -> int:
     return validate_attempts(attempts)
 
 
-def build_engine(
-    spec: Any,
-    concurrency: int | None,
-    record: Path | None,
-    replay: Path | None,
-    *,
-    max_retries: int | None = None,
-) -> Any:
-    """The engine a sweep (or canary) runs on, with its cassette."""
-    from kb.engine.cassette import Cassette
-    from kb.engine.scheduler import Engine, EngineConfig
+def sweep_engine_config(spec: Any, concurrency: int | None, max_retries: int | None = None) -> Any:
+    """A sweep spec's engine settings, with the command line's overrides."""
+    from kb.engine.scheduler import EngineConfig
 
-    if record and replay:
-        raise ConfigError("--record/--replay", "use one or the other")
     level = concurrency if concurrency is not None else spec.sweep.concurrency
-    config = EngineConfig(
+    return EngineConfig(
         concurrency=level,
         per_provider=spec.sweep.per_provider or level,
         timeout_s=spec.sweep.timeout_s,
         max_retries=max_retries if max_retries is not None else spec.sweep.max_retries,
     )
+
+
+def build_engine(config: Any, record: Path | None, replay: Path | None) -> Any:
+    """An engine with the cassette ``--record``/``--replay`` ask for."""
+    from kb.engine.cassette import Cassette
+    from kb.engine.scheduler import Engine
+
+    if record and replay:
+        raise ConfigError("--record/--replay", "use one or the other")
     cassette = (
         Cassette(replay, "replay") if replay else Cassette(record, "record") if record else None
     )
