@@ -36,8 +36,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     )
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for name in ("KB_STORE", "KB_AS_OF", "KB_DEBUG", "KB_COMMITTER"):
+    for name in ("KB_STORE", "KB_AS_OF", "KB_DEBUG", "KB_COMMITTER", "KB_NO_CACHE"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
