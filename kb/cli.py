@@ -9,7 +9,6 @@ defaults to now).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -475,7 +474,7 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
     if opts["html_path"]:
         opts["html_path"].write_text(report_html(report), encoding="utf-8")
     if opts["as_json"]:
-        click.echo(json.dumps(report_json(report), indent=2, ensure_ascii=False))
+        echo_json(report_json(report))
     else:
         click.echo(summary_text(report))
     _echo_warnings(app)
@@ -537,7 +536,7 @@ def canary(app: App, /, spec_path: Path, **opts: Any) -> None:
         push=opts["push"],
     )
     if opts["as_json"]:
-        click.echo(json.dumps([r.to_json() for r in results], indent=2, ensure_ascii=False))
+        echo_json([r.to_json() for r in results])
     else:
         for result in results:
             click.echo(canary_line(result))
@@ -558,7 +557,7 @@ def card(app: App, ladders_path: Path, as_json: bool) -> None:
     claims = app.store.read().claims
     if as_json:
         recommendations = compile_verified_layer(claims, ladders.ladders, app.as_of, ladders.floors)
-        click.echo(json.dumps([r.to_json() for r in recommendations], indent=2))
+        echo_json([r.to_json() for r in recommendations])
     else:
         click.echo(render_card(claims, ladders, app.as_of), nl=False)
 
@@ -585,7 +584,7 @@ def checkpoint(app: App, /, spec_path: Path, **opts: Any) -> None:
     )
     report = run_checkpoint(spec, claims, engine, as_of=app.as_of)
     if opts["as_json"]:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        echo_json(report.to_json())
     else:
         click.echo(checkpoint_table(report))
     if not report.passed:
@@ -636,6 +635,13 @@ def progress_bar(total: int, *, enabled: bool) -> Iterator[Callable[[Any], None]
     with Progress(transient=True) as progress:
         task = progress.add_task("runs", total=total)
         yield lambda _result: progress.advance(task)
+
+
+def echo_json(value: Any) -> None:
+    """JSON on stdout, numbers as JavaScript prints them (``1``, not ``1.0``), like the store."""
+    from kb.store.canonical import js_stringify
+
+    click.echo(js_stringify(value, indent=2))
 
 
 def _echo_commit(result: Any, app: App) -> None:

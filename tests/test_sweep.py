@@ -83,6 +83,8 @@ def test_a_single_case_statement_is_singular(runner: CliRunner, isolated: Path) 
     spec = write_spec(
         isolated / "s.toml", [scripted_model("m", 1)], cases=[("only", "Question 0?", "answer-0")]
     )
+    raw = kb(runner, "sweep", str(spec), "--json", "--quiet", "--no-commit", "--observed-at", NIGHT)
+    assert '"passRate": 1,' in raw.stdout  # numbers as JavaScript prints them, like the store
     (claim,) = sweep_json(runner, spec)["claims"]
     assert (
         claim["statement"]
