@@ -460,7 +460,8 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
     engine = build_engine(
         sweep_engine_config(spec, opts["concurrency"]), opts["record_path"], opts["replay_path"]
     )
-    with progress_bar(len(plan.target_runs), enabled=not opts["quiet"]) as advance:
+    total = len(plan.target_runs) + plan.canary_probes + plan.judge_runs_max
+    with progress_bar(total, enabled=not opts["quiet"]) as advance:
         engine.on_settled = advance
         report = execute_sweep(
             plan,
