@@ -173,10 +173,10 @@ def drifted_claims(snapshot: Snapshot, member: ModelSpec, fresh: str) -> list[st
 def classify(canaries: Sequence[CanaryResult], snapshot: Snapshot) -> None:
     """Set each result's status and the claims it would flip (against ``snapshot``)."""
     for result in canaries:
-        if not result.stable:
-            result.status, result.flipped = "unstable", []
-        elif not result.all_ok:
+        if not result.all_ok:  # a failed probe is missing evidence, whatever the repeats say
             result.status, result.flipped = "incomplete", []
+        elif not result.stable:
+            result.status, result.flipped = "unstable", []
         else:
             result.flipped = drifted_claims(snapshot, result.member, result.fingerprint)
             result.status = "drift" if result.flipped else "no-drift"
@@ -243,7 +243,12 @@ def run_canary(
     engine.finish()
     if commit:
         commit_flips(
-            canaries, store, committer=spec.sweep.committer, label="canary", attempts=attempts
+            canaries,
+            store,
+            committer=spec.sweep.committer,
+            label="canary",
+            attempts=attempts,
+            push=push,
         )
     else:
         classify(canaries, store.read())

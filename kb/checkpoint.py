@@ -8,11 +8,11 @@ the claims** (a shared name or prompt is leakage and refused as a
   baseline arm runs the cell's cases at the ladder's default start tier and
   the treatment arm at the tier the verified layer recommends. A cell with a
   recommendation passes by :func:`start_rung_rule`. Cells without one run
-  the default in both arms (the same runs): neutral for the majority, part
-  of the pooled aggregate. The criterion holds when a strict majority of
-  recommended cells pass and the pooled arms pass the same rule; with no
-  recommendation at all there is nothing to earn its keep and it does not
-  hold.
+  the default tier once and are reported, but neither vote nor enter the
+  pooled arms (identical arms would only dilute the comparison). The
+  criterion holds when a strict majority of recommended cells pass and the
+  pooled arms of those cells pass the same rule; with no recommendation at
+  all there is nothing to earn its keep and it does not hold.
 * **Criterion 2 — which profile.** For each orchestrated case an
   orchestrator model picks a profile (structured ``{"profile": name}``) once
   with the knowledge card in its prompt and once without; the chosen
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from kb.engine.requests import ModelSpec, ProviderRequest, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
-from kb.evals.cases import Case, unique_names
+from kb.evals.cases import Case, JudgeGrader, unique_names
 from kb.evals.suite import CaseVerdict, run_pairs
 from kb.store.models import ModelClaim
 from kb.store.snapshot import validation_issues
@@ -193,7 +193,11 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
         issues.append("profiles: criterion 2 needs at least one [[profiles]] entry")
     budgets = spec.budgets
     if not spec.checkpoint.allow_unbounded:
-        for name in ("target_usd", "orchestrator_usd", "max_total_usd"):
+        needed = ["target_usd", "orchestrator_usd", "max_total_usd"]
+        cases = [*spec.cases, *spec.orchestrated]
+        if any(isinstance(g, JudgeGrader) for case in cases for g in case.graders):
+            needed.append("judge_usd")
+        for name in needed:
             if getattr(budgets, name) is None:
                 issues.append(f"budgets.{name}: missing (or set checkpoint.allow_unbounded)")
     seeding: list[Case] = []
@@ -516,7 +520,11 @@ def run_checkpoint(
         if profile is None:
             if run.status == "ok":
                 arms[arm].invalid_choices += 1
-            arms[arm].verdicts.append(CaseVerdict(name, case.task_class, run, (), (), False, False))
+            # The router call is already counted in extra_runs: the case costs nothing more.
+            placeholder = replace(run, cost_usd=0.0)
+            arms[arm].verdicts.append(
+                CaseVerdict(name, case.task_class, placeholder, (), (), False, False)
+            )
             continue
         chosen.append((spec.model(profile.model, profile.effort), case, f"{arm}/{name}"))
         slots.append(arm)
@@ -529,10 +537,13 @@ def run_checkpoint(
     ):
         arms[arm].verdicts.append(verdict)
     engine.finish()
+    tested = [cell for cell in cells if cell.recommended_tier is not None]
     return CheckpointReport(
         cells=cells,
-        pooled_baseline=_pooled("baseline", [c.baseline for c in cells]),
-        pooled_treatment=_pooled("treatment", [c.treatment for c in cells]),
+        # Pooled over the cells with a recommendation: the others run the same tier in
+        # both arms and would only dilute the comparison.
+        pooled_baseline=_pooled("baseline", [c.baseline for c in tested]),
+        pooled_treatment=_pooled("treatment", [c.treatment for c in tested]),
         informed=arms["informed"],
         blind=arms["blind"],
         card=card,

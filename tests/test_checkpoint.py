@@ -228,6 +228,7 @@ def test_criterion_two_needs_the_card_to_change_the_choice(
     wrong = write_world(isolated / "cp2.toml", cheap_right=True, informed_profile="nonexistent")
     report = json.loads(run(runner, wrong, "--json").stdout)
     assert report["criterion2"]["informed"]["invalidChoices"] == 4
+    assert report["criterion2"]["informed"]["costUsd"] == pytest.approx(4 * 0.0005)  # once each
     assert report["criterion2"]["holds"] is False  # informed pass rate 0 fails outright
 
 
@@ -244,3 +245,26 @@ def test_a_bad_checkpoint_spec_is_a_config_error(runner: CliRunner, isolated: Pa
     (isolated / "bad.toml").write_text('[checkpoint]\norchestrator = "nocolon"\n')
     result = run(runner, isolated / "bad.toml")
     assert result.exit_code == 2 and "checkpoint.orchestrator" in result.stderr
+
+
+def test_cells_without_a_recommendation_stay_out_of_the_pool() -> None:
+    from kb.checkpoint import Arm, CheckpointReport, StartRungCell, _pooled
+    from kb.engine.runs import RunResult
+    from kb.evals.suite import CaseVerdict
+
+    def arm(name: str, cost: float) -> Arm:
+        run = RunResult(label=name, kind="target", model="m", status="ok", cost_usd=cost)
+        return Arm(name, [CaseVerdict("c", "t", run, (), (), False, True)])
+
+    tested = StartRungCell("l", "a", 1, 0, arm("baseline", 0.50), arm("treatment", 0.25))
+    untested = StartRungCell("l", "b", 1, None, arm("baseline", 5.0), arm("treatment", 5.0))
+    report = CheckpointReport(
+        cells=[tested, untested],
+        pooled_baseline=_pooled("baseline", [tested.baseline]),
+        pooled_treatment=_pooled("treatment", [tested.treatment]),
+        informed=arm("informed", 1.0),
+        blind=arm("blind", 1.0),
+        card="",
+        spent_usd=0.0,
+    )
+    assert untested.passed is None and report.criterion1
