@@ -118,15 +118,29 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
+DEFAULT_ATTEMPTS = 3
+#: With --push every concurrent publisher is a conflict, so the default is roomier.
+DEFAULT_PUSH_ATTEMPTS = 10
+
+
 def attempts_option(func: F) -> F:
     """``--attempts N``: how many times the rebase loop retries a CAS conflict."""
     return click.option(
         "--attempts",
         type=int,
-        default=3,
-        show_default=True,
+        default=None,
+        show_default=f"{DEFAULT_ATTEMPTS}, or {DEFAULT_PUSH_ATTEMPTS} with --push",
         help="Rebase-loop attempts on a concurrent change (positive integer).",
     )(func)
+
+
+def resolve_attempts(attempts: int | None, push: bool) -> int:
+    """``--attempts`` through the core's own check (a ConfigError, exit 2), or the default."""
+    from kb.store.filestore import validate_attempts
+
+    if attempts is None:
+        return DEFAULT_PUSH_ATTEMPTS if push else DEFAULT_ATTEMPTS
+    return validate_attempts(attempts)
 
 
 def push_option(func: F) -> F:
@@ -309,10 +323,10 @@ Example:
 def note(app: App, /, **opts: Any) -> None:
     """Add a human-editorial claim through the human gate."""
     from kb.store.editorial import editorial_claim, human_gate, parse_evidence
-    from kb.store.filestore import CommitContext, validate_attempts
+    from kb.store.filestore import CommitContext
     from kb.store.ops import AddClaim
 
-    attempts = validate_attempts(opts["attempts"])
+    attempts = resolve_attempts(opts["attempts"], opts["push"])
     claim = editorial_claim(
         model=opts["model"],
         effort=opts["effort"],
@@ -348,18 +362,18 @@ def note(app: App, /, **opts: Any) -> None:
 @push_option
 @pass_app
 def archive(
-    app: App, claim_id: str, reason: str, committer: str, attempts: int, push: bool
+    app: App, claim_id: str, reason: str, committer: str, attempts: int | None, push: bool
 ) -> None:
     """Archive one claim (it stays in the file with status archived)."""
     from kb.store.editorial import archive_ops
-    from kb.store.filestore import CommitContext, validate_attempts
+    from kb.store.filestore import CommitContext
 
-    validate_attempts(attempts)
+    tries = resolve_attempts(attempts, push)
     context = CommitContext("archive", committer, label=claim_id)
     result = app.store.commit_with_rebase(
         lambda snapshot: archive_ops(snapshot, claim_id, reason),  # type: ignore[arg-type]
         context,
-        attempts=attempts,
+        attempts=tries,
         push=push,
     )
     _echo_commit(result, app)
@@ -371,15 +385,15 @@ def archive(
 @attempts_option
 @push_option
 @pass_app
-def deprecate(app: App, model: str, committer: str, attempts: int, push: bool) -> None:
+def deprecate(app: App, model: str, committer: str, attempts: int | None, push: bool) -> None:
     """Archive every active or stale claim about MODEL (reason deprecated)."""
     from kb.store.editorial import deprecate_ops
-    from kb.store.filestore import CommitContext, validate_attempts
+    from kb.store.filestore import CommitContext
 
-    validate_attempts(attempts)
+    tries = resolve_attempts(attempts, push)
     context = CommitContext("deprecate", committer, label=model)
     result = app.store.commit_with_rebase(
-        lambda snapshot: deprecate_ops(snapshot, model), context, attempts=attempts, push=push
+        lambda snapshot: deprecate_ops(snapshot, model), context, attempts=tries, push=push
     )
     if result is None:
         click.echo(f"no active or stale claims about {model}; nothing committed")
@@ -443,7 +457,7 @@ def sweep(app: App, /, spec_path: Path, **opts: Any) -> None:
     from kb.sweep.run import execute_sweep, parse_shard, prepare_sweep
     from kb.sweep.spec import load_spec
 
-    attempts = validate_attempts_option(opts["attempts"])
+    attempts = resolve_attempts(opts["attempts"], opts["push"])
     for flag in ("html_path", "record_path"):
         if opts[flag] is not None and not opts[flag].parent.is_dir():
             raise ConfigError(f"--{flag.split('_')[0]}", f"{opts[flag].parent} is not a directory")
@@ -519,7 +533,7 @@ def canary(app: App, /, spec_path: Path, **opts: Any) -> None:
     from kb.canary import canary_line, run_canary
     from kb.sweep.spec import load_spec
 
-    attempts = validate_attempts_option(opts["attempts"])
+    attempts = resolve_attempts(opts["attempts"], opts["push"])
     spec = load_spec(spec_path)
     engine = build_engine(
         sweep_engine_config(spec, opts["concurrency"], opts["max_retries"]),
@@ -590,13 +604,6 @@ def checkpoint(app: App, /, spec_path: Path, **opts: Any) -> None:
         click.echo(checkpoint_table(report))
     if not report.passed:
         raise JobFailedError("checkpoint not passed")
-
-
-def validate_attempts_option(attempts: object) -> int:
-    """``--attempts`` through the core's own check (a ConfigError, exit 2)."""
-    from kb.store.filestore import validate_attempts
-
-    return validate_attempts(attempts)
 
 
 def sweep_engine_config(spec: Any, concurrency: int | None, max_retries: int | None = None) -> Any:

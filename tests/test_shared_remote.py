@@ -167,7 +167,7 @@ def test_a_rejected_push_is_reapplied_on_the_remote_tip(isolated: Path) -> None:
     assert git(b, "rev-list", "--merges", "HEAD") == ""
 
 
-def test_push_exhaustion_keeps_and_names_the_local_commit(isolated: Path) -> None:
+def remote_with_clone(isolated: Path) -> tuple[Path, Path]:
     remote = isolated / "remote.git"
     git(isolated, "init", "-q", "--bare", str(remote))
     git(remote, "config", "receive.denyNonFastForwards", "true")
@@ -175,40 +175,88 @@ def test_push_exhaustion_keeps_and_names_the_local_commit(isolated: Path) -> Non
     git(isolated, "clone", "-q", str(remote), str(a))
     assert kb_run(a, "init").returncode == 0
     git(a, "push", "-q", "origin", "HEAD")
-    # A hook that always refuses stands in for a remote that keeps moving.
-    hook = remote / "hooks" / "pre-receive"
-    hook.write_text("#!/bin/sh\necho 'rejected: non-fast-forward' >&2\nexit 1\n")
-    hook.chmod(0o755)
-    process = kb(a, "deprecate", "x:y", "--push")
-    process.communicate(timeout=60)
-    archive = kb(
-        a,
-        "--as-of",
-        "2026-11-01",
-        "note",
-        "--model",
-        "x:y",
-        "--task-class",
-        "t",
-        "--polarity",
-        "weakness",
-        "--statement",
-        "s",
-        "--approver",
-        "ann",
-        "--ruled-out",
-        "prompt",
-        "--evidence",
-        "journal:r:1",
-        "--push",
-        "--attempts",
-        "2",
-    )
-    out, err = archive.communicate(timeout=60)
-    assert archive.returncode == 3
+    return remote, a
+
+
+NOTE = [
+    "--as-of",
+    "2026-11-01",
+    "note",
+    "--model",
+    "x:y",
+    "--task-class",
+    "t",
+    "--polarity",
+    "weakness",
+    "--statement",
+    "s",
+    "--approver",
+    "ann",
+    "--ruled-out",
+    "prompt",
+    "--evidence",
+    "journal:r:1",
+    "--push",
+]
+
+
+def test_push_exhaustion_keeps_and_names_the_local_commit(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kb.errors import CasAttemptsExhausted
+    from kb.store import git as store_git
+    from kb.store.filestore import CommitContext
+    from tests.factories import add, eval_claim
+
+    _, a = remote_with_clone(isolated)
+
+    def always_lose(*args: object) -> None:  # a remote that keeps moving
+        raise store_git.PushRejected("[rejected] (fetch first)")
+
+    monkeypatch.setattr(store_git, "push", always_lose)
+    store = KnowledgeStore(a / "rulvar.models.json")
+    with pytest.raises(CasAttemptsExhausted) as caught:
+        store.commit_with_rebase(
+            lambda s: [add(eval_claim("c"))], CommitContext("t", "t"), attempts=2, push=True
+        )
     local = git(a, "rev-parse", "--short=12", "HEAD").strip()
-    assert f"the local commit {local} is kept on main, not published" in err
-    assert "note/x:y/t/2026-11-01T00:00:00.000Z" in (a / "rulvar.models.json").read_text()
+    assert f"the local commit {local} is kept on main, not published" in str(caught.value)
+    assert "c" in store.read().by_id
+    assert git(a, "status", "--porcelain") == ""
+
+
+def test_a_refusing_hook_is_an_error_not_a_race(isolated: Path) -> None:
+    remote, a = remote_with_clone(isolated)
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'policy: no pushes today (rejected)' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    result = kb_run(a, *NOTE)
+    assert result.returncode == 1, result.stderr  # not 3: retrying cannot help
+    assert "pre-receive hook declined" in result.stderr
+
+
+def test_push_refuses_to_publish_commits_kb_did_not_make(isolated: Path) -> None:
+    remote, a = remote_with_clone(isolated)
+    (a / "wip.txt").write_text("not for publication\n")
+    git(a, "add", "wip.txt")
+    git(a, "commit", "-qm", "WIP do not publish")
+    before = (a / "rulvar.models.json").read_bytes()
+    result = kb_run(a, *NOTE)
+    assert result.returncode == 1 and "unpublished commit" in result.stderr
+    assert (a / "rulvar.models.json").read_bytes() == before
+    assert "WIP" not in git(remote, "log", "--format=%s", "main")
+
+
+def test_catching_up_keeps_the_users_staged_work(isolated: Path) -> None:
+    remote, a = remote_with_clone(isolated)
+    b = isolated / "b"
+    git(isolated, "clone", "-q", str(remote), str(b))
+    assert kb_run(a, *NOTE).returncode == 0  # b is now behind
+    (b / "staged.txt").write_text("staged\n")
+    git(b, "add", "staged.txt")
+    second = kb_run(b, *[a if a != "2026-11-01" else "2026-11-02" for a in NOTE])
+    assert second.returncode == 0, second.stderr
+    assert git(b, "diff", "--cached", "--name-only") == "staged.txt\n"
 
 
 def test_shards_are_whole_cells_and_parse_strictly() -> None:

@@ -33,7 +33,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kb.errors import CasAttemptsExhausted, ConfigError, KnowledgeCasError
+from kb.errors import CasAttemptsExhausted, ConfigError, GitError, KnowledgeCasError
 from kb.store import verified
 from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, Op, OpCounts, apply_ops
 from kb.store.snapshot import (
@@ -224,19 +224,14 @@ class KnowledgeStore:
         commit stays on the branch, unpushed, and the error names it.
         """
         attempts = validate_attempts(attempts)
-        if push and self.git is None:
-            raise ConfigError("--push", f"{self.path} is not in a git work tree")
-        target = None
-        if push:
-            from kb.store.git import push_target
-
-            assert self.git is not None
-            target = push_target(self.git)
+        target = self._push_target() if push else None
         last: KnowledgeCasError | None = None
         for attempt in range(1, attempts + 1):
             try:
                 with self._locked(None):
                     head = self._prepare()
+                    if target is not None and (head is None or head[0] != target.local_ref):
+                        raise GitError(f"--push: HEAD is no longer {target.local_ref}")
                     snapshot = self.read()
                     ops = build_ops(snapshot)
                     if not ops:
@@ -278,14 +273,27 @@ class KnowledgeStore:
                 "on the remote tip"
             ) from None
 
-    def preflight(self) -> None:
+    def preflight(self, *, push: bool = False) -> None:
         """Fail now, not after a sweep's spending, if a commit could not be made.
 
         Checks what the commit itself would check first: the directory exists,
-        the lock can be taken, and git agrees with the store file.
+        the lock can be taken, git agrees with the store file and, with
+        ``push``, the branch has a remote and nothing unpublished on it.
         """
         with self._locked(None):
             self._prepare()
+        if push:
+            self._push_target()
+
+    def _push_target(self) -> PushTarget:
+        """Where ``--push`` publishes, after checking it can publish only kb's commit."""
+        from kb.store.git import check_publishable, push_target
+
+        if self.git is None:
+            raise ConfigError("--push", f"{self.path} is not in a git work tree")
+        target = push_target(self.git)
+        check_publishable(self.git, target)
+        return target
 
     def initialize(self, context: CommitContext) -> Snapshot:
         """Create the empty store (version 0) and, inside git, commit it.

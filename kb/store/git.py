@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -415,9 +416,20 @@ def push_target(repo: GitStoreRepo) -> PushTarget:
     return PushTarget(remote_name, remote_branch, ref)
 
 
+_RACE = re.compile(
+    r"\[rejected\] \((fetch first|non-fast-forward|stale info)\)"
+    r"|\[remote rejected\] \((cannot lock ref|failed to update ref|failed to lock)"
+)
+
+
 def push(repo: GitStoreRepo, target: PushTarget) -> None:
-    """Push the branch without force; :class:`PushRejected` on a non-fast-forward."""
-    status, _, err = repo._git.execute(
+    """Push the branch without force; :class:`PushRejected` when another push won a race.
+
+    The verdict comes from ``--porcelain`` status lines in the C locale, never
+    from advice text: a hook that refuses the push is a :class:`GitError`
+    (exit 1), not a race to retry.
+    """
+    status, out, err = repo._git.execute(
         [
             "git",
             "push",
@@ -425,23 +437,66 @@ def push(repo: GitStoreRepo, target: PushTarget) -> None:
             target.remote,
             f"{target.local_ref}:refs/heads/{target.branch}",
         ],
+        env={"LC_ALL": "C", "LANGUAGE": "C"},
         with_extended_output=True,
         with_exceptions=False,
     )
     if status == 0:
         return
-    # A lost race shows up as a rejection ("non-fast-forward", "fetch first") or, when
-    # two pushes reach the remote at once, as its ref lock failing the compare.
-    races = (
-        "non-fast-forward",
-        "fetch first",
-        "rejected",
-        "cannot lock ref",
-        "failed to update ref",
+    refused = [line for line in str(out).splitlines() if line.startswith("!")]
+    if refused and all(_RACE.search(line) for line in refused):
+        raise PushRejected(refused[0].split("\t")[-1])
+    detail = refused[0].split("\t")[-1] if refused else (err.strip().splitlines() or [""])[-1]
+    raise GitError(f"git push to {target.remote} failed: {detail}")
+
+
+def fetch(repo: GitStoreRepo, target: PushTarget) -> str | None:
+    """Fetch the remote branch; its tip (``None`` when the remote has no such branch)."""
+    status, _, err = repo._git.execute(
+        [
+            "git",
+            "fetch",
+            "--quiet",
+            target.remote,
+            f"+refs/heads/{target.branch}:{target.remote_ref}",
+        ],
+        env={"LC_ALL": "C", "LANGUAGE": "C"},
+        with_extended_output=True,
+        with_exceptions=False,
     )
-    if any(word in err for word in races):
-        raise PushRejected(err.strip().splitlines()[-1] if err.strip() else "rejected")
-    raise GitError(f"git push {target.remote} failed: {err.strip()}")
+    if status != 0:
+        if "couldn't find remote ref" in err:
+            return None
+        raise GitError(f"git fetch {target.remote} failed: {err.strip()}")
+    return repo._run("rev-parse", target.remote_ref).strip()
+
+
+def unpublished(repo: GitStoreRepo, target: PushTarget, remote_tip: str | None) -> list[str]:
+    """Local commits on the branch that the remote does not have."""
+    base = [f"^{remote_tip}"] if remote_tip else []
+    return repo._run("rev-list", target.local_ref, *base).split()
+
+
+def check_publishable(repo: GitStoreRepo, target: PushTarget) -> None:
+    """Before a ``--push`` commit: the branch must carry nothing unpublished already.
+
+    Otherwise the push would publish work the user never asked kb to publish
+    (or an earlier run's kept commit, which they should look at first).
+    """
+    if repo.head()[0] != target.local_ref:
+        raise GitError(f"--push: HEAD is no longer {target.local_ref}")
+    remote_tip = fetch(repo, target)
+    if remote_tip is None:
+        raise GitError(
+            f"--push: {target.remote} has no branch {target.branch!r} yet; push it once yourself"
+        )
+    ahead = unpublished(repo, target, remote_tip)
+    if ahead:
+        raise GitError(
+            f"--push: {target.local_ref.removeprefix('refs/heads/')} has {len(ahead)} "
+            f"unpublished commit(s) (e.g. {ahead[0][:12]}); push or drop them first, kb only "
+            "publishes its own commit"
+        )
 
 
 def catch_up(repo: GitStoreRepo, target: PushTarget, droppable: set[str]) -> str:
@@ -449,16 +504,21 @@ def catch_up(repo: GitStoreRepo, target: PushTarget, droppable: set[str]) -> str
 
     The local branch may be ahead of the remote only by ``droppable`` — the
     kb commit the rejected push carried, whose *ops* the caller re-applies on
-    the fresh remote store. Any other local commit (the user's, or a kb
-    commit an earlier run left unpublished) stops everything: kb never
-    discards work this call did not make. The work tree follows with
-    ``git reset --keep``, which refuses rather than overwrite local edits.
-    Returns the new tip.
+    the fresh remote store. Anything else stops everything: kb never discards
+    work this call did not make. The move is a two-tree ``read-tree -m -u``
+    (the user's staged and unstaged changes elsewhere are kept; a conflicting
+    one stops it) and a compare-and-swap ``update-ref`` of the branch itself,
+    so a branch switched or moved meanwhile is never touched.
     """
-    repo._run("fetch", "--quiet", target.remote, f"+refs/heads/{target.branch}:{target.remote_ref}")
-    remote_tip = repo._run("rev-parse", target.remote_ref).strip()
-    ahead = repo._run("rev-list", f"{target.remote_ref}..{target.local_ref}").split()
-    foreign = [oid for oid in ahead if oid not in droppable]
+    ref, old = repo.head()
+    if ref != target.local_ref or old is None:
+        raise GitError(
+            f"--push: HEAD moved off {target.local_ref} during the push; nothing was reset"
+        )
+    remote_tip = fetch(repo, target)
+    if remote_tip is None:
+        raise GitError(f"--push: {target.remote} has no branch {target.branch!r}")
+    foreign = [oid for oid in unpublished(repo, target, remote_tip) if oid not in droppable]
     if foreign:
         raise GitError(
             f"--push: the local branch has {len(foreign)} unpublished commit(s) this push did "
@@ -466,5 +526,6 @@ def catch_up(repo: GitStoreRepo, target: PushTarget, droppable: set[str]) -> str
             f"{target.branch} first"
         )
     repo._try("update-index", "-q", "--refresh")
-    repo._run("reset", "--quiet", "--keep", remote_tip)
+    repo._run("read-tree", "-m", "-u", old, remote_tip)
+    repo._run("update-ref", "-m", "kb: catch up with the remote", target.local_ref, remote_tip, old)
     return remote_tip

@@ -214,7 +214,7 @@ def execute_sweep(
     """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``)."""
     spec = plan.spec
     if commit:
-        store.preflight()
+        store.preflight(push=push)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     report = SweepReport(plan)
     fingerprints: dict[str, str] = {}
