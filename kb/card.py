@@ -26,6 +26,7 @@ behind a marker, and mandatory sections that alone overflow are cut with
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,6 +233,22 @@ def profile_evidence(
     return lines
 
 
+_MODEL_REF = re.compile(r"\b[A-Za-z][\w.-]*:[A-Za-z0-9][\w./@-]*")
+
+
+def tier_relative(text: str, ladders: Sequence[Ladder]) -> str:
+    """A person's note with model names replaced, so the card never names a model.
+
+    A rung becomes ``[ladder L tier N]``; any other ``provider:model`` becomes ``[model]``.
+    """
+    for ladder in ladders:
+        rungs = sorted(enumerate(ladder.rungs), key=lambda item: -len(item[1].key))
+        for tier, rung in rungs:
+            for name in dict.fromkeys((rung.key, rung.model)):
+                text = text.replace(name, f"[ladder {ladder.name} tier {tier}]")
+    return _MODEL_REF.sub("[model]", text)
+
+
 def _note_lines(
     claims: Sequence[ModelClaim], ladders: Sequence[Ladder], as_of: int
 ) -> list[tuple[int, str]]:
@@ -250,7 +267,7 @@ def _note_lines(
         observed = parse_instant(claim.observed_at)
         lines = (
             f"- {format_instant(observed)[:10]}, {', '.join(places)}, {claim.task_class}: "
-            f"{claim.polarity} — {claim.statement} ({EDITORIAL_MARK})"
+            f"{claim.polarity} — {tier_relative(claim.statement, ladders)} ({EDITORIAL_MARK})"
         )
         notes.append((observed, lines))
     notes.sort(key=lambda item: (item[0], item[1]))

@@ -199,3 +199,15 @@ def test_kb_card_cli(runner: CliRunner, isolated: Path) -> None:
     assert js.stdout.startswith('[\n  {\n    "ladder": "general"')
     bad = runner.invoke(cli, ["card", "missing.toml"])
     assert bad.exit_code == 2 and "no such file" in bad.stderr
+
+
+def test_notes_never_name_a_model() -> None:
+    note = human_claim(
+        "n",
+        subject={"model": "p:mid"},
+        observedAt="2026-11-25T00:00:00.000Z",
+        statement="p:mid loses to p:top@high and openai:gpt-4o on tables",
+    )
+    text = render_card([note], ladders(), AS_OF)
+    assert "p:mid" not in text and "p:top" not in text and "gpt-4o" not in text
+    assert "[ladder general tier 1] loses to [ladder general tier 2] and [model]" in text

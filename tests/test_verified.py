@@ -78,3 +78,22 @@ def test_an_unwritable_cache_never_fails_a_read(
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     path = seeded(isolated)
     assert read_store_file(path).version == 1
+
+
+def test_verify_never_trusts_the_record(isolated: Path) -> None:
+    from click.testing import CliRunner
+
+    from kb.cli import cli
+
+    path = seeded(isolated)
+    document = json.loads(path.read_text())
+    document["claims"][0]["polarity"] = "bogus"
+    path.write_text(json.dumps(document))
+    planted = Path(os.environ["XDG_CACHE_HOME"]) / "kb" / "verified"
+    planted.mkdir(parents=True, exist_ok=True)
+    (
+        planted / f"{__import__('kb').__version__}-{verified.RULES_VERSION}-"
+        f"{verified.digest(path.read_bytes())}"
+    ).touch()  # a forged record
+    result = CliRunner().invoke(cli, ["verify"])
+    assert result.exit_code == 2 and "claims[0].polarity" in result.stderr

@@ -11,7 +11,7 @@ from typing import Any
 
 from kb.errors import ConfigError
 from kb.store.filestore import KnowledgeStore
-from kb.store.snapshot import parse_store
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,19 @@ def _describe(before: dict[str, Any] | None, after: dict[str, Any] | None) -> st
     return "edited"
 
 
+def _read_fully(store: KnowledgeStore) -> Snapshot | None:
+    """The store validated in full (never through the record of verified bytes)."""
+    try:
+        data = store.path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(store.path), f"not UTF-8 text: {exc}") from None
+    return parse_store(text, str(store.path))
+
+
 @dataclass(frozen=True)
 class VerifyReport:
     """What ``verify_store`` checked."""
@@ -82,7 +95,7 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
     """
     issues: list[str] = []
     try:
-        current = store.read()
+        current = _read_fully(store) or EMPTY_SNAPSHOT
     except ConfigError as exc:
         issues.extend(f"work tree: {issue}" for issue in exc.issues)
         current = None
