@@ -20,11 +20,8 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,24 +31,7 @@ from kb.engine.adapter import load_litellm  # noqa: E402
 from kb.engine.budget import SpendEnvelope  # noqa: E402
 from kb.engine.requests import ModelSpec, build_request  # noqa: E402
 from kb.engine.scheduler import Engine, EngineConfig, PlannedRun  # noqa: E402
-
-
-@contextmanager
-def server_process(latency_s: float) -> Iterator[str]:
-    """The fake server in a child process, so it shares no GIL with the client measured."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_openai_main", str(latency_s)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None and proc.stdin is not None
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
+from tests.fake_openai_main import server_process  # noqa: E402
 
 
 def kb_wall(base: str, calls: int, concurrency: int) -> float:

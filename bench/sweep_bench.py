@@ -16,12 +16,9 @@ import argparse
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,23 +30,7 @@ from kb.store.filestore import KnowledgeStore  # noqa: E402
 from kb.store.ttl import parse_instant  # noqa: E402
 from kb.sweep.run import run_sweep  # noqa: E402
 from kb.sweep.spec import load_spec  # noqa: E402
-
-
-@contextmanager
-def server_process(latency_s: float) -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_openai_main", str(latency_s)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None and proc.stdin is not None
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
+from tests.fake_openai_main import server_process  # noqa: E402
 
 
 def write_spec(directory: Path, cases: int, model: str, params: str) -> Path:

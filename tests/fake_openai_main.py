@@ -5,9 +5,34 @@ usage: python -m tests.fake_openai_main LATENCY_S — prints the api_base, serve
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from tests.fake_openai import fake_openai_server
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def server_process(latency_s: float) -> Iterator[str]:
+    """The fake server in a child process (no GIL shared with a client being measured)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_openai_main", str(latency_s)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
 
 if __name__ == "__main__":
     with fake_openai_server(latency_s=float(sys.argv[1])) as (base, _):

@@ -132,33 +132,12 @@ def test_four_shards_push_concurrently_and_every_claim_lands(isolated: Path) -> 
 
 
 def test_a_rejected_push_is_reapplied_on_the_remote_tip(isolated: Path) -> None:
-    remote = isolated / "remote.git"
-    git(isolated, "init", "-q", "--bare", str(remote))
-    a, b = isolated / "a", isolated / "b"
-    git(isolated, "clone", "-q", str(remote), str(a))
-    assert kb_run(a, "init").returncode == 0
-    git(a, "push", "-q", "origin", "HEAD")
+    remote, a = remote_with_clone(isolated)
+    b = isolated / "b"
     git(isolated, "clone", "-q", str(remote), str(b))
-    note = [
-        "note",
-        "--model",
-        "x:y",
-        "--task-class",
-        "t",
-        "--polarity",
-        "weakness",
-        "--statement",
-        "s",
-        "--approver",
-        "ann",
-        "--ruled-out",
-        "prompt",
-        "--evidence",
-        "journal:r:1",
-        "--push",
-    ]
-    assert kb_run(a, "--as-of", "2026-11-01", *note).returncode == 0
-    second = kb_run(b, "--as-of", "2026-11-02", *note)  # b is now behind: rejected once
+    assert kb_run(a, *NOTE).returncode == 0
+    later = ["2026-11-02" if arg == "2026-11-01" else arg for arg in NOTE]
+    second = kb_run(b, *later)  # b is now behind: rejected once, then re-applied
     assert second.returncode == 0, second.stderr
     git(b, "fetch", "-q")
     assert git(b, "rev-parse", "HEAD") == git(b, "rev-parse", "origin/main")
@@ -254,7 +233,7 @@ def test_catching_up_keeps_the_users_staged_work(isolated: Path) -> None:
     assert kb_run(a, *NOTE).returncode == 0  # b is now behind
     (b / "staged.txt").write_text("staged\n")
     git(b, "add", "staged.txt")
-    second = kb_run(b, *[a if a != "2026-11-01" else "2026-11-02" for a in NOTE])
+    second = kb_run(b, *["2026-11-02" if arg == "2026-11-01" else arg for arg in NOTE])
     assert second.returncode == 0, second.stderr
     assert git(b, "diff", "--cached", "--name-only") == "staged.txt\n"
 
