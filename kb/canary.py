@@ -97,9 +97,7 @@ class CanaryResult:
 
     def to_json(self) -> dict[str, Any]:
         """The ``kb canary --json`` entry (also the sweep report's ``canary[]``)."""
-        entry: dict[str, Any] = {"model": self.member.ref}
-        if self.member.effort:
-            entry["effort"] = self.member.effort
+        entry: dict[str, Any] = self.member.subject
         entry.update(
             fingerprint=self.fingerprint,
             allOk=self.all_ok,

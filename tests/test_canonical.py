@@ -77,15 +77,20 @@ json_scalars = (
     | finite
     | st.text(st.characters(exclude_categories=["Cs"]))
 )
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=5)
-        | st.dictionaries(
-            st.text(st.characters(exclude_categories=["Cs"]), max_size=6), inner, max_size=5
-        )
-    ),
-    max_leaves=25,
+
+
+def json_trees(scalars: st.SearchStrategy[Any], keys: st.SearchStrategy[str]) -> Any:
+    """Nested JSON arrays and objects over ``scalars``, with object keys from ``keys``."""
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=5) | st.dictionaries(keys, inner, max_size=5),
+        max_leaves=25,
+    )
+
+
+ASCII_KEYS = st.text(st.characters(max_codepoint=127), max_size=6)
+json_values = json_trees(
+    json_scalars, st.text(st.characters(exclude_categories=["Cs"]), max_size=6)
 )
 
 
@@ -122,14 +127,7 @@ plain_scalars = (
     | finite.filter(lambda x: not x.is_integer() and "e" not in repr(x))
     | st.text(st.characters(exclude_categories=["Cs"]))
 )
-plain_values = st.recursive(
-    plain_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=5)
-        | st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=6), inner, max_size=5)
-    ),
-    max_leaves=25,
-)
+plain_values = json_trees(plain_scalars, ASCII_KEYS)
 
 
 @given(plain_values)
@@ -141,14 +139,7 @@ def test_fast_path_equals_general_path_on_js_plain_data(value: Any) -> None:
     assert fast_canonical_json(parsed) == canonical_json(parsed)
 
 
-ascii_keyed_values = st.recursive(
-    json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=5)
-        | st.dictionaries(st.text(st.characters(max_codepoint=127), max_size=6), inner, max_size=5)
-    ),
-    max_leaves=25,
-)
+ascii_keyed_values = json_trees(json_scalars, ASCII_KEYS)
 
 
 @given(ascii_keyed_values)

@@ -16,7 +16,7 @@ from kb.engine.providers.local import bundled_model_path
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, EngineConfig
 from kb.evals.cases import Case
-from kb.evals.suite import run_suites
+from kb.evals.suite import SuiteResult, run_suites
 from tests.engine_helpers import plan
 
 pytestmark = pytest.mark.local_model
@@ -40,16 +40,22 @@ CASES = [
 ]
 
 
-def test_in_process_model_answers_a_case_set_deterministically() -> None:
-    spec = ModelSpec("local:smollm2", params={"max_tokens": 32})
-    first = run_suites(
+def measure(spec: ModelSpec) -> SuiteResult:
+    """The case set on one model, unbudgeted, two calls in flight."""
+    (suite,) = run_suites(
         Engine(EngineConfig(concurrency=2)),
         [spec],
         CASES,
         SpendEnvelope(cap=None),
         target_usd=None,
         judge_usd=None,
-    )[0]
+    )
+    return suite
+
+
+def test_in_process_model_answers_a_case_set_deterministically() -> None:
+    spec = ModelSpec("local:smollm2", params={"max_tokens": 32})
+    first = measure(spec)
     assert [v.target.status for v in first.verdicts] == ["ok", "ok"]
     assert first.pass_rate == 1.0, [v.target.output for v in first.verdicts]
     assert first.total_cost_usd == 0.0  # a local model costs nothing
@@ -127,14 +133,7 @@ def test_the_same_model_over_an_openai_compatible_http_server(llama_server: str)
             "temperature": 0,
         },
     )
-    (suite,) = run_suites(
-        Engine(EngineConfig(concurrency=2)),
-        [spec],
-        CASES,
-        SpendEnvelope(cap=None),
-        target_usd=None,
-        judge_usd=None,
-    )
+    suite = measure(spec)
     assert [v.target.status for v in suite.verdicts] == ["ok", "ok"]
     assert "Paris" in (suite.verdicts[0].target.output or "")
     assert suite.verdicts[0].target.usage.prompt_tokens > 0

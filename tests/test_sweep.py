@@ -27,6 +27,11 @@ def kb(runner: CliRunner, *args: str) -> Result:
     return runner.invoke(cli, list(args), catch_exceptions=False)
 
 
+def measure_args(spec: Path, *extra: str) -> list[str]:
+    """A sweep that reports as JSON and writes nothing."""
+    return ["sweep", str(spec), "--json", "--quiet", "--no-commit", "--observed-at", NIGHT, *extra]
+
+
 def sweep_json(runner: CliRunner, spec: Path, *args: str, observed: str = NIGHT) -> dict[str, Any]:
     result = kb(runner, "sweep", str(spec), "--json", "--quiet", "--observed-at", observed, *args)
     assert result.exit_code == 0, result.stderr
@@ -83,7 +88,7 @@ def test_a_single_case_statement_is_singular(runner: CliRunner, isolated: Path) 
     spec = write_spec(
         isolated / "s.toml", [scripted_model("m", 1)], cases=[("only", "Question 0?", "answer-0")]
     )
-    raw = kb(runner, "sweep", str(spec), "--json", "--quiet", "--no-commit", "--observed-at", NIGHT)
+    raw = kb(runner, *measure_args(spec))
     assert '"passRate": 1,' in raw.stdout  # numbers as JavaScript prints them, like the store
     (claim,) = sweep_json(runner, spec)["claims"]
     assert (
@@ -319,30 +324,9 @@ def test_concurrency_never_changes_the_report(runner: CliRunner, isolated: Path)
     spec = write_spec(
         isolated / "s.toml", models, budgets={"target_usd": 0.001, "max_total_usd": 0.03}
     )
-    one = kb(
-        runner,
-        "sweep",
-        str(spec),
-        "--json",
-        "--quiet",
-        "--no-commit",
-        "--observed-at",
-        NIGHT,
-        "--concurrency",
-        "1",
-    ).stdout
-    eight = kb(
-        runner,
-        "sweep",
-        str(spec),
-        "--json",
-        "--quiet",
-        "--no-commit",
-        "--observed-at",
-        NIGHT,
-        "--concurrency",
-        "8",
-    ).stdout
+    one, eight = (
+        kb(runner, *measure_args(spec, "--concurrency", level)).stdout for level in ("1", "8")
+    )
     assert one == eight
     assert '"envelopeExhausted": true' in one  # the envelope bites mid-sweep in both
 
@@ -352,29 +336,8 @@ def test_a_recorded_sweep_replays_without_any_provider(runner: CliRunner, isolat
         isolated / "s.toml", [scripted_model("a", 9, cost_usd=0.001), scripted_model("b", 3)]
     )
     cassette = isolated / "night.jsonl"
-    recorded = kb(
-        runner,
-        "sweep",
-        str(spec),
-        "--json",
-        "--quiet",
-        "--no-commit",
-        "--observed-at",
-        NIGHT,
-        "--record",
-        str(cassette),
-    ).stdout
-    args = [
-        "sweep",
-        str(spec),
-        "--json",
-        "--quiet",
-        "--no-commit",
-        "--observed-at",
-        NIGHT,
-        "--replay",
-        str(cassette),
-    ]
+    recorded = kb(runner, *measure_args(spec, "--record", str(cassette))).stdout
+    args = measure_args(spec, "--replay", str(cassette))
     code = (
         "import sys\nfrom kb.cli import cli\n"
         f"try:\n    cli.main(args={args!r}, prog_name='kb')\n"

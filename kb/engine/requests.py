@@ -87,6 +87,11 @@ class ModelSpec:
         return split_ref(self.ref)[0]
 
     @property
+    def subject(self) -> dict[str, str]:
+        """The claim subject: ``{model, effort?}`` (effort omitted when absent)."""
+        return {"model": self.ref, **({"effort": self.effort} if self.effort else {})}
+
+    @property
     def key(self) -> str:
         """``model`` or ``model@effort``: the subject key claims use."""
         return f"{self.ref}@{self.effort}" if self.effort else self.ref

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
 from kb.store.models import (
     ArchiveReason,
@@ -56,8 +57,8 @@ def editorial_claim(
     The default id is ``note/<model>[@effort]/<taskClass>/<observedAt>``.
     """
     observed = format_instant(observed_at)
-    subject = {"model": model, **({"effort": effort} if effort else {})}
-    subject_key = f"{model}@{effort}" if effort else model
+    member = ModelSpec(model, effort)
+    subject, subject_key = member.subject, member.key
     data = {
         "id": claim_id or f"note/{subject_key}/{task_class}/{observed}",
         "subject": subject,

@@ -108,7 +108,10 @@ class GitStoreRepo:
 
     # -- running git -------------------------------------------------------------
 
-    def _run(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
+    def _call(
+        self, *args: str, env: dict[str, str] | None = None, strip: bool = True
+    ) -> tuple[int, str, str]:
+        """Run ``git args``; its exit status, stdout and stderr (never raises on failure)."""
         status, out, err = self._git.execute(
             ["git", *args],
             env=env,
@@ -116,15 +119,17 @@ class GitStoreRepo:
             with_exceptions=False,
             strip_newline_in_stdout=strip,
         )
+        return int(status), str(out), str(err)
+
+    def _run(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
+        status, out, err = self._call(*args, env=env, strip=strip)
         if status != 0:
             raise GitError(f"git {args[0]} failed: {err.strip() or out.strip()}")
-        return str(out)
+        return out
 
     def _try(self, *args: str, env: dict[str, str] | None = None) -> str | None:
-        status, out, _ = self._git.execute(
-            ["git", *args], env=env, with_extended_output=True, with_exceptions=False
-        )
-        return str(out) if status == 0 else None
+        status, out, _ = self._call(*args, env=env)
+        return out if status == 0 else None
 
     def _identity(self) -> dict[str, str]:
         """Use the user's git identity; fall back to ``kb`` only where none is configured."""
@@ -308,11 +313,9 @@ class GitStoreRepo:
         stands and the intent marker stays, so the next kb command repairs the
         entry (see ``reconcile``); the caller warns the user meanwhile.
         """
-        args = ["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}"]
+        args = ["update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}"]
         for attempt in range(_INDEX_LOCK_RETRIES):
-            status, _, err = self._git.execute(
-                args, with_extended_output=True, with_exceptions=False
-            )
+            status, _, err = self._call(*args)
             if status == 0:
                 # --cacheinfo records no stat data; refreshing it lets later porcelain
                 # (git status, git reset --keep) see the entry as up to date.
@@ -360,10 +363,8 @@ class GitStoreRepo:
         args += ["-m", message, "-m", trailer_text]
         commit = self._run(*args, env=self._identity()).strip()
         self.write_intent(commit)
-        status, _, err = self._git.execute(
-            ["git", "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID],
-            with_extended_output=True,
-            with_exceptions=False,
+        status, _, err = self._call(
+            "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID
         )
         if status != 0:
             self.clear_intent()
@@ -416,6 +417,9 @@ def push_target(repo: GitStoreRepo) -> PushTarget:
     return PushTarget(remote_name, remote_branch, ref)
 
 
+#: Messages git prints are matched only in the C locale.
+_C_LOCALE = {"LC_ALL": "C", "LANGUAGE": "C"}
+
 _RACE = re.compile(
     r"\[rejected\] \((fetch first|non-fast-forward|stale info)\)"
     r"|\[remote rejected\] \((cannot lock ref|failed to update ref|failed to lock)"
@@ -429,21 +433,16 @@ def push(repo: GitStoreRepo, target: PushTarget) -> None:
     from advice text: a hook that refuses the push is a :class:`GitError`
     (exit 1), not a race to retry.
     """
-    status, out, err = repo._git.execute(
-        [
-            "git",
-            "push",
-            "--porcelain",
-            target.remote,
-            f"{target.local_ref}:refs/heads/{target.branch}",
-        ],
-        env={"LC_ALL": "C", "LANGUAGE": "C"},
-        with_extended_output=True,
-        with_exceptions=False,
+    status, out, err = repo._call(
+        "push",
+        "--porcelain",
+        target.remote,
+        f"{target.local_ref}:refs/heads/{target.branch}",
+        env=_C_LOCALE,
     )
     if status == 0:
         return
-    refused = [line for line in str(out).splitlines() if line.startswith("!")]
+    refused = [line for line in out.splitlines() if line.startswith("!")]
     if refused and all(_RACE.search(line) for line in refused):
         raise PushRejected(refused[0].split("\t")[-1])
     detail = refused[0].split("\t")[-1] if refused else (err.strip().splitlines() or [""])[-1]
@@ -452,17 +451,12 @@ def push(repo: GitStoreRepo, target: PushTarget) -> None:
 
 def fetch(repo: GitStoreRepo, target: PushTarget) -> str | None:
     """Fetch the remote branch; its tip (``None`` when the remote has no such branch)."""
-    status, _, err = repo._git.execute(
-        [
-            "git",
-            "fetch",
-            "--quiet",
-            target.remote,
-            f"+refs/heads/{target.branch}:{target.remote_ref}",
-        ],
-        env={"LC_ALL": "C", "LANGUAGE": "C"},
-        with_extended_output=True,
-        with_exceptions=False,
+    status, _, err = repo._call(
+        "fetch",
+        "--quiet",
+        target.remote,
+        f"+refs/heads/{target.branch}:{target.remote_ref}",
+        env=_C_LOCALE,
     )
     if status != 0:
         if "couldn't find remote ref" in err:

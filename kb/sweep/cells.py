@@ -191,13 +191,9 @@ def cell_claim(
         return None
     band = "at or above the strength band" if outcome == "strength" else "in the weakness band"
     observed = format_instant(observed_at)
-    subject = {
-        "model": cell.member.ref,
-        **({"effort": cell.member.effort} if cell.member.effort else {}),
-    }
     data = {
         "id": claim_id(report_id, cell.member, cell.task_class),
-        "subject": subject,
+        "subject": cell.member.subject,
         "taskClass": cell.task_class,
         "polarity": outcome,
         "statement": f"sweep passRate {to_fixed_2(cell.pass_rate)} over {cell.n} "
