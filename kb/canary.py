@@ -24,17 +24,20 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from kb.engine.budget import SpendEnvelope
 from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
+from kb.errors import ConfigError
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.filestore import CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
-from kb.store.snapshot import Snapshot
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot
+from kb.sweep.pool import build_pool
+from kb.sweep.spec import SweepSpec
 
 CanaryStatus = Literal["no-drift", "drift", "incomplete", "unstable"]
 
@@ -78,16 +81,16 @@ class ProbeResult:
         return len(set(self.outputs)) <= 1
 
 
-@dataclass
+@dataclass(frozen=True)
 class CanaryResult:
     """The canary of one member, and what it did to the store."""
 
     member: ModelSpec
-    probes: list[ProbeResult]
+    probes: tuple[ProbeResult, ...]
     fingerprint: str
     all_ok: bool
     status: CanaryStatus = "no-drift"
-    flipped: list[str] = field(default_factory=list)
+    flipped: tuple[str, ...] = ()
     version: int | None = None
 
     @property
@@ -95,9 +98,14 @@ class CanaryResult:
         """No probe disagreed with itself across repeats."""
         return all(probe.stable for probe in self.probes)
 
+    @property
+    def may_flip(self) -> bool:
+        """Only an all-ok, stable fingerprint is evidence of drift."""
+        return self.all_ok and self.stable
+
     def to_json(self) -> dict[str, Any]:
         """The ``kb canary --json`` entry (also the sweep report's ``canary[]``)."""
-        entry: dict[str, Any] = self.member.subject
+        entry: dict[str, Any] = self.member.subject.to_wire()
         entry.update(
             fingerprint=self.fingerprint,
             allOk=self.all_ok,
@@ -108,6 +116,46 @@ class CanaryResult:
         if self.version is not None:
             entry["version"] = self.version
         return entry
+
+
+@dataclass(frozen=True)
+class CanaryOptions:
+    """How a canary runs and commits, whether from ``kb canary`` or inside a sweep."""
+
+    prompts: tuple[str, ...]
+    repeats: int
+    canary_usd: float | None
+    committer: str
+    label: str
+    """Shown in the commit subject: the sweep's report id, or ``canary``."""
+    commit: bool = True
+    push: bool = False
+    attempts: int = 3
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: SweepSpec,
+        *,
+        label: str,
+        commit: bool = True,
+        push: bool = False,
+        attempts: int = 3,
+        repeats: int | None = None,
+    ) -> CanaryOptions:
+        """The options a sweep spec's ``[canary]`` gives (``repeats`` overrides the spec's)."""
+        if spec.canary is None:
+            raise ConfigError(str(spec.path), 'no canary configured ([canary] or canary = "...")')
+        return cls(
+            prompts=tuple(spec.canary.prompts),
+            repeats=repeats or spec.canary.repeats,
+            canary_usd=spec.budgets.canary_usd,
+            committer=spec.sweep.committer,
+            label=label,
+            commit=commit,
+            push=push,
+            attempts=attempts,
+        )
 
 
 def plan_probes(
@@ -150,7 +198,9 @@ def measure_canaries(
             probes.append(ProbeResult(prompt, status, tuple(probe_output(r) for r in repeat_runs)))
         outputs = [p.outputs[0] if p.status == "ok" else f"!{p.status}" for p in probes]
         all_ok = all(p.status == "ok" for p in probes)
-        canaries.append(CanaryResult(member, probes, fingerprint(len(prompts), outputs), all_ok))
+        canaries.append(
+            CanaryResult(member, tuple(probes), fingerprint(len(prompts), outputs), all_ok)
+        )
     return canaries
 
 
@@ -168,50 +218,97 @@ def drifted_claims(snapshot: Snapshot, member: ModelSpec, fresh: str) -> list[st
     ]
 
 
-def classify(canaries: Sequence[CanaryResult], snapshot: Snapshot) -> None:
-    """Set each result's status and the claims it would flip (against ``snapshot``)."""
+def flip_ops(canaries: Sequence[CanaryResult], snapshot: Snapshot) -> list[Op]:
+    """``mark_stale`` for every claim a usable fingerprint shows drifted (a pure function)."""
+    return [
+        MarkStale(claim_id)
+        for result in canaries
+        if result.may_flip
+        for claim_id in drifted_claims(snapshot, result.member, result.fingerprint)
+    ]
+
+
+def classified(
+    canaries: Sequence[CanaryResult],
+    flipped: Sequence[str],
+    snapshot: Snapshot,
+    version: int | None = None,
+) -> list[CanaryResult]:
+    """Each result with its status and the claims it flipped.
+
+    ``flipped`` are the ids marked stale (or that would be), looked up in
+    ``snapshot`` to find whose they are; ``version`` is the commit that
+    flipped them.
+    """
+    ids_of: dict[str, list[str]] = {}
+    for claim_id in flipped:
+        claim = snapshot.get(claim_id)
+        if claim is not None:
+            ids_of.setdefault(claim.subject_key, []).append(claim_id)
+    out = []
     for result in canaries:
         if not result.all_ok:  # a failed probe is missing evidence, whatever the repeats say
-            result.status, result.flipped = "incomplete", []
+            out.append(replace(result, status="incomplete", flipped=()))
         elif not result.stable:
-            result.status, result.flipped = "unstable", []
+            out.append(replace(result, status="unstable", flipped=()))
         else:
-            result.flipped = drifted_claims(snapshot, result.member, result.fingerprint)
-            result.status = "drift" if result.flipped else "no-drift"
+            ids = tuple(ids_of.get(result.member.key, ()))
+            status: CanaryStatus = "drift" if ids else "no-drift"
+            out.append(
+                replace(result, status=status, flipped=ids, version=version if ids else None)
+            )
+    return out
 
 
-def flip_ops(canaries: Sequence[CanaryResult], snapshot: Snapshot) -> list[Op]:
-    """``mark_stale`` for every drifted claim, recomputed from ``snapshot``."""
-    classify(canaries, snapshot)
-    return [MarkStale(claim_id) for result in canaries for claim_id in result.flipped]
+def settle_canaries(
+    canaries: Sequence[CanaryResult], store: KnowledgeStore, options: CanaryOptions
+) -> list[CanaryResult]:
+    """The one ending of every canary: commit the flips in one CAS commit, then classify.
 
-
-def commit_flips(
-    canaries: Sequence[CanaryResult],
-    store: KnowledgeStore,
-    *,
-    committer: str,
-    label: str,
-    attempts: int = 3,
-    push: bool = False,
-) -> int | None:
-    """One CAS commit of every flip; the committed version (``None``: nothing drifted)."""
+    Without ``options.commit`` nothing is written and each result says what
+    it would flip against the current store.
+    """
+    if not options.commit:
+        snapshot = store.read()
+        return classified(canaries, _stale_ids(flip_ops(canaries, snapshot)), snapshot)
     result = store.commit_with_rebase(
         lambda snapshot: flip_ops(canaries, snapshot),
-        CommitContext("canary", committer, label=label),
-        attempts=attempts,
-        push=push,
+        CommitContext("canary", options.committer, label=options.label),
+        attempts=options.attempts,
+        push=options.push,
     )
     if result is None:
-        return None
-    for canary in canaries:
-        if canary.flipped:
-            canary.version = result.snapshot.version
-    return result.snapshot.version
+        return classified(canaries, (), EMPTY_SNAPSHOT)
+    return classified(
+        canaries, _stale_ids(result.ops), result.snapshot, version=result.snapshot.version
+    )
+
+
+def _stale_ids(ops: Sequence[Op]) -> list[str]:
+    return [op.claim_id for op in ops if isinstance(op, MarkStale)]
+
+
+def probe_pool(
+    members: Sequence[ModelSpec],
+    options: CanaryOptions,
+    engine: Engine,
+    envelope: SpendEnvelope,
+    store: KnowledgeStore,
+) -> list[CanaryResult]:
+    """Probe ``members`` and settle the results (commit or classify)."""
+    canaries = measure_canaries(
+        engine,
+        members,
+        options.prompts,
+        envelope,
+        canary_usd=options.canary_usd,
+        repeats=options.repeats,
+    )
+    return settle_canaries(canaries, store, options)
 
 
 def run_canary(
-    spec: Any,
+    spec: SweepSpec,
     store: KnowledgeStore,
     engine: Engine,
     *,
@@ -222,35 +319,15 @@ def run_canary(
     push: bool = False,
 ) -> list[CanaryResult]:
     """``kb canary``: probe the sweep's pool (as of ``at``) and flip drift in one commit."""
-    from kb.errors import ConfigError
-    from kb.sweep.run import build_pool
-
-    section = spec.canary
-    if section is None:
-        raise ConfigError(str(spec.path), 'no canary configured ([canary] or canary = "...")')
+    options = CanaryOptions.from_spec(
+        spec, label="canary", commit=commit, push=push, attempts=attempts, repeats=repeats
+    )
     members = [member.spec for member in build_pool(spec.models, store.read(), at)]
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
-    canaries = measure_canaries(
-        engine,
-        members,
-        section.prompts,
-        envelope,
-        canary_usd=spec.budgets.canary_usd,
-        repeats=repeats or section.repeats,
-    )
-    engine.finish()
-    if commit:
-        commit_flips(
-            canaries,
-            store,
-            committer=spec.sweep.committer,
-            label="canary",
-            attempts=attempts,
-            push=push,
-        )
-    else:
-        classify(canaries, store.read())
-    return canaries
+    try:
+        return probe_pool(members, options, engine, envelope, store)
+    finally:
+        engine.finish()
 
 
 def canary_line(result: CanaryResult) -> str:
@@ -267,36 +344,3 @@ def canary_line(result: CanaryResult) -> str:
         failed = [f"{i + 1}: {p.status}" for i, p in enumerate(result.probes) if p.status != "ok"]
         return head + f"incomplete (probe {'; '.join(failed)})"
     return head + "no drift"
-
-
-def sweep_canary_step(
-    plan: Any,
-    engine: Engine,
-    envelope: SpendEnvelope,
-    store: KnowledgeStore,
-    commit: bool,
-    push: bool = False,
-    attempts: int = 3,
-) -> list[dict[str, Any]]:
-    """The canary inside ``kb sweep``: probe every pool member, flip drift before measuring."""
-    section = plan.spec.canary
-    canaries = measure_canaries(
-        engine,
-        plan.members,
-        section.prompts,
-        envelope,
-        canary_usd=plan.spec.budgets.canary_usd,
-        repeats=section.repeats,
-    )
-    if commit:
-        commit_flips(
-            canaries,
-            store,
-            committer=plan.spec.sweep.committer,
-            label=plan.report_id,
-            push=push,
-            attempts=attempts,
-        )
-    else:
-        classify(canaries, store.read())
-    return [canary.to_json() for canary in canaries]

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from kb.errors import ConfigError
+from kb.schema import ModelRefText, StrictModel, subject_key, validation_issues
 from kb.store.models import ModelClaim
-from kb.store.snapshot import validation_issues
 from kb.store.ttl import claim_expired, format_instant, parse_instant
 from kb.tomlfile import read_toml
 
@@ -48,23 +48,19 @@ PROFILE_GUIDANCE = (
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class Rung(_Strict):
+class Rung(StrictModel):
     """One step of a ladder."""
 
-    model: str = Field(min_length=3, pattern=r"^[^:]+:.+$")
+    model: ModelRefText
     effort: str | None = Field(default=None, min_length=1)
 
     @property
     def key(self) -> str:
         """``model`` or ``model@effort``."""
-        return f"{self.model}@{self.effort}" if self.effort else self.model
+        return subject_key(self.model, self.effort)
 
 
-class Ladder(_Strict):
+class Ladder(StrictModel):
     """Ordered rungs, cheapest first, and the tier a task starts on by default."""
 
     name: str = Field(min_length=1)
@@ -82,16 +78,16 @@ class Ladder(_Strict):
         return self
 
 
-class Profile(_Strict):
+class Profile(StrictModel):
     """A spawnable profile pinned to one model, for one task class."""
 
     name: str = Field(min_length=1)
-    model: str = Field(min_length=3, pattern=r"^[^:]+:.+$")
+    model: ModelRefText
     effort: str | None = None
     task_class: str = Field(min_length=1)
 
 
-class LaddersFile(_Strict):
+class LaddersFile(StrictModel):
     """A ladders file (``kb card LADDERS.toml``)."""
 
     ladders: list[Ladder] = Field(min_length=1)
@@ -116,13 +112,7 @@ def parse_ladders(data: Mapping[str, Any], source: str) -> LaddersFile:
     try:
         return LaddersFile.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(
-            source,
-            [
-                i.replace("Extra inputs are not permitted", "unknown key")
-                for i in validation_issues("", exc)
-            ],
-        ) from None
+        raise ConfigError(source, validation_issues("", exc)) from None
 
 
 def load_ladders(path: Path | str) -> LaddersFile:

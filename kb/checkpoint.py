@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from kb.card import (
     Ladder,
@@ -40,6 +40,7 @@ from kb.card import (
     Profile,
     compile_verified_layer,
     load_ladders,
+    parse_ladders,
     render_card,
     usable_claims,
 )
@@ -50,8 +51,10 @@ from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, unique_names
 from kb.evals.suite import CaseVerdict, run_pairs
+from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
 from kb.store.models import ModelClaim
-from kb.store.snapshot import validation_issues
+from kb.sweep.spec import ModelEntry, load_spec, resolve_models
+from kb.tomlfile import read_toml
 
 TOLERANCE = 1e-9
 ROUTER_SYSTEM = (
@@ -94,14 +97,10 @@ def profile_rule(
 # -- the spec --------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class CheckpointSection(_Strict):
+class CheckpointSection(StrictModel):
     """``[checkpoint]``."""
 
-    orchestrator: str = Field(pattern=r"^[^:]+:.+$")
+    orchestrator: ModelRefText
     """The model that picks profiles in criterion 2."""
     ladders: str | None = None
     """A ladders file (else ``[[ladders]]`` in this file)."""
@@ -111,7 +110,7 @@ class CheckpointSection(_Strict):
     allow_unbounded: bool = False
 
 
-class CheckpointBudgets(_Strict):
+class CheckpointBudgets(StrictModel):
     """``[budgets]``."""
 
     target_usd: float | None = Field(default=None, gt=0)
@@ -120,16 +119,10 @@ class CheckpointBudgets(_Strict):
     max_total_usd: float | None = Field(default=None, gt=0)
 
 
-class _ModelEntry(_Strict):
-    model: str = Field(pattern=r"^[^:]+:.+$")
-    effort: str | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class _CheckpointFile(_Strict):
+class _CheckpointFile(StrictModel):
     checkpoint: CheckpointSection
     budgets: CheckpointBudgets = Field(default_factory=CheckpointBudgets)
-    models: list[_ModelEntry] = Field(default_factory=list)
+    models: list[ModelEntry] = Field(default_factory=list)
     ladders: list[Ladder] = Field(default_factory=list)
     floors: dict[str, list[str]] = Field(default_factory=dict)
     profiles: list[Profile] = Field(default_factory=list)
@@ -153,74 +146,69 @@ class CheckpointSpec:
 
     def model(self, ref: str, effort: str | None = None) -> ModelSpec:
         """A model with the params the spec gives it."""
-        key = f"{ref}@{effort}" if effort else ref
-        return ModelSpec(ref, effort, self.params.get(key, self.params.get(ref, {})))
+        params = self.params.get(subject_key(ref, effort), self.params.get(ref, {}))
+        return ModelSpec(ref, effort, params)
 
 
 def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
-    """Load and validate a checkpoint spec (leakage is checked against the store later)."""
-    from kb.sweep.spec import load_spec
-    from kb.tomlfile import read_toml
+    """Load and validate a checkpoint spec (leakage is checked against the store later).
 
+    ``[[models]]`` entries are the sweep's: the same params, with relative
+    paths (a scripted ``script``, a local ``model_path``) resolved against
+    this spec's directory.
+    """
     path = Path(path)
     raw = read_toml(path, str(path))
-    try:
-        spec = _CheckpointFile.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(
-            str(path),
-            [
-                i.replace("Extra inputs are not permitted", "unknown key")
-                for i in validation_issues("", exc)
-            ],
-        ) from None
-    base = path.resolve().parent
     issues: list[str] = []
-    if spec.checkpoint.ladders is not None:
-        ladders = load_ladders(base / spec.checkpoint.ladders)
-    else:
-        from kb.card import parse_ladders
-
-        ladders = parse_ladders(
-            {
-                "ladders": [ladder.model_dump() for ladder in spec.ladders],
-                "floors": spec.floors,
-                "profiles": [p.model_dump() for p in spec.profiles],
-            },
-            str(path),
-        )
+    spec = validate_into(_CheckpointFile, raw, "", issues)
+    if spec is None:
+        raise ConfigError(str(path), issues)
+    base = path.resolve().parent
+    ladders = _ladders(spec, base, str(path))
     if not ladders.profiles:
         issues.append("profiles: criterion 2 needs at least one [[profiles]] entry")
-    budgets = spec.budgets
-    if not spec.checkpoint.allow_unbounded:
-        needed = ["target_usd", "orchestrator_usd", "max_total_usd"]
-        cases = [*spec.cases, *spec.orchestrated]
-        if any(isinstance(g, JudgeGrader) for case in cases for g in case.graders):
-            needed.append("judge_usd")
-        for name in needed:
-            if getattr(budgets, name) is None:
-                issues.append(f"budgets.{name}: missing (or set checkpoint.allow_unbounded)")
+    issues += _budget_issues(spec)
+    models = resolve_models(list(enumerate(spec.models)), base, issues)
     seeding: list[Case] = []
     for sweep_path in spec.checkpoint.seeded_by:
         seeding.extend(load_spec(base / sweep_path).cases)
     if issues:
         raise ConfigError(str(path), issues)
-    params: dict[str, dict[str, Any]] = {}
-    for entry in spec.models:
-        resolved = dict(entry.params)
-        if isinstance(resolved.get("script"), str):
-            resolved["script"] = str(base / resolved["script"])
-        params[f"{entry.model}@{entry.effort}" if entry.effort else entry.model] = resolved
     return CheckpointSpec(
         path,
         spec.checkpoint,
-        budgets,
-        params,
+        spec.budgets,
+        {model.key: dict(model.params) for model in models},
         ladders,
         tuple(spec.cases),
         tuple(spec.orchestrated),
         tuple(seeding),
     )
+
+
+def _ladders(spec: _CheckpointFile, base: Path, source: str) -> LaddersFile:
+    if spec.checkpoint.ladders is not None:
+        return load_ladders(base / spec.checkpoint.ladders)
+    inline = {
+        "ladders": [ladder.model_dump() for ladder in spec.ladders],
+        "floors": spec.floors,
+        "profiles": [p.model_dump() for p in spec.profiles],
+    }
+    return parse_ladders(inline, source)
+
+
+def _budget_issues(spec: _CheckpointFile) -> list[str]:
+    if spec.checkpoint.allow_unbounded:
+        return []
+    needed = ["target_usd", "orchestrator_usd", "max_total_usd"]
+    cases = [*spec.cases, *spec.orchestrated]
+    if any(isinstance(g, JudgeGrader) for case in cases for g in case.graders):
+        needed.append("judge_usd")
+    return [
+        f"budgets.{name}: missing (or set checkpoint.allow_unbounded)"
+        for name in needed
+        if getattr(spec.budgets, name) is None
+    ]
 
 
 def leakage_issues(spec: CheckpointSpec, claims: Sequence[ModelClaim]) -> list[str]:
@@ -438,6 +426,10 @@ def _choice(spec: CheckpointSpec, run: RunResult) -> Profile | None:
     return next((p for p in spec.ladders.profiles if p.name == name), None)
 
 
+ArmKey = tuple[str, str, str]
+"""(ladder, task class, arm) — where a criterion-1 verdict belongs."""
+
+
 def run_checkpoint(
     spec: CheckpointSpec, claims: Sequence[ModelClaim], engine: Engine, *, as_of: int
 ) -> CheckpointReport:
@@ -445,55 +437,96 @@ def run_checkpoint(
     issues = leakage_issues(spec, usable_claims(claims, as_of))
     if issues:
         raise ConfigError(str(spec.path), issues)
-    budgets = spec.budgets
-    envelope = SpendEnvelope.from_usd(budgets.max_total_usd)
+    envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
+    cells = _start_rung_cells(spec, claims, engine, envelope, as_of)
+    card = render_card(claims, spec.ladders, as_of)
+    informed, blind = _profile_arms(spec, card, engine, envelope)
+    engine.finish()
+    tested = [cell for cell in cells if cell.recommended_tier is not None]
+    return CheckpointReport(
+        cells=cells,
+        # Pooled over the cells with a recommendation: the others run the same tier in
+        # both arms and would only dilute the comparison.
+        pooled_baseline=_pooled("baseline", [c.baseline for c in tested]),
+        pooled_treatment=_pooled("treatment", [c.treatment for c in tested]),
+        informed=informed,
+        blind=blind,
+        card=card,
+        spent_usd=usd(envelope.debited),
+    )
+
+
+def _start_rung_cells(
+    spec: CheckpointSpec,
+    claims: Sequence[ModelClaim],
+    engine: Engine,
+    envelope: SpendEnvelope,
+    as_of: int,
+) -> list[StartRungCell]:
+    """Criterion 1: every (ladder, task class) cell that has cases, in one engine phase."""
     ladders = spec.ladders
-    recommendations = {
-        (r.ladder, r.task_class): r
+    recommended = {
+        (r.ladder, r.task_class): r.recommended_tier
         for r in compile_verified_layer(claims, ladders.ladders, as_of, ladders.floors)
     }
-    names = unique_names(spec.cases)
-    named = list(zip(spec.cases, names, strict=True))
-
-    # Criterion 1: every (ladder, task class) cell that has cases; one engine phase.
+    named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
+    planned: list[tuple[ArmKey, tuple[ModelSpec, Case, str]]] = []
     layout: list[tuple[Ladder, str, int | None]] = []
-    pairs: list[tuple[ModelSpec, Case, str]] = []
     for ladder in ladders.ladders:
         classes = dict.fromkeys(
             c.task_class for c in spec.cases if ladder.task_class in (None, c.task_class)
         )
         for task_class in classes:
-            rec = recommendations.get((ladder.name, task_class))
-            tiers = [ladder.start_tier] + ([rec.recommended_tier] if rec else [])
-            for tier in tiers:
-                rung = ladder.rungs[tier]
-                pairs += [
-                    (spec.model(rung.model, rung.effort), case, name)
-                    for case, name in named
-                    if case.task_class == task_class
+            tier = recommended.get((ladder.name, task_class))
+            layout.append((ladder, task_class, tier))
+            arms = [("baseline", ladder.start_tier)]
+            if tier is not None:
+                arms.append(("treatment", tier))
+            for arm, rung_index in arms:
+                rung = ladder.rungs[rung_index]
+                planned += [
+                    ((ladder.name, task_class, arm), (spec.model(rung.model, rung.effort), c, n))
+                    for c, n in named
+                    if c.task_class == task_class
                 ]
-            layout.append((ladder, task_class, rec.recommended_tier if rec else None))
-    verdicts = run_pairs(
-        engine, pairs, envelope, target_usd=budgets.target_usd, judge_usd=budgets.judge_usd
-    )
-    cells, cursor = [], 0
-    for ladder, task_class, recommended in layout:
-        size = sum(1 for case in spec.cases if case.task_class == task_class)
-        baseline = Arm("baseline", verdicts[cursor : cursor + size])
-        cursor += size
-        if recommended is not None:
-            treatment = Arm("treatment", verdicts[cursor : cursor + size])
-            cursor += size
-        else:
-            treatment = Arm("treatment", list(baseline.verdicts))
+    verdicts = _run_cases(spec, engine, envelope, [pair for _, pair in planned])
+    by_arm: dict[ArmKey, list[CaseVerdict]] = {}
+    for (key, _), verdict in zip(planned, verdicts, strict=True):
+        by_arm.setdefault(key, []).append(verdict)
+    cells = []
+    for ladder, task_class, tier in layout:
+        baseline = by_arm.get((ladder.name, task_class, "baseline"), [])
+        # Without a recommendation the treatment is the default tier: the same runs.
+        treatment = by_arm.get((ladder.name, task_class, "treatment"), list(baseline))
         cells.append(
             StartRungCell(
-                ladder.name, task_class, ladder.start_tier, recommended, baseline, treatment
+                ladder.name,
+                task_class,
+                ladder.start_tier,
+                tier,
+                Arm("baseline", baseline),
+                Arm("treatment", treatment),
             )
         )
+    return cells
 
-    # Criterion 2: the orchestrator picks, with and without the card.
-    card = render_card(claims, ladders, as_of)
+
+def _run_cases(
+    spec: CheckpointSpec,
+    engine: Engine,
+    envelope: SpendEnvelope,
+    pairs: Sequence[tuple[ModelSpec, Case, str]],
+) -> list[CaseVerdict]:
+    budgets = spec.budgets
+    return run_pairs(
+        engine, pairs, envelope, target_usd=budgets.target_usd, judge_usd=budgets.judge_usd
+    )
+
+
+def _profile_arms(
+    spec: CheckpointSpec, card: str, engine: Engine, envelope: SpendEnvelope
+) -> tuple[Arm, Arm]:
+    """Criterion 2: the orchestrator picks a profile with and without the card."""
     routed = [
         (arm, case, name)
         for arm in ("informed", "blind")
@@ -505,15 +538,14 @@ def run_checkpoint(
                 f"orchestrator:{arm}/{name}",
                 "target",
                 *_router_request(spec, case, card if arm == "informed" else None),
-                ceiling_usd=budgets.orchestrator_usd,
+                ceiling_usd=spec.budgets.orchestrator_usd,
             )
             for arm, case, name in routed
         ],
         envelope,
     )
     arms = {"informed": Arm("informed"), "blind": Arm("blind")}
-    chosen: list[tuple[ModelSpec, Case, str]] = []
-    slots: list[str] = []
+    chosen: list[tuple[str, tuple[ModelSpec, Case, str]]] = []
     for (arm, case, name), run in zip(routed, router_runs, strict=True):
         arms[arm].extra_runs.append(run)
         profile = _choice(spec, run)
@@ -526,29 +558,11 @@ def run_checkpoint(
                 CaseVerdict(name, case.task_class, placeholder, (), (), False, False)
             )
             continue
-        chosen.append((spec.model(profile.model, profile.effort), case, f"{arm}/{name}"))
-        slots.append(arm)
-    for arm, verdict in zip(
-        slots,
-        run_pairs(
-            engine, chosen, envelope, target_usd=budgets.target_usd, judge_usd=budgets.judge_usd
-        ),
-        strict=True,
-    ):
+        chosen.append((arm, (spec.model(profile.model, profile.effort), case, f"{arm}/{name}")))
+    verdicts = _run_cases(spec, engine, envelope, [pair for _, pair in chosen])
+    for (arm, _), verdict in zip(chosen, verdicts, strict=True):
         arms[arm].verdicts.append(verdict)
-    engine.finish()
-    tested = [cell for cell in cells if cell.recommended_tier is not None]
-    return CheckpointReport(
-        cells=cells,
-        # Pooled over the cells with a recommendation: the others run the same tier in
-        # both arms and would only dilute the comparison.
-        pooled_baseline=_pooled("baseline", [c.baseline for c in tested]),
-        pooled_treatment=_pooled("treatment", [c.treatment for c in tested]),
-        informed=arms["informed"],
-        blind=arms["blind"],
-        card=card,
-        spent_usd=usd(envelope.debited),
-    )
+    return arms["informed"], arms["blind"]
 
 
 def checkpoint_table(report: CheckpointReport) -> str:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kb.checkpoint import profile_rule, start_rung_rule
 from kb.cli import cli
+from kb.errors import ConfigError
 from kb.store.filestore import CommitContext, KnowledgeStore
 from tests.factories import add, eval_claim
 from tests.sweep_helpers import toml_value
@@ -268,3 +269,30 @@ def test_cells_without_a_recommendation_stay_out_of_the_pool() -> None:
         spent_usd=0.0,
     )
     assert untested.passed is None and report.criterion1
+
+
+def test_relative_model_paths_resolve_against_the_checkpoint_spec(isolated: Path) -> None:
+    from kb.checkpoint import load_checkpoint_spec
+
+    (isolated / "specs").mkdir()
+    world = write_world(isolated / "specs" / "cp.toml", cheap_right=True).read_text()
+    world += '\n[[models]]\nmodel = "local:smollm2"\nparams = { model_path = "w/model.gguf" }\n'
+    (isolated / "specs" / "cp.toml").write_text(world)
+    spec = load_checkpoint_spec(isolated / "specs" / "cp.toml")  # cwd is elsewhere
+    resolved = spec.model("local:smollm2").params["model_path"]
+    assert resolved == str((isolated / "specs" / "w" / "model.gguf").resolve())
+
+
+def test_checkpoint_model_entries_are_the_sweeps(isolated: Path) -> None:
+    from kb.checkpoint import load_checkpoint_spec
+
+    world = write_world(isolated / "cp.toml", cheap_right=True).read_text()
+    for extra, issue in (
+        ('model = "openai:"', "models[4].model: 'openai:' must be 'provider:model'"),
+        ('model = "scripted:mid"', "models[4]: duplicates models[1] (scripted:mid)"),
+        ('model = "scripted:x"\nparams = { cost_usd = -1 }', "models[4].params.cost_usd"),
+    ):
+        (isolated / "cp.toml").write_text(world + f"\n[[models]]\n{extra}\n")
+        with pytest.raises(ConfigError) as caught:
+            load_checkpoint_spec(isolated / "cp.toml")
+        assert any(issue in i for i in caught.value.issues), caught.value.issues

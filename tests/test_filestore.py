@@ -253,7 +253,7 @@ def test_a_crash_between_git_and_file_is_rolled_forward(
         raise SystemExit("killed after update-ref, before the file replace")
 
     with monkeypatch.context() as patch, pytest.raises(SystemExit):
-        patch.setattr("kb.store.filestore.os.replace", killed)
+        patch.setattr("kb.atomicfile.os.replace", killed)
         store.commit(adds("b"), 1, CTX)
     assert path.read_bytes() == old_bytes  # the file is the previous valid store
     assert "store v2" in git(repo, "log", "-1", "--format=%s")  # git already has the new one

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kb.atomicfile import write_atomic
 from kb.engine.requests import ProviderRequest
 from kb.engine.runs import Usage
 from kb.errors import ConfigError, VcrMissError
@@ -167,7 +166,4 @@ class Cassette:
             json.dumps(e.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for e in ordered
         )
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp, self.path)
+        write_atomic(self.path, text.encode("utf-8"))

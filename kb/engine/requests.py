@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from kb.errors import ConfigError
+from kb.schema import ModelRef, ModelRefError, Subject, subject_key
 from kb.store.canonical import canonical_json, sha256_hex
-
-#: Providers kb implements itself (registered with litellm as custom providers).
-BUILTIN_PROVIDERS = ("scripted", "local")
 
 #: Params naming a local file: keyed by content, never by absolute path.
 FILE_PARAMS = ("script", "model_path")
@@ -54,18 +52,17 @@ EFFORT_PROVIDERS = (
 )
 
 
-def split_ref(ref: str) -> tuple[str, str]:
-    """``provider:model`` → ``(provider, model)``; refuses a ref without both parts."""
-    provider, sep, model = ref.partition(":")
-    if not sep or not provider or not model:
-        raise ConfigError("model", f"{ref!r} must be 'provider:model'")
-    return provider, model
+def parse_ref(ref: str) -> ModelRef:
+    """``provider:model`` parsed; a malformed ref is a ``ConfigError``."""
+    try:
+        return ModelRef.parse(ref)
+    except ModelRefError as exc:
+        raise ConfigError("model", str(exc)) from None
 
 
 def litellm_model(ref: str) -> str:
     """The litellm route for a ref: ``openai:gpt-4o-mini`` → ``openai/gpt-4o-mini``."""
-    provider, model = split_ref(ref)
-    return f"{provider}/{model}"
+    return parse_ref(ref).litellm_route
 
 
 def is_secret_param(name: str) -> bool:
@@ -84,17 +81,17 @@ class ModelSpec:
     @property
     def provider(self) -> str:
         """The part before the colon."""
-        return split_ref(self.ref)[0]
+        return parse_ref(self.ref).provider
 
     @property
-    def subject(self) -> dict[str, str]:
-        """The claim subject: ``{model, effort?}`` (effort omitted when absent)."""
-        return {"model": self.ref, **({"effort": self.effort} if self.effort else {})}
+    def subject(self) -> Subject:
+        """Who claims about this model are about: the ref and the effort."""
+        return Subject(self.ref, self.effort)
 
     @property
     def key(self) -> str:
         """``model`` or ``model@effort``: the subject key claims use."""
-        return f"{self.ref}@{self.effort}" if self.effort else self.ref
+        return subject_key(self.ref, self.effort)
 
 
 @dataclass(frozen=True)
@@ -215,13 +212,3 @@ def file_identity(path: str, *, hash_content: bool) -> str:
         return f"{file.name}:{file.stat().st_size}"
     except OSError:
         return f"missing:{file.name}"
-
-
-def occurrences(keys: Sequence[str]) -> list[int]:
-    """For each key, how many times it appeared before it (plan order)."""
-    seen: dict[str, int] = {}
-    numbers = []
-    for key in keys:
-        numbers.append(seen.get(key, 0))
-        seen[key] = seen.get(key, 0) + 1
-    return numbers

@@ -310,8 +310,3 @@ class Engine:
 
 def _replace(result: RunResult, **changes: Any) -> RunResult:
     return replace(result, **changes)
-
-
-def total_cost(results: Sequence[RunResult]) -> float:
-    """Sum of the runs' costs (exhausted runs included: their money was spent)."""
-    return float(sum(result.cost_usd for result in results))

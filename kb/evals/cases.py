@@ -13,14 +13,12 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from kb.schema import ModelRefText, StrictModel
 
 GoldenMatch = Literal["exact", "normalized", "contains", "regex", "json"]
 _PREDICATES = ("contains", "not_contains", "regex", "max_chars", "min_chars", "json_path", "one_of")
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _fraction(value: float, what: str) -> float:
@@ -37,7 +35,7 @@ def _compiles(pattern: str) -> str:
     return pattern
 
 
-class GoldenGrader(_Spec):
+class GoldenGrader(StrictModel):
     """Compare the output with ``expected``."""
 
     kind: Literal["golden"]
@@ -66,7 +64,7 @@ class GoldenGrader(_Spec):
         return f"golden:{self.match}"
 
 
-class Criterion(_Spec):
+class Criterion(StrictModel):
     """One rubric criterion: a name and exactly one predicate."""
 
     name: str = Field(min_length=1)
@@ -98,7 +96,7 @@ class Criterion(_Spec):
         return self
 
 
-class RubricGrader(_Spec):
+class RubricGrader(StrictModel):
     """Named criteria; passes when the fraction met reaches ``pass_threshold``."""
 
     kind: Literal["rubric"]
@@ -116,24 +114,16 @@ class RubricGrader(_Spec):
         return "rubric"
 
 
-class JudgeGrader(_Spec):
+class JudgeGrader(StrictModel):
     """An LLM verdict ``{passed, reason}``; ``model`` is mandatory (no default judge)."""
 
     kind: Literal["judge"]
-    model: str = Field(min_length=1)
+    model: ModelRefText
     """``provider:model`` of the judge."""
     instructions: str = Field(min_length=1)
     """What the answer must do to pass."""
     effort: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("model")
-    @classmethod
-    def _ref(cls, value: str) -> str:
-        provider, _, model = value.partition(":")
-        if not provider or not model:
-            raise ValueError(f"judge model {value!r} must be 'provider:model'")
-        return value
 
     @property
     def grader_id(self) -> str:
@@ -144,7 +134,7 @@ class JudgeGrader(_Spec):
 GraderSpec = Annotated[GoldenGrader | RubricGrader | JudgeGrader, Field(discriminator="kind")]
 
 
-class Case(_Spec):
+class Case(StrictModel):
     """One eval case."""
 
     name: str = Field(min_length=1)

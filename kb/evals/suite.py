@@ -93,18 +93,6 @@ def target_run(member: ModelSpec, case: Case, name: str, target_usd: float | Non
     )
 
 
-def plan_targets(
-    members: Sequence[ModelSpec], cases: Sequence[Case], target_usd: float | None
-) -> list[PlannedRun]:
-    """Every (member × case) target run, member-major, cases in spec order."""
-    names = unique_names(cases)
-    return [
-        target_run(member, case, name, target_usd)
-        for member in members
-        for case, name in zip(cases, names, strict=True)
-    ]
-
-
 def run_pairs(
     engine: Engine,
     pairs: Sequence[tuple[ModelSpec, Case, str]],

@@ -6,19 +6,19 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
-from kb.store.models import (
+from kb.schema import (
     ArchiveReason,
     Confidence,
-    EvalEvidence,
-    JournalEvidence,
-    ModelClaim,
+    ModelRefError,
     Polarity,
     RuledOut,
+    Subject,
+    validation_issues,
 )
+from kb.store.models import EvalEvidence, JournalEvidence, ModelClaim
 from kb.store.ops import ArchiveClaim, HumanGate, Op
-from kb.store.snapshot import Snapshot, validation_issues
+from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expiry, format_instant
 
 
@@ -57,11 +57,13 @@ def editorial_claim(
     The default id is ``note/<model>[@effort]/<taskClass>/<observedAt>``.
     """
     observed = format_instant(observed_at)
-    member = ModelSpec(model, effort)
-    subject, subject_key = member.subject, member.key
+    try:
+        subject = Subject(model, effort)
+    except ModelRefError as exc:
+        raise ConfigError("--model", str(exc)) from None
     data = {
-        "id": claim_id or f"note/{subject_key}/{task_class}/{observed}",
-        "subject": subject,
+        "id": claim_id or f"note/{subject.key}/{task_class}/{observed}",
+        "subject": subject.to_wire(),
         "taskClass": task_class,
         "polarity": polarity,
         "statement": statement,

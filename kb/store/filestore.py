@@ -22,17 +22,16 @@ processes commit at once and shares one temp file name between writers):
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kb.atomicfile import replace_with, temp_files_beside, write_temp_beside
 from kb.errors import CasAttemptsExhausted, ConfigError, GitError, KnowledgeCasError
 from kb.store import verified
 from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, Op, OpCounts, apply_ops
@@ -90,6 +89,8 @@ class CommitResult:
     counts: OpCounts
     git_commit: str | None
     message: str
+    ops: tuple[Op, ...] = ()
+    """The ops this commit applied (recomputed by the rebase loop on its last attempt)."""
     attempts: int = 1
 
 
@@ -239,9 +240,7 @@ class KnowledgeStore:
                     result = self._commit_locked(ops, snapshot.version, context, head)
                     if target is not None:
                         self._push_or_catch_up(target, result, final=attempt == attempts)
-                    return CommitResult(
-                        result.snapshot, result.counts, result.git_commit, result.message, attempt
-                    )
+                    return replace(result, attempts=attempt)
             except KnowledgeCasError as exc:
                 last = exc
                 if target is not None and attempt < attempts:
@@ -335,7 +334,7 @@ class KnowledgeStore:
         changes the store in between then moves the branch and fails the
         compare-and-swap instead of being silently overwritten.
         """
-        for orphan in self.path.parent.glob(f".{self.path.name}.*.kb-tmp"):
+        for orphan in temp_files_beside(self.path):
             orphan.unlink(missing_ok=True)  # only lock holders write temp files
         if self.git is None:
             return None
@@ -361,7 +360,7 @@ class KnowledgeStore:
         commit_oid = self._publish(
             render_store(applied.snapshot), head, message, context.trailers(version)
         )
-        return CommitResult(applied.snapshot, applied.counts, commit_oid, message)
+        return CommitResult(applied.snapshot, applied.counts, commit_oid, message, tuple(ops))
 
     def _publish(
         self,
@@ -371,7 +370,7 @@ class KnowledgeStore:
         trailers: Sequence[tuple[str, str]],
     ) -> str | None:
         """Make ``text`` the store: the git commit (CAS on ``head``) first, then the file."""
-        temp = self._write_temp(text)
+        temp = write_temp_beside(self.path, text.encode("utf-8", "surrogatepass"))
         # Built from validated claims with a hash kb computed: as good as a full read.
         verified.remember(verified.digest(text.encode("utf-8", "surrogatepass")))
         commit_oid = blob = None
@@ -380,11 +379,10 @@ class KnowledgeStore:
                 commit_oid, blob = self.git.commit_file(
                     temp, ref=head[0], expected_head=head[1], message=message, trailers=trailers
                 )
-            os.replace(temp, self.path)
         except BaseException:
             temp.unlink(missing_ok=True)
             raise
-        _fsync_directory(self.path.parent)
+        replace_with(temp, self.path)
         if self.git is not None and blob is not None:
             if self.git.set_index_blob(blob):
                 self.git.clear_intent()
@@ -395,25 +393,3 @@ class KnowledgeStore:
                     "(do not `git commit` the store meanwhile)"
                 )
         return commit_oid
-
-    def _write_temp(self, text: str) -> Path:
-        fd, name = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=".kb-tmp", dir=self.path.parent
-        )
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(text.encode("utf-8", "surrogatepass"))
-                handle.flush()
-                os.fsync(handle.fileno())
-        except BaseException:
-            Path(name).unlink(missing_ok=True)
-            raise
-        return Path(name)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -26,7 +26,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -34,11 +34,11 @@ from pathlib import Path
 from git import Git
 from git.exc import GitCommandNotFound
 
+from kb.atomicfile import write_atomic
 from kb.errors import GitError, KnowledgeCasError, StoreDirtyError
 
 ZERO_OID = "0" * 40
 _INDEX_LOCK_RETRIES = 20
-KB_TRAILER = "Kb-Store-Version"
 _FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "kb",
     "GIT_AUTHOR_EMAIL": "kb@localhost",
@@ -205,22 +205,6 @@ class GitStoreRepo:
             commits.append(StoreCommit(oid, tuple(parents.split()), date, subject, body.strip()))
         return commits
 
-    def is_kb_commit(self, oid: str) -> bool:
-        """True when ``oid`` is a kb store commit that touched nothing but the store."""
-        message = self._run("show", "-s", "--format=%B", oid)
-        if f"{KB_TRAILER}:" not in message:
-            return False
-        parents = self._run("rev-list", "--parents", "-n", "1", oid).split()[1:]
-        if len(parents) > 1:
-            return False
-        if parents:
-            changed = self._run(
-                "diff-tree", "--no-commit-id", "--name-only", "-r", parents[0], oid
-            ).split("\n")
-        else:
-            changed = self._run("ls-tree", "-r", "--name-only", oid).split("\n")
-        return [c for c in changed if c] == [self.rel]
-
     # -- keeping the work tree honest -------------------------------------------------
 
     def reconcile(self) -> Reconciled:
@@ -266,19 +250,7 @@ class GitStoreRepo:
         )
 
     def _restore_file(self, blob: str) -> None:
-        data = self.read_blob(blob)
-        fd, temp = tempfile.mkstemp(
-            prefix=f".{self.store_path.name}.", suffix=".kb-tmp", dir=self.store_path.parent
-        )
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, self.store_path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.store_path, self.read_blob(blob))
 
     @cached_property
     def intent_path(self) -> Path:
@@ -374,14 +346,6 @@ class GitStoreRepo:
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
             )
         return commit, blob
-
-
-def iter_trailers(body: str) -> Iterator[tuple[str, str]]:
-    """``Key: value`` trailer lines of a commit body."""
-    for line in body.splitlines():
-        key, sep, value = line.partition(": ")
-        if sep and key.startswith("Kb-"):
-            yield key, value.strip()
 
 
 @dataclass(frozen=True)

@@ -18,40 +18,39 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator, with_config
+from pydantic import AfterValidator, ConfigDict, Field, model_validator, with_config
 from typing_extensions import TypedDict
 
+from kb.schema import (
+    STRICT,
+    ArchiveReason,
+    AuthorKind,
+    ClaimClass,
+    ClaimStatus,
+    Confidence,
+    ModelRefText,
+    Polarity,
+    RuledOut,
+    StrictModel,
+    Subject,
+    subject_key,
+    utf16_length,
+)
 from kb.store.ttl import InstantError, parse_instant
 
-TASK_CLASS_VOCABULARY = (
-    "code-edit",
-    "investigation",
-    "synthesis",
-    "extraction",
-    "planning",
-    "judging",
-)
+__all__ = [
+    "ArchiveReason",
+    "ClaimClass",
+    "ClaimStatus",
+    "Confidence",
+    "ModelClaim",
+    "Polarity",
+    "RuledOut",
+    "claim_from_wire",
+    "claim_to_wire",
+]
+
 STATEMENT_MAX_UTF16 = 200
-
-Polarity = Literal["strength", "weakness"]
-ClaimClass = Literal["eval-measured", "human-editorial"]
-ClaimStatus = Literal["active", "stale", "superseded", "archived"]
-Confidence = Literal["high", "medium", "low"]
-ArchiveReason = Literal["deprecated", "stale", "rejected", "falsified"]
-RuledOut = Literal["prompt", "tools", "difficulty", "transient-provider"]
-
-_STRICT = ConfigDict(extra="forbid", strict=True)
-
-
-def utf16_length(text: str) -> int:
-    """Length as JavaScript's ``String.prototype.length`` counts it (UTF-16 code units)."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def _model_ref(value: str) -> str:
-    if ":" not in value:
-        raise ValueError(f"model {value!r} must be 'provider:model'")
-    return value
 
 
 def _fraction(value: float) -> float:
@@ -81,20 +80,19 @@ def _instant(value: str) -> str:
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
-ModelRef = Annotated[str, Field(min_length=1), AfterValidator(_model_ref)]
 Fraction = Annotated[float, AfterValidator(_fraction)]
 Instant = Annotated[str, AfterValidator(_instant)]
 
 
-@with_config(_STRICT)
-class Subject(TypedDict):
+@with_config(STRICT)
+class SubjectWire(TypedDict):
     """Who a claim is about: ``model`` is ``provider:model``; ``effort`` is part of identity."""
 
-    model: ModelRef
+    model: ModelRefText
     effort: NotRequired[NonEmpty]
 
 
-@with_config(_STRICT)
+@with_config(STRICT)
 class EvalEvidence(TypedDict):
     """An eval report and the case names (in plan order) that make up the measurement."""
 
@@ -103,7 +101,7 @@ class EvalEvidence(TypedDict):
     caseIds: list[str]
 
 
-@with_config(_STRICT)
+@with_config(STRICT)
 class JournalEvidence(TypedDict):
     """A pointer into a rulvar run journal."""
 
@@ -115,7 +113,7 @@ class JournalEvidence(TypedDict):
 Evidence = Annotated[EvalEvidence | JournalEvidence, Field(discriminator="kind")]
 
 
-@with_config(_STRICT)
+@with_config(STRICT)
 class Baseline(TypedDict):
     """The pass rate of the model a measurement was compared against."""
 
@@ -123,7 +121,7 @@ class Baseline(TypedDict):
     passRate: Fraction
 
 
-@with_config(_STRICT)
+@with_config(STRICT)
 class Metrics(TypedDict):
     """The numbers behind an eval-measured claim (``cost`` in USD for the whole cell)."""
 
@@ -134,7 +132,7 @@ class Metrics(TypedDict):
     baseline: NotRequired[Baseline]
 
 
-@with_config(_STRICT)
+@with_config(STRICT)
 class ModelEpoch(TypedDict, total=False):
     """What the model looked like when measured; a canary fingerprint change means drift."""
 
@@ -144,15 +142,15 @@ class ModelEpoch(TypedDict, total=False):
     canaryFingerprint: str
 
 
-@with_config(_STRICT)
+@with_config(STRICT)
 class Author(TypedDict):
     """Who wrote the claim: the eval pipeline (a committer id) or a person."""
 
-    kind: Literal["eval-pipeline", "human"]
+    kind: AuthorKind
     id: NonEmpty
 
 
-@with_config(_STRICT)
+@with_config(STRICT)
 class Origin(TypedDict):
     """Where a human claim was proposed (a rulvar kb-proposal journal entry)."""
 
@@ -161,13 +159,13 @@ class Origin(TypedDict):
     entryRef: Annotated[int, Field(ge=0)]
 
 
-class ModelClaim(BaseModel):
+class ModelClaim(StrictModel):
     """One belief about one model on one task class, with its evidence and lifetime."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     id: NonEmpty
-    subject: Subject
+    subject: SubjectWire
     task_class: NonEmpty = Field(alias="taskClass")
     """Open vocabulary; see ``TASK_CLASS_VOCABULARY`` for the conventional names."""
     polarity: Polarity
@@ -208,8 +206,12 @@ class ModelClaim(BaseModel):
     @property
     def subject_key(self) -> str:
         """``model`` or ``model@effort``: the subject as one string (claim ids use it)."""
-        effort = self.subject.get("effort")
-        return f"{self.subject['model']}@{effort}" if effort else self.subject["model"]
+        return subject_key(self.subject["model"], self.subject.get("effort"))
+
+    @property
+    def about(self) -> Subject:
+        """The subject as a :class:`kb.schema.Subject`."""
+        return Subject.from_wire(self.subject)
 
     @property
     def canary_fingerprint(self) -> str | None:

@@ -32,13 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kb.errors import ConfigError
-from kb.store.models import ArchiveReason, ModelClaim, RuledOut, claim_to_wire
+from kb.schema import ARCHIVE_REASONS, LIVE_STATUSES, RULED_OUT_VALUES, ArchiveReason, RuledOut
+from kb.store.models import ModelClaim, claim_to_wire
 from kb.store.snapshot import Snapshot, build_snapshot
-from kb.store.ttl import InstantError, parse_instant
+from kb.store.ttl import parse_instant
 
 DEFAULT_ACTIVE_CLAIMS_CAP = 8
-RULED_OUT_VALUES: tuple[str, ...] = ("prompt", "tools", "difficulty", "transient-provider")
-ARCHIVE_REASONS: tuple[str, ...] = ("deprecated", "stale", "rejected", "falsified")
 
 
 @dataclass(frozen=True)
@@ -132,39 +131,43 @@ class AppliedBatch:
 
 
 def _gate_issues(where: str, claim: ModelClaim, gate: Gate) -> list[str]:
-    issues = []
     if isinstance(gate, EvalCommitterGate):
-        if not gate.committer_id:
-            issues.append(f"{where}: eval-committer gate needs a committerId")
-        if not gate.report_id:
-            issues.append(f"{where}: eval-committer gate needs a reportId")
-        if claim.claim_class != "eval-measured":
-            issues.append(f"{where}: eval-committer gate only admits eval-measured claims")
-        if claim.author["kind"] != "eval-pipeline":
-            issues.append(f"{where}: eval-committer gate needs author.kind 'eval-pipeline'")
-        if claim.metrics is None:
-            issues.append(f"{where}: eval-committer gate needs a metrics block")
-    else:
-        if not gate.approver:
-            issues.append(f"{where}: human gate needs an approver")
-        if not gate.ruled_out:
-            issues.append(
-                f"{where}: human gate needs attribution.ruledOut (one or more of "
-                + ", ".join(RULED_OUT_VALUES)
-                + ")"
-            )
-        for value in gate.ruled_out:
-            if value not in RULED_OUT_VALUES:
-                issues.append(
-                    f"{where}: ruledOut value {value!r} is not one of "
-                    + ", ".join(RULED_OUT_VALUES)
-                )
-        if claim.claim_class != "human-editorial":
-            issues.append(f"{where}: human gate only admits human-editorial claims")
-        if claim.metrics is not None:
-            issues.append(f"{where}: human gate refuses a metrics block")
-        if claim.author["kind"] != "human":
-            issues.append(f"{where}: human gate needs author.kind 'human'")
+        return _eval_gate_issues(where, claim, gate)
+    return _human_gate_issues(where, claim, gate)
+
+
+def _eval_gate_issues(where: str, claim: ModelClaim, gate: EvalCommitterGate) -> list[str]:
+    checks = (
+        (bool(gate.committer_id), "eval-committer gate needs a committerId"),
+        (bool(gate.report_id), "eval-committer gate needs a reportId"),
+        (
+            claim.claim_class == "eval-measured",
+            "eval-committer gate only admits eval-measured claims",
+        ),
+        (
+            claim.author["kind"] == "eval-pipeline",
+            "eval-committer gate needs author.kind 'eval-pipeline'",
+        ),
+        (claim.metrics is not None, "eval-committer gate needs a metrics block"),
+    )
+    return [f"{where}: {problem}" for ok, problem in checks if not ok]
+
+
+def _human_gate_issues(where: str, claim: ModelClaim, gate: HumanGate) -> list[str]:
+    allowed = ", ".join(RULED_OUT_VALUES)
+    checks = (
+        (bool(gate.approver), "human gate needs an approver"),
+        (bool(gate.ruled_out), f"human gate needs attribution.ruledOut (one or more of {allowed})"),
+        (claim.claim_class == "human-editorial", "human gate only admits human-editorial claims"),
+        (claim.metrics is None, "human gate refuses a metrics block"),
+        (claim.author["kind"] == "human", "human gate needs author.kind 'human'"),
+    )
+    issues = [f"{where}: {problem}" for ok, problem in checks if not ok]
+    issues += [
+        f"{where}: ruledOut value {value!r} is not one of {allowed}"
+        for value in gate.ruled_out
+        if value not in RULED_OUT_VALUES
+    ]
     return issues
 
 
@@ -172,12 +175,103 @@ def _new_claim_issues(where: str, claim: ModelClaim) -> list[str]:
     issues = []
     if claim.status != "active":
         issues.append(f"{where}: a new claim must be active, not {claim.status!r}")
-    try:
-        if parse_instant(claim.expires_at) <= parse_instant(claim.observed_at):
-            issues.append(f"{where}: expiresAt must be after observedAt")
-    except InstantError as exc:  # pragma: no cover - ModelClaim already validated both
-        issues.append(f"{where}: {exc}")
+    if parse_instant(claim.expires_at) <= parse_instant(claim.observed_at):
+        issues.append(f"{where}: expiresAt must be after observedAt")
     return issues
+
+
+class _Batch:
+    """The claims as the batch has changed them so far, and what it did.
+
+    Each op is first checked against this state (its issues collected) and
+    applied only when it has none, so later ops see earlier ones: a claim
+    added in the batch can be archived in the same batch.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.wire: list[Mapping[str, Any]] = list(snapshot.wire)
+        self.claims: list[ModelClaim] = list(snapshot.claims)
+        self.index: dict[str, int] = {claim.id: i for i, claim in enumerate(snapshot.claims)}
+        self.issues: list[str] = []
+        self.added = self.superseded = self.staled = 0
+        self.archived: Counter[str] = Counter()
+
+    def status(self, claim_id: str) -> str | None:
+        found = self.index.get(claim_id)
+        return None if found is None else self.claims[found].status
+
+    def append(self, claim: ModelClaim) -> None:
+        self.index[claim.id] = len(self.claims)
+        self.claims.append(claim)
+        self.wire.append(claim_to_wire(claim))
+        self.added += 1
+
+    def set_status(self, claim_id: str, value: str) -> None:
+        at = self.index[claim_id]
+        self.claims[at] = self.claims[at].model_copy(update={"status": value})
+        changed = dict(self.wire[at])
+        changed["status"] = value  # in place: the key keeps its position, as rulvar writes it
+        self.wire[at] = changed
+
+    def counts(self) -> OpCounts:
+        return OpCounts(self.added, self.superseded, dict(self.archived), self.staled)
+
+
+def _add(batch: _Batch, where: str, op: AddClaim) -> None:
+    found = _new_claim_issues(where, op.claim) + _gate_issues(where, op.claim, op.gate)
+    if batch.status(op.claim.id) is not None:
+        found.append(f"{where}: claim id {op.claim.id!r} already exists")
+    batch.issues += found
+    if not found:
+        batch.append(op.claim)
+
+
+def _supersede(batch: _Batch, where: str, op: SupersedeClaim) -> None:
+    found = _new_claim_issues(where, op.by) + _gate_issues(where, op.by, op.gate)
+    prior = batch.status(op.claim_id)
+    if prior is None:
+        found.append(f"{where}: no claim {op.claim_id!r} to supersede")
+    elif prior not in LIVE_STATUSES:
+        found.append(
+            f"{where}: claim {op.claim_id!r} is {prior}; only an active or stale claim "
+            "can be superseded"
+        )
+    if batch.status(op.by.id) is not None:
+        found.append(f"{where}: claim id {op.by.id!r} already exists")
+    if op.by.supersedes not in (None, op.claim_id):
+        found.append(f"{where}: replacement says it supersedes {op.by.supersedes!r}")
+    batch.issues += found
+    if not found:
+        batch.set_status(op.claim_id, "superseded")
+        batch.append(op.by.model_copy(update={"supersedes": op.claim_id}))
+        batch.superseded += 1
+
+
+def _archive(batch: _Batch, where: str, op: ArchiveClaim) -> None:
+    prior = batch.status(op.claim_id)
+    if op.reason not in ARCHIVE_REASONS:
+        batch.issues.append(
+            f"{where}: archive reason {op.reason!r} is not one of {', '.join(ARCHIVE_REASONS)}"
+        )
+    elif prior is None:
+        batch.issues.append(f"{where}: no claim {op.claim_id!r} to archive")
+    elif prior not in LIVE_STATUSES:
+        batch.issues.append(f"{where}: claim {op.claim_id!r} is already {prior}")
+    else:
+        batch.set_status(op.claim_id, "archived")
+        batch.archived[op.reason] += 1
+
+
+def _mark_stale(batch: _Batch, where: str, op: MarkStale) -> None:
+    prior = batch.status(op.claim_id)
+    if op.reason != "canary-drift":
+        batch.issues.append(f"{where}: mark_stale reason must be 'canary-drift'")
+    elif prior is None:
+        batch.issues.append(f"{where}: no claim {op.claim_id!r} to mark stale")
+    elif prior == "active":
+        batch.set_status(op.claim_id, "stale")
+        batch.staled += 1
 
 
 def apply_ops(
@@ -190,98 +284,31 @@ def apply_ops(
 
     Raises one ``ConfigError`` (source ``ops``) naming every issue in the batch.
     """
-    wire: list[dict[str, Any]] = [dict(item) for item in snapshot.wire]
-    status: dict[str, str] = {claim.id: claim.status for claim in snapshot.claims}
-    index: dict[str, int] = {claim.id: i for i, claim in enumerate(snapshot.claims)}
-    issues: list[str] = []
-    added = superseded = staled = 0
-    archived: Counter[str] = Counter()
-
-    def append(claim_wire: dict[str, Any], claim_id: str) -> None:
-        index[claim_id] = len(wire)
-        status[claim_id] = "active"
-        wire.append(claim_wire)
-
-    def set_status(claim_id: str, value: str) -> None:
-        status[claim_id] = value
-        wire[index[claim_id]]["status"] = value  # in place: the key keeps its position
-
+    batch = _Batch(snapshot)
     for i, op in enumerate(ops):
         where = f"ops[{i}]"
         if isinstance(op, AddClaim):
-            found = _new_claim_issues(where, op.claim) + _gate_issues(where, op.claim, op.gate)
-            if op.claim.id in status:
-                found.append(f"{where}: claim id {op.claim.id!r} already exists")
-            issues.extend(found)
-            if not found:
-                append(claim_to_wire(op.claim), op.claim.id)
-                added += 1
+            _add(batch, where, op)
         elif isinstance(op, SupersedeClaim):
-            found = _new_claim_issues(where, op.by) + _gate_issues(where, op.by, op.gate)
-            prior = status.get(op.claim_id)
-            if prior is None:
-                found.append(f"{where}: no claim {op.claim_id!r} to supersede")
-            elif prior not in ("active", "stale"):
-                found.append(
-                    f"{where}: claim {op.claim_id!r} is {prior}; only an active or "
-                    "stale claim can be superseded"
-                )
-            if op.by.id in status:
-                found.append(f"{where}: claim id {op.by.id!r} already exists")
-            if op.by.supersedes not in (None, op.claim_id):
-                found.append(f"{where}: replacement says it supersedes {op.by.supersedes!r}")
-            issues.extend(found)
-            if not found:
-                set_status(op.claim_id, "superseded")
-                replacement = claim_to_wire(op.by)
-                replacement["supersedes"] = op.claim_id
-                append(replacement, op.by.id)
-                added += 1
-                superseded += 1
+            _supersede(batch, where, op)
         elif isinstance(op, ArchiveClaim):
-            prior = status.get(op.claim_id)
-            if op.reason not in ARCHIVE_REASONS:
-                issues.append(
-                    f"{where}: archive reason {op.reason!r} is not one of "
-                    + ", ".join(ARCHIVE_REASONS)
-                )
-            elif prior is None:
-                issues.append(f"{where}: no claim {op.claim_id!r} to archive")
-            elif prior in ("archived", "superseded"):
-                issues.append(f"{where}: claim {op.claim_id!r} is already {prior}")
-            else:
-                set_status(op.claim_id, "archived")
-                archived[op.reason] += 1
-        elif isinstance(op, MarkStale):
-            prior = status.get(op.claim_id)
-            if op.reason != "canary-drift":
-                issues.append(f"{where}: mark_stale reason must be 'canary-drift'")
-            elif prior is None:
-                issues.append(f"{where}: no claim {op.claim_id!r} to mark stale")
-            elif prior == "active":
-                set_status(op.claim_id, "stale")
-                staled += 1
-        else:  # pragma: no cover - the type checker keeps this unreachable
-            issues.append(f"{where}: unknown op {op!r}")
-
-    if not issues:
-        issues.extend(_cap_issues(snapshot, wire, active_claims_cap))
-    if issues:
-        raise ConfigError("ops", issues)
-    counts = OpCounts(added=added, superseded=superseded, archived=dict(archived), staled=staled)
-    return AppliedBatch(snapshot=build_snapshot(snapshot.version + 1, wire), counts=counts)
+            _archive(batch, where, op)
+        else:
+            _mark_stale(batch, where, op)
+    if not batch.issues:
+        batch.issues += _cap_issues(snapshot.claims, batch.claims, active_claims_cap)
+    if batch.issues:
+        raise ConfigError("ops", batch.issues)
+    next_snapshot = build_snapshot(snapshot.version + 1, batch.wire, batch.claims)
+    return AppliedBatch(snapshot=next_snapshot, counts=batch.counts())
 
 
-def _active_pairs(items: Sequence[Mapping[str, Any]]) -> Counter[tuple[str, str]]:
-    return Counter(
-        (item["subject"]["model"], item["taskClass"])
-        for item in items
-        if item["status"] == "active"
-    )
+def _active_pairs(claims: Sequence[ModelClaim]) -> Counter[tuple[str, str]]:
+    return Counter((claim.model, claim.task_class) for claim in claims if claim.status == "active")
 
 
-def _cap_issues(before: Snapshot, after: Sequence[Mapping[str, Any]], cap: int) -> list[str]:
-    old = _active_pairs(before.wire)
+def _cap_issues(before: Sequence[ModelClaim], after: Sequence[ModelClaim], cap: int) -> list[str]:
+    old = _active_pairs(before)
     new = _active_pairs(after)
     return [
         f"cap: {count} active claims for ({model}, {task_class}) exceed the cap of {cap}; "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kb.store.models import ModelClaim
@@ -46,8 +46,3 @@ def select(snapshot: Snapshot, claim_filter: ClaimFilter, as_of: int) -> Iterato
     for index, claim in enumerate(snapshot.claims):
         if claim_filter.matches(claim, as_of):
             yield index
-
-
-def subjects_of(claims: Iterable[ModelClaim]) -> list[str]:
-    """Distinct subject keys in first-seen order."""
-    return list(dict.fromkeys(claim.subject_key for claim in claims))

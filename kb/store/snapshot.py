@@ -15,7 +15,7 @@ import gc
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kb.errors import ConfigError
+from kb.schema import validation_issues
 from kb.store.canonical import (
     canonical_json,
     claims_hash,
@@ -39,8 +40,6 @@ _HASH_FORMAT = re.compile(r"[0-9a-f]{64}")
 # encoder would print raw. Conservative: escaped pairs also take the slow path.
 _NOT_PLAIN_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 _MAX_SAFE = 2**53
-# Tags pydantic inserts into error locations for discriminated unions (evidence, graders).
-_UNION_TAGS = frozenset({"eval", "journal", "golden", "rubric", "judge"})
 
 
 @dataclass(frozen=True)
@@ -116,38 +115,6 @@ def parse_json(text: str) -> tuple[Any, bool]:
     )
     plain = watch.js_plain and _NOT_PLAIN_TEXT.search(text) is None
     return data, plain
-
-
-def error_path(prefix: str, loc: Sequence[int | str]) -> str:
-    """Render a pydantic location as ``claims[3].evidence[0].reportId``."""
-    path = prefix
-    previous: int | str | None = None
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif isinstance(previous, int) and part in _UNION_TAGS:
-            pass  # the discriminated-union tag pydantic inserts; the index already names it
-        else:
-            path += f".{part}" if path else part
-        previous = part
-    return path
-
-
-def validation_issues(prefix: str, error: ValidationError) -> list[str]:
-    """One line per pydantic error, each with its path and the offending value."""
-    issues = []
-    for item in error.errors(include_url=False):
-        msg = item["msg"].removeprefix("Value error, ")
-        where = error_path(prefix, item["loc"])
-        if item["type"] == "missing":
-            msg = "missing"
-        elif item["type"] != "model_type" and "input" in item:
-            shown = repr(item["input"])
-            if len(shown) > 60:
-                shown = shown[:57] + "..."
-            msg = f"{msg} (got {shown})"
-        issues.append(f"{where}: {msg}")
-    return issues
 
 
 @contextmanager
@@ -258,11 +225,19 @@ def parse_verified_store(text: str) -> Snapshot:
 _FIELD_OF_ALIAS = {(info.alias or name): name for name, info in ModelClaim.model_fields.items()}
 
 
-def build_snapshot(version: int, wire: Iterable[Mapping[str, Any]]) -> Snapshot:
-    """A snapshot for new claims (wire objects), with its hash computed."""
+def build_snapshot(
+    version: int,
+    wire: Iterable[Mapping[str, Any]],
+    claims: Iterable[ModelClaim] | None = None,
+) -> Snapshot:
+    """A snapshot of ``wire`` with its hash computed.
+
+    ``claims`` are the validated claims the wire objects render (validated
+    here when not given).
+    """
     wire_tuple = tuple(wire)
-    claims = tuple(claim_from_wire(item) for item in wire_tuple)
-    return Snapshot(version=version, hash=claims_hash(wire_tuple), claims=claims, wire=wire_tuple)
+    built = tuple(claims) if claims is not None else tuple(map(claim_from_wire, wire_tuple))
+    return Snapshot(version=version, hash=claims_hash(wire_tuple), claims=built, wire=wire_tuple)
 
 
 def render_store(snapshot: Snapshot) -> str:

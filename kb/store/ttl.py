@@ -24,13 +24,10 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kb.store.models import ModelClaim
-
-ClaimClass = Literal["eval-measured", "human-editorial"]
-Polarity = Literal["strength", "weakness"]
 
 MS_PER_DAY = 86_400_000
 #: 0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: what four-digit years can render.

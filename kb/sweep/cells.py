@@ -193,7 +193,7 @@ def cell_claim(
     observed = format_instant(observed_at)
     data = {
         "id": claim_id(report_id, cell.member, cell.task_class),
-        "subject": cell.member.subject,
+        "subject": cell.member.subject.to_wire(),
         "taskClass": cell.task_class,
         "polarity": outcome,
         "statement": f"sweep passRate {to_fixed_2(cell.pass_rate)} over {cell.n} "

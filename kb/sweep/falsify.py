@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kb.schema import LIVE_STATUSES
 from kb.store.models import ModelClaim
 from kb.store.ops import AddClaim, ArchiveClaim, EvalCommitterGate, Op, SupersedeClaim
 from kb.store.snapshot import Snapshot
@@ -45,38 +46,43 @@ class Retirement:
         return entry
 
 
-@dataclass(frozen=True)
-class SweepOps:
-    """The commit a sweep makes, and what it retires."""
+def retirements(ops: Sequence[Op]) -> list[Retirement]:
+    """What a committed batch of sweep ops retired, in op order."""
+    found = []
+    for op in ops:
+        if isinstance(op, SupersedeClaim):
+            found.append(Retirement(op.claim_id, "superseded", by=op.by.id))
+        elif isinstance(op, ArchiveClaim):
+            found.append(Retirement(op.claim_id, "archived", reason=op.reason))
+    return found
 
-    ops: list[Op]
-    retired: list[Retirement]
+
+PriorKey = tuple[str, str | None, str]
+"""(model, effort, task class): whose prior claims a cell retires."""
 
 
-def _priors(snapshot: Snapshot, cell: SweepCell) -> list[tuple[int, ModelClaim]]:
-    return [
-        (index, claim)
-        for index, claim in enumerate(snapshot.claims)
-        if claim.claim_class == "eval-measured"
-        and claim.status in ("active", "stale")
-        and claim.model == cell.member.ref
-        and claim.effort == cell.member.effort
-        and claim.task_class == cell.task_class
-    ]
+def live_eval_claims(snapshot: Snapshot) -> dict[PriorKey, list[tuple[int, ModelClaim]]]:
+    """Active or stale eval-measured claims by (model, effort, task class), in file order."""
+    found: dict[PriorKey, list[tuple[int, ModelClaim]]] = {}
+    for index, claim in enumerate(snapshot.claims):
+        if claim.claim_class == "eval-measured" and claim.status in LIVE_STATUSES:
+            key = (claim.model, claim.effort, claim.task_class)
+            found.setdefault(key, []).append((index, claim))
+    return found
 
 
 def sweep_ops(
     snapshot: Snapshot,
     cells: Sequence[tuple[SweepCell, ModelClaim | None]],
     gate: EvalCommitterGate,
-) -> SweepOps:
-    """The ops for one sweep against ``snapshot`` (recomputed on every CAS retry)."""
+) -> list[Op]:
+    """The ops for one sweep against ``snapshot`` (a pure function; rerun on every CAS retry)."""
+    live = live_eval_claims(snapshot)
     ops: list[Op] = []
-    retired: list[Retirement] = []
     for cell, claim in cells:
         if not cell.complete:
             continue
-        priors = _priors(snapshot, cell)
+        priors = live.get((cell.member.ref, cell.member.effort, cell.task_class), [])
         replaced: ModelClaim | None = None
         if claim is not None:
             same = [
@@ -87,11 +93,7 @@ def sweep_ops(
             if same:
                 replaced = max(same, key=lambda item: (item[0], item[1]))[2]
                 ops.append(SupersedeClaim(replaced.id, claim, gate))
-                retired.append(Retirement(replaced.id, "superseded", by=claim.id))
             else:
                 ops.append(AddClaim(claim, gate))
-        for _, prior in priors:
-            if prior is not replaced:
-                ops.append(ArchiveClaim(prior.id, "falsified"))
-                retired.append(Retirement(prior.id, "archived", reason="falsified"))
-    return SweepOps(ops, retired)
+        ops += [ArchiveClaim(p.id, "falsified") for _, p in priors if p is not replaced]
+    return ops

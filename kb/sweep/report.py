@@ -51,7 +51,7 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
 
 def cell_json(cell: SweepCell, outcome: str, claim_id: str | None) -> dict[str, Any]:
     """One ``cells[]`` entry (camelCase; optional keys only when they apply)."""
-    entry: dict[str, Any] = cell.member.subject
+    entry: dict[str, Any] = cell.member.subject.to_wire()
     entry.update(
         taskClass=cell.task_class,
         passRate=cell.pass_rate,

@@ -10,33 +10,27 @@ both. No function here reads a clock: the sweep instant is a parameter.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kb.canary import CanaryOptions, probe_pool
 from kb.engine.budget import SpendEnvelope, usd
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, unique_names
-from kb.evals.suite import run_pairs, target_run
+from kb.evals.suite import CaseVerdict, run_pairs, target_run
+from kb.schema import subject_key
 from kb.store.filestore import CommitContext, KnowledgeStore, validate_attempts
 from kb.store.models import ModelClaim
 from kb.store.ops import EvalCommitterGate
 from kb.store.snapshot import Snapshot
-from kb.store.ttl import claim_expired, format_instant, remeasurement_queue
+from kb.store.ttl import format_instant
 from kb.sweep.cells import SweepCell, cell_claim, claim_id, group_cells
-from kb.sweep.falsify import Retirement, sweep_ops
+from kb.sweep.falsify import Retirement, retirements, sweep_ops
+from kb.sweep.pool import PoolMember, build_pool
 from kb.sweep.spec import SweepSpec
-
-
-@dataclass(frozen=True)
-class PoolMember:
-    """A model the sweep measures, and why it is in the pool."""
-
-    spec: ModelSpec
-    origin: str
-    """``configured``, ``active weakness claim <id>`` or ``remeasurement queue <id>``."""
 
 
 @dataclass(frozen=True)
@@ -86,34 +80,6 @@ class SweepReport:
     def provider_errors(self) -> int:
         """Target runs that failed at the provider (for ``--strict``)."""
         return sum(cell.non_ok_runs for cell, _ in self.cells)
-
-
-def build_pool(configured: Sequence[ModelSpec], snapshot: Snapshot, at: int) -> list[PoolMember]:
-    """Configured models ∪ subjects of active unexpired weaknesses ∪ the remeasurement queue.
-
-    A subject pulled in from a claim inherits the params of a configured
-    model with the same ref (its endpoint and key), else has none.
-    """
-    pool: dict[str, PoolMember] = {}
-    params_by_ref: dict[str, Any] = {}
-    for spec in configured:
-        pool.setdefault(spec.key, PoolMember(spec, "configured"))
-        params_by_ref.setdefault(spec.ref, spec.params)
-
-    def add(claim: ModelClaim, origin: str) -> None:
-        spec = ModelSpec(claim.model, claim.effort, params_by_ref.get(claim.model, {}))
-        pool.setdefault(spec.key, PoolMember(spec, f"{origin} {claim.id}"))
-
-    for claim in snapshot.claims:
-        if (
-            claim.status == "active"
-            and claim.polarity == "weakness"
-            and not claim_expired(claim, at)
-        ):
-            add(claim, "active weakness claim")
-    for claim in remeasurement_queue(snapshot.claims, at):
-        add(claim, "remeasurement queue")
-    return list(pool.values())
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -196,11 +162,6 @@ def prepare_sweep(
     )
 
 
-CanaryStep = Callable[
-    [SweepPlan, Engine, SpendEnvelope, KnowledgeStore, bool, bool, int], list[dict[str, Any]]
-]
-
-
 def execute_sweep(
     plan: SweepPlan,
     store: KnowledgeStore,
@@ -208,7 +169,6 @@ def execute_sweep(
     *,
     commit: bool = True,
     attempts: int = 3,
-    canary_step: CanaryStep | None = None,
     push: bool = False,
 ) -> SweepReport:
     """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``)."""
@@ -217,16 +177,13 @@ def execute_sweep(
         store.preflight(push=push)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     report = SweepReport(plan)
-    fingerprints: dict[str, str] = {}
-    if canary_step is not None and spec.canary is not None:
-        report.canary = canary_step(plan, engine, envelope, store, commit, push, attempts)
-        # Only a fingerprint that could flip claims may be recorded on new ones: an
-        # incomplete or unstable canary records nothing.
-        fingerprints = {
-            ModelSpec(entry["model"], entry.get("effort")).key: entry["fingerprint"]
-            for entry in report.canary
-            if entry["status"] in ("no-drift", "drift")
-        }
+    if spec.canary is not None:
+        options = CanaryOptions.from_spec(
+            spec, label=plan.report_id, commit=commit, push=push, attempts=attempts
+        )
+        report.canary = [
+            c.to_json() for c in probe_pool(plan.members, options, engine, envelope, store)
+        ]
     verdicts = run_pairs(
         engine,
         plan.pairs,
@@ -235,38 +192,58 @@ def execute_sweep(
         judge_usd=spec.budgets.judge_usd,
     )
     engine.finish()
-    thresholds = spec.thresholds
-    for cell in group_cells([member for member, _, _ in plan.pairs], verdicts):
-        claim = cell_claim(
-            cell,
-            strength=thresholds.strength,
-            weakness=thresholds.weakness,
-            report_id=plan.report_id,
-            observed_at=plan.observed_at,
-            committer=spec.sweep.committer,
-            canary_fingerprint=fingerprints.get(cell.member.key),
-        )
-        report.cells.append((cell, claim))
+    report.cells = measured_cells(plan, verdicts, _usable_fingerprints(report.canary))
     report.spent_usd = usd(envelope.debited)
     gate = EvalCommitterGate(committer_id=spec.sweep.committer, report_id=plan.report_id)
-    report.retired = sweep_ops(plan.snapshot, report.cells, gate).retired
     if not commit:
+        report.retired = retirements(sweep_ops(plan.snapshot, report.cells, gate))
         return report
-
-    def build(snapshot: Snapshot) -> list[Any]:
-        planned = sweep_ops(snapshot, report.cells, gate)
-        report.retired = planned.retired
-        return planned.ops
-
     context = CommitContext(
         "sweep", spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
     )
-    result = store.commit_with_rebase(build, context, attempts=attempts, push=push)
+    result = store.commit_with_rebase(
+        lambda snapshot: sweep_ops(snapshot, report.cells, gate),
+        context,
+        attempts=attempts,
+        push=push,
+    )
     if result is not None:
+        report.retired = retirements(result.ops)
         report.committed_version = result.snapshot.version
         report.git_commit = result.git_commit
         report.commit_message = result.message
     return report
+
+
+def _usable_fingerprints(canary: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Fingerprints that may be recorded on new claims: only those that could flip claims."""
+    return {
+        subject_key(entry["model"], entry.get("effort")): entry["fingerprint"]
+        for entry in canary
+        if entry["status"] in ("no-drift", "drift")
+    }
+
+
+def measured_cells(
+    plan: SweepPlan, verdicts: Sequence[CaseVerdict], fingerprints: dict[str, str]
+) -> list[tuple[SweepCell, ModelClaim | None]]:
+    """Steps 6–7: the cells of the verdicts and the claim each emits."""
+    thresholds = plan.spec.thresholds
+    return [
+        (
+            cell,
+            cell_claim(
+                cell,
+                strength=thresholds.strength,
+                weakness=thresholds.weakness,
+                report_id=plan.report_id,
+                observed_at=plan.observed_at,
+                committer=plan.spec.sweep.committer,
+                canary_fingerprint=fingerprints.get(cell.member.key),
+            ),
+        )
+        for cell in group_cells([member for member, _, _ in plan.pairs], verdicts)
+    ]
 
 
 def run_sweep(
@@ -278,12 +255,9 @@ def run_sweep(
     report_id: str | None = None,
     commit: bool = True,
     attempts: int = 3,
-    canary_step: CanaryStep | None = None,
     push: bool = False,
 ) -> SweepReport:
     """A whole sweep: :func:`prepare_sweep` then :func:`execute_sweep`."""
     validate_attempts(attempts)
     plan = prepare_sweep(spec, store, observed_at=observed_at, report_id=report_id)
-    return execute_sweep(
-        plan, store, engine, commit=commit, attempts=attempts, canary_step=canary_step, push=push
-    )
+    return execute_sweep(plan, store, engine, commit=commit, attempts=attempts, push=push)

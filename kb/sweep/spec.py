@@ -27,21 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kb.engine.providers.scripted import ScriptedModel
-from kb.engine.requests import ModelSpec, split_ref
+from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader
-from kb.store.snapshot import validation_issues
+from kb.schema import ModelRefText, StrictModel, validate_into
 from kb.tomlfile import read_toml
-
-DEFAULT_THRESHOLDS = {"strength": 0.9, "weakness": 0.5}
-
-
-class _Strict(BaseModel):
-    # strict: TOML's `true` is not a $1 budget, "4" is not a concurrency.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _positive_usd(value: float | None) -> float | None:
@@ -52,7 +45,7 @@ def _positive_usd(value: float | None) -> float | None:
     return value
 
 
-class Thresholds(_Strict):
+class Thresholds(StrictModel):
     """Pass-rate bands: at or above ``strength`` → strength; at or below ``weakness`` → weakness."""
 
     strength: float = 0.9
@@ -74,7 +67,7 @@ class Thresholds(_Strict):
         return self
 
 
-class SweepSection(_Strict):
+class SweepSection(StrictModel):
     """``[sweep]``."""
 
     committer: str = Field(min_length=1)
@@ -89,7 +82,7 @@ class SweepSection(_Strict):
     include: list[str] = Field(default_factory=list)
 
 
-class Budgets(_Strict):
+class Budgets(StrictModel):
     """``[budgets]``: per-run ceilings and the envelope, in USD."""
 
     target_usd: float | None = None
@@ -102,24 +95,15 @@ class Budgets(_Strict):
     )
 
 
-class ModelEntry(_Strict):
-    """``[[models]]``."""
+class ModelEntry(StrictModel):
+    """``[[models]]``: a model ref, its effort and its litellm params."""
 
-    model: str
+    model: ModelRefText
     effort: str | None = Field(default=None, min_length=1)
     params: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("model")
-    @classmethod
-    def _ref(cls, value: str) -> str:
-        try:
-            split_ref(value)
-        except ConfigError as exc:
-            raise ValueError(exc.issues[0]) from None
-        return value
 
-
-class CanarySection(_Strict):
+class CanarySection(StrictModel):
     """``[canary]`` or a canary file: probes with deterministic answers."""
 
     prompts: list[str] = Field(min_length=1)
@@ -150,15 +134,6 @@ class SweepSpec:
         return self.sweep.thresholds
 
 
-def _validate(model: type[BaseModel], data: Any, prefix: str, issues: list[str]) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        for issue in validation_issues(prefix, exc):
-            issues.append(issue.replace("Extra inputs are not permitted", "unknown key"))
-        return None
-
-
 def _resolve(base: Path, value: str) -> Path:
     path = Path(value).expanduser()
     return path if path.is_absolute() else base / path
@@ -170,7 +145,7 @@ def load_canary_file(path: Path) -> CanarySection:
     if "canary" in data and isinstance(data["canary"], dict):
         data = data["canary"]
     issues: list[str] = []
-    section = _validate(CanarySection, data, "", issues)
+    section = validate_into(CanarySection, data, "", issues)
     if issues:
         raise ConfigError(str(path), issues)
     assert isinstance(section, CanarySection)
@@ -186,12 +161,14 @@ def load_spec(path: Path | str) -> SweepSpec:
     raw = read_toml(path, "spec")
     base = path.resolve().parent
     issues: list[str] = [f"{key}: unknown key" for key in raw if key not in _TOP_LEVEL]
-    sweep = _validate(SweepSection, raw.get("sweep"), "sweep", issues)
+    sweep = validate_into(SweepSection, raw.get("sweep"), "sweep", issues)
     if "sweep" not in raw:
         issues[-1:] = ["sweep: missing [sweep] table (with committer)"]
-    budgets = _validate(Budgets, raw["budgets"], "budgets", issues) if "budgets" in raw else None
+    budgets = (
+        validate_into(Budgets, raw["budgets"], "budgets", issues) if "budgets" in raw else None
+    )
     entries = [
-        _validate(ModelEntry, item, f"models[{index}]", issues)
+        validate_into(ModelEntry, item, f"models[{index}]", issues)
         for index, item in enumerate(_table_list(raw, "models", issues))
     ]
     cases = []
@@ -202,7 +179,7 @@ def load_spec(path: Path | str) -> SweepSpec:
                 "file (before any table) or in [sweep]"
             )
             item = {k: v for k, v in item.items() if k != "include"}
-        case = _validate(Case, item, f"cases[{index}]", issues)
+        case = validate_into(Case, item, f"cases[{index}]", issues)
         if case is not None:
             cases.append(case)
     includes = raw.get("include", [])
@@ -216,7 +193,7 @@ def load_spec(path: Path | str) -> SweepSpec:
         for match in matches:
             cases.extend(_included_cases(Path(match), issues))
     canary = _canary(raw.get("canary"), base, issues)
-    models = _models([(i, e) for i, e in enumerate(entries) if e is not None], base, issues)
+    models = resolve_models([(i, e) for i, e in enumerate(entries) if e is not None], base, issues)
     if sweep is not None:
         issues.extend(_budget_issues(sweep, budgets, cases, canary))
     if not cases and not issues:
@@ -243,7 +220,7 @@ def _canary(value: Any, base: Path, issues: list[str]) -> CanarySection | None:
         except ConfigError as exc:
             issues.append(f"canary: {exc}")
             return None
-    section = _validate(CanarySection, value, "canary", issues)
+    section = validate_into(CanarySection, value, "canary", issues)
     return section if isinstance(section, CanarySection) else None
 
 
@@ -258,7 +235,7 @@ def _included_cases(path: Path, issues: list[str]) -> list[Case]:
         issues.append(f"include {path}: unknown keys {', '.join(unknown)} (only [[cases]])")
     found = []
     for index, item in enumerate(data.get("cases", [])):
-        case = _validate(Case, item, f"{path.name}:cases[{index}]", issues)
+        case = validate_into(Case, item, f"{path.name}:cases[{index}]", issues)
         if case is not None:
             found.append(case)
     return found
@@ -297,9 +274,14 @@ def _budget_issues(
     return issues
 
 
-def _models(
+def resolve_models(
     entries: Sequence[tuple[int, ModelEntry]], base: Path, issues: list[str]
 ) -> list[ModelSpec]:
+    """``[[models]]`` entries as model specs, relative paths resolved against ``base``.
+
+    Checks what the entries cannot check alone (scripted params, declared
+    prices, duplicates) and adds every problem to ``issues``.
+    """
     models: list[ModelSpec] = []
     seen: dict[str, int] = {}
     for index, entry in entries:

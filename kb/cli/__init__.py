@@ -1,0 +1,24 @@
+"""The ``kb`` command line: thin commands over the public core.
+
+Every command parses its options, calls one or two core functions and
+prints. The group, the error boundary and the context object live in
+:mod:`kb.cli.app`; options shared by several commands are declared once in
+:mod:`kb.cli.options`; the commands themselves in :mod:`kb.cli.store_commands`
+(the store) and :mod:`kb.cli.job_commands` (jobs that call models).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+from kb.cli import job_commands, store_commands
+from kb.cli.app import EXIT_CODES, App, cli, exit_code_for
+
+__all__ = ["EXIT_CODES", "App", "cli", "exit_code_for", "job_commands", "main", "store_commands"]
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console entry point."""
+    cli.main(args=argv, prog_name="kb")
+    sys.exit(0)  # pragma: no cover - click exits itself

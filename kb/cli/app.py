@@ -1,0 +1,202 @@
+"""What every command shares: the root group, the error boundary, the context object.
+
+Errors from the core (``KbError``) become one line on stderr and an exit
+code in one place, :func:`exit_code_for`; ``KB_DEBUG=1`` shows the traceback
+instead. The clock is read here and only here (``--as-of`` defaults to now).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from kb.errors import (
+    CasAttemptsExhausted,
+    ConfigError,
+    GitError,
+    JobFailedError,
+    KbError,
+    KnowledgeCasError,
+)
+
+if TYPE_CHECKING:
+    from kb.engine.runs import RunResult
+    from kb.engine.scheduler import Engine, EngineConfig
+    from kb.store.filestore import CommitResult, KnowledgeStore
+
+#: The one mapping from errors to exit codes (first match wins).
+EXIT_CODES: tuple[tuple[type[KbError], int], ...] = (
+    (CasAttemptsExhausted, 3),
+    (KnowledgeCasError, 3),
+    (ConfigError, 2),
+    (JobFailedError, 1),
+    (GitError, 1),
+    (KbError, 1),
+)
+
+
+def exit_code_for(error: KbError) -> int:
+    """The documented exit code of an error: 1 failed job, 2 bad input, 3 CAS exhausted."""
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return 1  # pragma: no cover - KbError is in the table
+
+
+class KbClickError(click.ClickException):
+    """A core error on its way to stderr with its exit code."""
+
+    def __init__(self, error: KbError) -> None:
+        super().__init__(str(error))
+        # click types exit_code as a ClassVar but reads it from the instance.
+        self.exit_code = exit_code_for(error)  # type: ignore[misc]
+
+
+class KbGroup(click.Group):
+    """The root group: converts core errors in one place."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; turn a ``KbError`` into its exit code unless ``KB_DEBUG=1``."""
+        try:
+            return super().invoke(ctx)
+        except KbError as error:
+            if os.environ.get("KB_DEBUG") == "1":
+                raise
+            raise KbClickError(error) from error
+        except OSError as error:  # a full disk, a vanished directory: one line, exit 1
+            if os.environ.get("KB_DEBUG") == "1":
+                raise
+            where = f": {error.filename}" if error.filename else ""
+            raise click.ClickException(f"{error.strerror or error}{where}") from error
+
+
+@dataclass
+class App:
+    """What every command receives: the store location and the instant."""
+
+    store_path: Path
+    as_of_text: str | None
+
+    @cached_property
+    def as_of(self) -> int:
+        """The instant (ms) expiry is judged at: ``--as-of``, or now."""
+        return self.instant(None, "--as-of")
+
+    def instant(self, text: str | None, flag: str) -> int:
+        """``text`` as an instant (ms); else ``--as-of``; else now (the one clock read)."""
+        from kb.store.ttl import (
+            InstantError,
+            check_claim_instant,
+            instant_from_datetime,
+            parse_instant,
+        )
+
+        chosen, where = (text, flag) if text is not None else (self.as_of_text, "--as-of")
+        try:
+            if chosen is None:
+                return instant_from_datetime(datetime.now(UTC))
+            return check_claim_instant(parse_instant(chosen), where)
+        except InstantError as exc:
+            raise ConfigError(where, str(exc)) from None
+
+    @cached_property
+    def store(self) -> KnowledgeStore:
+        """The writable store."""
+        from kb.store.filestore import KnowledgeStore
+
+        return KnowledgeStore(self.store_path)
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+@click.group(cls=KbGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    "store_path",
+    envvar="KB_STORE",
+    default="rulvar.models.json",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The knowledge store file (env KB_STORE).",
+)
+@click.option(
+    "--as-of",
+    "as_of",
+    envvar="KB_AS_OF",
+    default=None,
+    help="Judge expiry at this ISO instant instead of now (env KB_AS_OF).",
+)
+@click.version_option(package_name="kb")
+@click.pass_context
+def cli(ctx: click.Context, store_path: Path, as_of: str | None) -> None:
+    """Evidence-backed knowledge about which LLM is good at which kind of task."""
+    ctx.obj = App(store_path=store_path, as_of_text=as_of)
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    """The engine flags a job command takes: concurrency and a cassette."""
+
+    concurrency: int | None
+    record: Path | None
+    replay: Path | None
+
+
+def build_engine(config: EngineConfig, flags: EngineFlags) -> Engine:
+    """An engine with the cassette ``--record``/``--replay`` ask for."""
+    from kb.engine.cassette import Cassette
+    from kb.engine.scheduler import Engine
+
+    if flags.record and flags.replay:
+        raise ConfigError("--record/--replay", "use one or the other")
+    cassette = (
+        Cassette(flags.replay, "replay")
+        if flags.replay
+        else Cassette(flags.record, "record")
+        if flags.record
+        else None
+    )
+    return Engine(config, cassette=cassette)
+
+
+@contextmanager
+def progress_bar(total: int, *, enabled: bool) -> Iterator[Callable[[RunResult], None]]:
+    """A progress bar on stderr, only for a terminal; yields the per-run callback."""
+    if not enabled or total == 0 or not sys.stderr.isatty():
+        yield lambda _result: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("runs", total=total)
+        yield lambda _result: progress.advance(task)
+
+
+def echo_json(value: Any) -> None:
+    """JSON on stdout, numbers as JavaScript prints them (``1``, not ``1.0``), like the store."""
+    from kb.store.canonical import js_stringify
+
+    click.echo(js_stringify(value, indent=2))
+
+
+def echo_commit(result: CommitResult, app: App) -> None:
+    """The commit line (subject and git commit), then any warnings."""
+    git = f" [git {result.git_commit[:12]}]" if result.git_commit else ""
+    click.echo(f"{result.message}{git}")
+    echo_warnings(app)
+
+
+def echo_warnings(app: App) -> None:
+    """What the store asked the user to know although the command succeeded."""
+    for warning in app.store.warnings:
+        click.echo(f"warning: {warning}", err=True)

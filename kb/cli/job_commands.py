@@ -1,0 +1,249 @@
+"""Commands that call models or compile knowledge: sweep, canary, card, checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from kb.cli.app import (
+    App,
+    EngineFlags,
+    build_engine,
+    cli,
+    echo_json,
+    echo_warnings,
+    pass_app,
+    progress_bar,
+)
+from kb.cli.options import (
+    attempts_option,
+    engine_options,
+    json_option,
+    push_option,
+    resolve_attempts,
+    spec_argument,
+)
+from kb.errors import ConfigError, JobFailedError
+
+if TYPE_CHECKING:
+    from kb.engine.scheduler import EngineConfig
+    from kb.sweep.spec import SweepSpec
+
+
+def sweep_engine_config(
+    spec: SweepSpec, concurrency: int | None, max_retries: int | None = None
+) -> EngineConfig:
+    """A sweep spec's engine settings, with the command line's overrides."""
+    from kb.engine.scheduler import EngineConfig
+
+    level = concurrency if concurrency is not None else spec.sweep.concurrency
+    return EngineConfig(
+        concurrency=level,
+        per_provider=spec.sweep.per_provider or level,
+        timeout_s=spec.sweep.timeout_s,
+        max_retries=max_retries if max_retries is not None else spec.sweep.max_retries,
+    )
+
+
+def _output_dir_exists(path: Path | None, flag: str) -> None:
+    if path is not None and not path.parent.is_dir():
+        raise ConfigError(flag, f"{path.parent} is not a directory")
+
+
+SWEEP_EPILOG = """\b
+Examples:
+  kb sweep sweeps/nightly.toml                     measure, print, commit
+  kb sweep sweeps/nightly.toml --dry-run           pool, runs and worst-case spend only
+  kb sweep sweeps/nightly.toml --json --html r.html --record ci.jsonl
+  kb sweep sweeps/nightly.toml --replay ci.jsonl --no-commit
+"""
+
+
+@cli.command(epilog=SWEEP_EPILOG)
+@spec_argument()
+@click.option("--dry-run", is_flag=True, help="Print the pool, planned runs and spend; stop.")
+@click.option("--no-commit", is_flag=True, help="Measure and report without writing the store.")
+@click.option("--observed-at", default=None, help="The sweep instant (ISO; default --as-of/now).")
+@click.option("--report-id", default=None, help="Report id (default kb-sweep-<observedAt>).")
+@engine_options
+@json_option("Print the report as JSON on stdout.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a self-contained HTML report.",
+)
+@click.option("--quiet", is_flag=True, help="No plan block and no progress bar.")
+@click.option("--strict", is_flag=True, help="Exit 1 when any target run failed at the provider.")
+@click.option(
+    "--shard",
+    default=None,
+    metavar="I/N",
+    help="Measure only shard I of N (whole cells; for a CI job matrix).",
+)
+@attempts_option
+@push_option
+@pass_app
+def sweep(
+    app: App,
+    spec_path: Path,
+    dry_run: bool,
+    no_commit: bool,
+    observed_at: str | None,
+    report_id: str | None,
+    engine_flags: EngineFlags,
+    as_json: bool,
+    html_path: Path | None,
+    quiet: bool,
+    strict: bool,
+    shard: str | None,
+    attempts: int | None,
+    push: bool,
+) -> None:
+    """Measure the pool on the spec's cases and commit the claims (one commit)."""
+    from kb.sweep.report import plan_text, report_html, report_json, summary_text
+    from kb.sweep.run import execute_sweep, parse_shard, prepare_sweep
+    from kb.sweep.spec import load_spec
+
+    tries = resolve_attempts(attempts, push)
+    _output_dir_exists(html_path, "--html")
+    _output_dir_exists(engine_flags.record, "--record")
+    spec = load_spec(spec_path)
+    plan = prepare_sweep(
+        spec,
+        app.store,
+        observed_at=app.instant(observed_at, "--observed-at"),
+        report_id=report_id,
+        shard=parse_shard(shard) if shard else None,
+    )
+    if not quiet or dry_run:
+        click.echo(plan_text(plan, list_runs=dry_run), err=as_json)
+    if dry_run:
+        return
+    engine = build_engine(sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
+    total = len(plan.target_runs) + plan.canary_probes + plan.judge_runs_max
+    with progress_bar(total, enabled=not quiet) as advance:
+        engine.on_settled = advance
+        report = execute_sweep(
+            plan, app.store, engine, commit=not no_commit, attempts=tries, push=push
+        )
+    if html_path:
+        html_path.write_text(report_html(report), encoding="utf-8")
+    if as_json:
+        echo_json(report_json(report))
+    else:
+        click.echo(summary_text(report))
+    echo_warnings(app)
+    if strict and report.provider_errors:
+        raise JobFailedError(f"{report.provider_errors} target runs failed at the provider")
+
+
+CANARY_EPILOG = """\b
+Examples:
+  kb canary sweeps/nightly.toml                   probe, flip drifted claims stale
+  kb canary sweeps/nightly.toml --repeats 3       unstable answers are noise, not drift
+  kb canary sweeps/nightly.toml --json --fail-on-drift
+"""
+
+
+@cli.command(epilog=CANARY_EPILOG)
+@spec_argument()
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ask each probe K times; disagreement is reported unstable.",
+)
+@json_option("Print a JSON array, one object per model.")
+@click.option("--fail-on-drift", is_flag=True, help="Exit 1 when any model drifted.")
+@click.option("--no-commit", is_flag=True, help="Report drift without flipping claims.")
+@click.option(
+    "--max-retries",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Provider retries per probe (spec default).",
+)
+@engine_options
+@attempts_option
+@push_option
+@pass_app
+def canary(
+    app: App,
+    spec_path: Path,
+    repeats: int | None,
+    as_json: bool,
+    fail_on_drift: bool,
+    no_commit: bool,
+    max_retries: int | None,
+    engine_flags: EngineFlags,
+    attempts: int | None,
+    push: bool,
+) -> None:
+    """Probe every model with the canary; flip claims stale where the model changed."""
+    from kb.canary import canary_line, run_canary
+    from kb.sweep.spec import load_spec
+
+    tries = resolve_attempts(attempts, push)
+    spec = load_spec(spec_path)
+    config = sweep_engine_config(spec, engine_flags.concurrency, max_retries)
+    results = run_canary(
+        spec,
+        app.store,
+        build_engine(config, engine_flags),
+        at=app.as_of,
+        repeats=repeats,
+        commit=not no_commit,
+        attempts=tries,
+        push=push,
+    )
+    if as_json:
+        echo_json([r.to_json() for r in results])
+    else:
+        for result in results:
+            click.echo(canary_line(result))
+    drifted = sum(1 for r in results if r.status == "drift")
+    if fail_on_drift and drifted:
+        raise JobFailedError(f"drift in {drifted} model{'s' if drifted != 1 else ''}")
+
+
+@cli.command()
+@spec_argument("LADDERS.toml")
+@json_option("Print the verified recommendations.")
+@pass_app
+def card(app: App, spec_path: Path, as_json: bool) -> None:
+    """Render the knowledge card an orchestrator would be taught (tier-relative)."""
+    from kb.card import compile_verified_layer, load_ladders, render_card
+
+    ladders = load_ladders(spec_path)
+    claims = app.store.read().claims
+    if as_json:
+        recommendations = compile_verified_layer(claims, ladders.ladders, app.as_of, ladders.floors)
+        echo_json([r.to_json() for r in recommendations])
+    else:
+        click.echo(render_card(claims, ladders, app.as_of), nl=False)
+
+
+@cli.command()
+@spec_argument()
+@json_option("Print the report as JSON.")
+@engine_options
+@pass_app
+def checkpoint(app: App, spec_path: Path, as_json: bool, engine_flags: EngineFlags) -> None:
+    """A/B-test whether routing by the knowledge beats routing without it (exit 0/1)."""
+    from kb.checkpoint import checkpoint_table, load_checkpoint_spec, run_checkpoint
+    from kb.engine.scheduler import EngineConfig
+
+    spec = load_checkpoint_spec(spec_path)
+    claims = app.store.read().claims
+    level = engine_flags.concurrency or spec.section.concurrency
+    engine = build_engine(EngineConfig(concurrency=level, per_provider=level), engine_flags)
+    report = run_checkpoint(spec, claims, engine, as_of=app.as_of)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        click.echo(checkpoint_table(report))
+    if not report.passed:
+        raise JobFailedError("checkpoint not passed")

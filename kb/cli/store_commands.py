@@ -1,0 +1,250 @@
+"""Commands that read or hand-edit the store.
+
+``init``, ``list``, ``show``, ``verify``, ``queue``, ``note``, ``archive``, ``deprecate``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from kb.cli.app import App, cli, echo_commit, pass_app
+from kb.cli.options import (
+    archive_reason_choice,
+    attempts_option,
+    committer_option,
+    confidence_choice,
+    json_option,
+    polarity_choice,
+    push_option,
+    resolve_attempts,
+    ruled_out_choice,
+    status_choice,
+)
+from kb.errors import ConfigError
+from kb.schema import ArchiveReason, Confidence, Polarity, RuledOut
+
+
+@cli.command()
+@committer_option
+@pass_app
+def init(app: App, committer: str) -> None:
+    """Create an empty store (version 0) and commit it when inside git."""
+    from kb.store.filestore import CommitContext
+
+    app.store.initialize(CommitContext(action="init", committer=committer))
+    where = "committed to git" if app.store.git is not None else "plain file, not in git"
+    click.echo(f"initialized {app.store.path} (store v0, {where})")
+
+
+LIST_EPILOG = """\b
+Examples:
+  kb list --model openai:gpt-4o-mini --status active
+  kb list --task-class extraction --expired
+  kb --as-of 2026-12-01 list --json
+"""
+
+
+@cli.command("list", epilog=LIST_EPILOG)
+@click.option("--model", help="Only this provider:model (add @effort to pin the effort).")
+@click.option("--task-class", help="Only this task class.")
+@click.option(
+    "--status", "statuses", multiple=True, type=status_choice, help="Only these (repeatable)."
+)
+@click.option("--expired/--unexpired", default=None, help="Only expired / unexpired claims.")
+@json_option("Print the claims as stored, plus ttl.")
+@pass_app
+def list_command(
+    app: App,
+    model: str | None,
+    task_class: str | None,
+    statuses: tuple[str, ...],
+    expired: bool | None,
+    as_json: bool,
+) -> None:
+    """List claims with their status, lifetime, evidence and metrics."""
+    from kb.store.query import ClaimFilter, select
+    from kb.views import claims_json, format_claims
+
+    snapshot = app.store.read()
+    claim_filter = ClaimFilter(model, task_class, frozenset(statuses) or None, expired)
+    indexes = list(select(snapshot, claim_filter, app.as_of))
+    if as_json:
+        click.echo(claims_json(snapshot, indexes, app.as_of, plain=snapshot.js_plain))
+    else:
+        chosen = [snapshot.claims[i] for i in indexes]
+        click.echo(format_claims(chosen, len(snapshot.claims), app.as_of))
+
+
+@cli.command()
+@click.argument("claim_id")
+@pass_app
+def show(app: App, claim_id: str) -> None:
+    """Show one claim and the git commits that touched it."""
+    from kb.store.audit import claim_history
+    from kb.views import format_claim, format_history
+
+    claim = app.store.read().get(claim_id)
+    if claim is None:
+        raise ConfigError("show", f"no claim with id {claim_id!r}")
+    click.echo(format_claim(claim, app.as_of))
+    click.echo(format_history(claim_history(app.store, claim_id)))
+
+
+@cli.command()
+@pass_app
+def verify(app: App) -> None:
+    """Check the store and every version of it in git (exit 0 valid, 2 invalid)."""
+    from kb.store.audit import verify_store
+
+    report = verify_store(app.store)
+    history = (
+        f", {report.history_checked} versions in git checked"
+        if app.store.git is not None
+        else ", not in git"
+    )
+    click.echo(f"ok: store v{report.version}, {report.claims} claims{history}")
+
+
+@cli.command()
+@pass_app
+def queue(app: App) -> None:
+    """List the remeasurement queue: active eval-measured claims that have expired."""
+    from kb.store.ttl import remeasurement_queue
+
+    due = remeasurement_queue(app.store.read().claims, app.as_of)
+    for claim in due:
+        fields = (claim.subject_key, claim.task_class, claim.id, f"expired {claim.expires_at}")
+        click.echo("\t".join(fields))
+    click.echo(f"{len(due)} claim{'s' if len(due) != 1 else ''} due for remeasurement")
+
+
+NOTE_EPILOG = """\b
+Example:
+  kb note --model openai:gpt-4o-mini --task-class extraction --polarity weakness \\
+    --statement "drops nested fields in long invoices" --approver alice \\
+    --ruled-out prompt --ruled-out tools --evidence journal:run-42:7
+"""
+
+
+@cli.command(epilog=NOTE_EPILOG)
+@click.option("--model", required=True, help="provider:model the note is about.")
+@click.option("--effort", default=None, help="Effort, when the note is about one effort.")
+@click.option("--task-class", required=True)
+@click.option("--polarity", required=True, type=polarity_choice)
+@click.option("--statement", required=True, help="The note (at most 200 characters).")
+@click.option("--approver", required=True, help="Who approves the note (the human gate).")
+@click.option(
+    "--ruled-out",
+    multiple=True,
+    required=True,
+    type=ruled_out_choice,
+    help="Causes ruled out before blaming the model (repeatable, at least one).",
+)
+@click.option("--contrast-evidence", default=None, help="What contrasted the model with others.")
+@click.option(
+    "--evidence",
+    "evidence_texts",
+    multiple=True,
+    required=True,
+    help="eval:REPORT[:case1,case2] or journal:RUN:ENTRY (repeatable).",
+)
+@click.option("--confidence", type=confidence_choice, default="low")
+@click.option("--id", "claim_id", default=None, help="Claim id (default note/<subject>/...).")
+@attempts_option
+@push_option
+@pass_app
+def note(
+    app: App,
+    model: str,
+    effort: str | None,
+    task_class: str,
+    polarity: Polarity,
+    statement: str,
+    approver: str,
+    ruled_out: tuple[RuledOut, ...],
+    contrast_evidence: str | None,
+    evidence_texts: tuple[str, ...],
+    confidence: Confidence,
+    claim_id: str | None,
+    attempts: int | None,
+    push: bool,
+) -> None:
+    """Add a human-editorial claim through the human gate."""
+    from kb.store.editorial import editorial_claim, human_gate, parse_evidence
+    from kb.store.filestore import CommitContext
+    from kb.store.ops import AddClaim
+
+    tries = resolve_attempts(attempts, push)
+    claim = editorial_claim(
+        model=model,
+        effort=effort,
+        task_class=task_class,
+        polarity=polarity,
+        statement=statement,
+        approver=approver,
+        evidence=[parse_evidence(text) for text in evidence_texts],
+        observed_at=app.as_of,
+        confidence=confidence,
+        claim_id=claim_id,
+    )
+    gate = human_gate(approver, app.as_of, ruled_out, contrast_evidence)
+    trailer = ("Kb-Gate", f"human; ruled out {', '.join(gate.ruled_out)}")
+    context = CommitContext("note", approver, label=claim.id, extra_trailers=(trailer,))
+    result = app.store.commit_with_rebase(
+        lambda _: [AddClaim(claim, gate)], context, attempts=tries, push=push
+    )
+    assert result is not None  # the batch always holds the note
+    echo_commit(result, app)
+
+
+@cli.command()
+@click.argument("claim_id")
+@click.option("--reason", required=True, type=archive_reason_choice)
+@committer_option
+@attempts_option
+@push_option
+@pass_app
+def archive(
+    app: App,
+    claim_id: str,
+    reason: ArchiveReason,
+    committer: str,
+    attempts: int | None,
+    push: bool,
+) -> None:
+    """Archive one claim (it stays in the file with status archived)."""
+    from kb.store.editorial import archive_ops
+    from kb.store.filestore import CommitContext
+
+    tries = resolve_attempts(attempts, push)
+    context = CommitContext("archive", committer, label=claim_id)
+    result = app.store.commit_with_rebase(
+        lambda snapshot: archive_ops(snapshot, claim_id, reason),
+        context,
+        attempts=tries,
+        push=push,
+    )
+    assert result is not None  # archive_ops refuses rather than returning nothing
+    echo_commit(result, app)
+
+
+@cli.command()
+@click.argument("model")
+@committer_option
+@attempts_option
+@push_option
+@pass_app
+def deprecate(app: App, model: str, committer: str, attempts: int | None, push: bool) -> None:
+    """Archive every active or stale claim about MODEL (reason deprecated)."""
+    from kb.store.editorial import deprecate_ops
+    from kb.store.filestore import CommitContext
+
+    tries = resolve_attempts(attempts, push)
+    context = CommitContext("deprecate", committer, label=model)
+    result = app.store.commit_with_rebase(
+        lambda snapshot: deprecate_ops(snapshot, model), context, attempts=tries, push=push
+    )
+    if result is None:
+        click.echo(f"no active or stale claims about {model}; nothing committed")
+    else:
+        echo_commit(result, app)
