@@ -23,23 +23,26 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
+from kb.canary_baselines import baselines_path, judge, probe_set_id, read_baselines
 from kb.engine.budget import SpendEnvelope
 from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
 from kb.store.canonical import js_stringify, sha256_hex
-from kb.store.filestore import CommitContext, KnowledgeStore
+from kb.store.filestore import Change, CommitContext, KnowledgeStore
+from kb.store.models import ModelClaim
 from kb.store.ops import MarkStale, Op
-from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot
+from kb.store.snapshot import Snapshot
 from kb.sweep.pool import build_pool
 from kb.sweep.spec import SweepSpec
 
-CanaryStatus = Literal["no-drift", "drift", "incomplete", "unstable"]
+CanaryStatus = Literal["no-drift", "drift", "rebaselined", "incomplete", "unstable"]
 
 #: JavaScript's ``\s`` (WhiteSpace + LineTerminator), which ``String.prototype.trim`` also uses.
 JS_WHITESPACE = (
@@ -126,8 +129,8 @@ class CanaryOptions:
     repeats: int
     canary_usd: float | None
     committer: str
-    label: str
-    """Shown in the commit subject: the sweep's report id, or ``canary``."""
+    label: str | None
+    """Shown in the commit subject after ``kb: canary`` (a sweep's report id), if any."""
     commit: bool = True
     push: bool = False
     attempts: int = 3
@@ -137,7 +140,7 @@ class CanaryOptions:
         cls,
         spec: SweepSpec,
         *,
-        label: str,
+        label: str | None,
         commit: bool = True,
         push: bool = False,
         attempts: int = 3,
@@ -204,88 +207,110 @@ def measure_canaries(
     return canaries
 
 
-def drifted_claims(snapshot: Snapshot, member: ModelSpec, fresh: str) -> list[str]:
-    """Active eval-measured claims of the member whose recorded fingerprint differs."""
+def _fingerprinted(snapshot: Snapshot, member: ModelSpec) -> list[ModelClaim]:
+    """Active eval-measured claims of the member that recorded a canary fingerprint."""
     return [
-        claim.id
+        claim
         for claim in snapshot.claims
         if claim.status == "active"
         and claim.claim_class == "eval-measured"
         and claim.model == member.ref
         and claim.effort == member.effort
         and claim.canary_fingerprint is not None
-        and claim.canary_fingerprint != fresh
     ]
 
 
-def flip_ops(canaries: Sequence[CanaryResult], snapshot: Snapshot) -> list[Op]:
-    """``mark_stale`` for every claim a usable fingerprint shows drifted (a pure function)."""
-    return [
-        MarkStale(claim_id)
-        for result in canaries
-        if result.may_flip
-        for claim_id in drifted_claims(snapshot, result.member, result.fingerprint)
-    ]
+@dataclass(frozen=True)
+class CanaryChange(Change):
+    """The flips and baselines one canary commits, and what it found per member."""
+
+    outcomes: Mapping[str, tuple[CanaryStatus, tuple[str, ...]]] = field(default_factory=dict)
+    """Member key → (status, ids of the claims flipped stale)."""
+
+
+def canary_change(
+    canaries: Sequence[CanaryResult],
+    snapshot: Snapshot,
+    baselines_file: Path,
+    prompts: Sequence[str],
+) -> CanaryChange:
+    """What the canary commits against ``snapshot`` and the baselines file (a pure read).
+
+    Only an all-ok, stable fingerprint is judged; a changed probe set is
+    re-baselined and flips nothing (see :mod:`kb.canary_baselines`).
+    """
+    existing = baselines_file.read_bytes() if baselines_file.exists() else None
+    before = read_baselines(baselines_file)
+    after = before
+    probe_set = probe_set_id(prompts)
+    ops: list[Op] = []
+    outcomes: dict[str, tuple[CanaryStatus, tuple[str, ...]]] = {}
+    for result in canaries:
+        key = result.member.key
+        if not result.all_ok:  # a failed probe is missing evidence, whatever the repeats say
+            outcomes[key] = ("incomplete", ())
+            continue
+        if not result.stable:
+            outcomes[key] = ("unstable", ())
+            continue
+        claims = _fingerprinted(snapshot, result.member)
+        verdict = judge(
+            before.subjects.get(key),
+            probe_set,
+            result.fingerprint,
+            [c.canary_fingerprint for c in claims if c.canary_fingerprint],
+        )
+        after = after.with_subject(key, prompts, verdict.updated)
+        flipped: tuple[str, ...] = ()
+        if verdict.status != "rebaselined":
+            flipped = tuple(c.id for c in claims if c.canary_fingerprint not in verdict.current)
+        ops += [MarkStale(claim_id) for claim_id in flipped]
+        status: CanaryStatus = "drift" if flipped else verdict.status
+        outcomes[key] = (status, flipped)
+    rendered = after.render()
+    files = {baselines_file.name: rendered} if rendered != existing and after.subjects else {}
+    note = "canary baselines" if files else None
+    return CanaryChange(tuple(ops), files, note, outcomes)
 
 
 def classified(
-    canaries: Sequence[CanaryResult],
-    flipped: Sequence[str],
-    snapshot: Snapshot,
-    version: int | None = None,
+    canaries: Sequence[CanaryResult], change: CanaryChange, version: int | None = None
 ) -> list[CanaryResult]:
-    """Each result with its status and the claims it flipped.
-
-    ``flipped`` are the ids marked stale (or that would be), looked up in
-    ``snapshot`` to find whose they are; ``version`` is the commit that
-    flipped them.
-    """
-    ids_of: dict[str, list[str]] = {}
-    for claim_id in flipped:
-        claim = snapshot.get(claim_id)
-        if claim is not None:
-            ids_of.setdefault(claim.subject_key, []).append(claim_id)
+    """Each result with its status and the claims it flipped (in commit ``version``)."""
     out = []
     for result in canaries:
-        if not result.all_ok:  # a failed probe is missing evidence, whatever the repeats say
-            out.append(replace(result, status="incomplete", flipped=()))
-        elif not result.stable:
-            out.append(replace(result, status="unstable", flipped=()))
-        else:
-            ids = tuple(ids_of.get(result.member.key, ()))
-            status: CanaryStatus = "drift" if ids else "no-drift"
-            out.append(
-                replace(result, status=status, flipped=ids, version=version if ids else None)
-            )
+        status, flipped = change.outcomes.get(result.member.key, ("incomplete", ()))
+        out.append(
+            replace(result, status=status, flipped=flipped, version=version if flipped else None)
+        )
     return out
 
 
 def settle_canaries(
     canaries: Sequence[CanaryResult], store: KnowledgeStore, options: CanaryOptions
 ) -> list[CanaryResult]:
-    """The one ending of every canary: commit the flips in one CAS commit, then classify.
+    """The one ending of every canary: commit flips and baselines in one CAS commit.
 
     Without ``options.commit`` nothing is written and each result says what
-    it would flip against the current store.
+    it would do against the current store.
     """
+    baselines = baselines_path(store.path)
+
+    def build(snapshot: Snapshot) -> CanaryChange:
+        return canary_change(canaries, snapshot, baselines, options.prompts)
+
     if not options.commit:
-        snapshot = store.read()
-        return classified(canaries, _stale_ids(flip_ops(canaries, snapshot)), snapshot)
+        return classified(canaries, build(store.read()))
     result = store.commit_with_rebase(
-        lambda snapshot: flip_ops(canaries, snapshot),
+        build,
         CommitContext("canary", options.committer, label=options.label),
         attempts=options.attempts,
         push=options.push,
     )
     if result is None:
-        return classified(canaries, (), EMPTY_SNAPSHOT)
-    return classified(
-        canaries, _stale_ids(result.ops), result.snapshot, version=result.snapshot.version
-    )
-
-
-def _stale_ids(ops: Sequence[Op]) -> list[str]:
-    return [op.claim_id for op in ops if isinstance(op, MarkStale)]
+        return classified(canaries, build(store.read()))
+    assert isinstance(result.change, CanaryChange)
+    return classified(canaries, result.change, result.snapshot.version)
 
 
 def probe_pool(
@@ -320,7 +345,7 @@ def run_canary(
 ) -> list[CanaryResult]:
     """``kb canary``: probe the sweep's pool (as of ``at``) and flip drift in one commit."""
     options = CanaryOptions.from_spec(
-        spec, label="canary", commit=commit, push=push, attempts=attempts, repeats=repeats
+        spec, label=None, commit=commit, push=push, attempts=attempts, repeats=repeats
     )
     members = [member.spec for member in build_pool(spec.models, store.read(), at)]
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)

@@ -50,7 +50,7 @@ from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, unique_names
-from kb.evals.suite import CaseVerdict, run_pairs
+from kb.evals.suite import CaseRun, CaseVerdict, run_pairs
 from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
 from kb.store.models import ModelClaim
 from kb.sweep.spec import ModelEntry, load_spec, resolve_models
@@ -470,7 +470,7 @@ def _start_rung_cells(
         for r in compile_verified_layer(claims, ladders.ladders, as_of, ladders.floors)
     }
     named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
-    planned: list[tuple[ArmKey, tuple[ModelSpec, Case, str]]] = []
+    planned: list[tuple[ArmKey, CaseRun]] = []
     layout: list[tuple[Ladder, str, int | None]] = []
     for ladder in ladders.ladders:
         classes = dict.fromkeys(
@@ -485,7 +485,10 @@ def _start_rung_cells(
             for arm, rung_index in arms:
                 rung = ladder.rungs[rung_index]
                 planned += [
-                    ((ladder.name, task_class, arm), (spec.model(rung.model, rung.effort), c, n))
+                    (
+                        (ladder.name, task_class, arm),
+                        CaseRun(spec.model(rung.model, rung.effort), c, n),
+                    )
                     for c, n in named
                     if c.task_class == task_class
                 ]
@@ -515,7 +518,7 @@ def _run_cases(
     spec: CheckpointSpec,
     engine: Engine,
     envelope: SpendEnvelope,
-    pairs: Sequence[tuple[ModelSpec, Case, str]],
+    pairs: Sequence[CaseRun],
 ) -> list[CaseVerdict]:
     budgets = spec.budgets
     return run_pairs(
@@ -545,7 +548,7 @@ def _profile_arms(
         envelope,
     )
     arms = {"informed": Arm("informed"), "blind": Arm("blind")}
-    chosen: list[tuple[str, tuple[ModelSpec, Case, str]]] = []
+    chosen: list[tuple[str, CaseRun]] = []
     for (arm, case, name), run in zip(routed, router_runs, strict=True):
         arms[arm].extra_runs.append(run)
         profile = _choice(spec, run)
@@ -558,7 +561,8 @@ def _profile_arms(
                 CaseVerdict(name, case.task_class, placeholder, (), (), False, False)
             )
             continue
-        chosen.append((arm, (spec.model(profile.model, profile.effort), case, f"{arm}/{name}")))
+        model = spec.model(profile.model, profile.effort)
+        chosen.append((arm, CaseRun(model, case, f"{arm}/{name}")))
     verdicts = _run_cases(spec, engine, envelope, [pair for _, pair in chosen])
     for (arm, _), verdict in zip(chosen, verdicts, strict=True):
         arms[arm].verdicts.append(verdict)

@@ -11,7 +11,7 @@ from typing import Any
 
 from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
-from kb.store.canonical import js_stringify
+from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
@@ -43,22 +43,29 @@ def _evidence_lines(claim: ModelClaim) -> list[str]:
 
 
 def metrics_line(claim: ModelClaim) -> str | None:
-    """``passRate 0.93 (14/15) wilson95 [0.70, 0.99] grader eval-suite cost $0.0120``."""
+    """``passRate 0.93 (14/15) wilson95 [0.70, 0.99] grader eval-suite cost $0.0120``.
+
+    The interval is the one the gate used: Wilson over ``n`` cases of the
+    stored mean case score (a fractional count when the cases were repeated).
+    """
     metrics = claim.metrics
     if metrics is None:
         return None
     n = metrics["n"]
-    passed = successes_from_rate(metrics["passRate"], n)
-    low, high = wilson_interval(passed, n)
+    rate = metrics["passRate"]
+    successes = min(float(n), max(0.0, rate * n))
+    low, high = wilson_interval(successes, n)
+    whole = successes_from_rate(rate, n)
+    count = f"{whole}/{n}" if abs(whole - successes) < 1e-9 else f"{successes:.2f}/{n}"
     line = (
-        f"metrics passRate {metrics['passRate']:.2f} ({passed}/{n}) "
-        f"wilson95 [{low:.2f}, {high:.2f}] grader {metrics['graderId']}"
+        f"metrics passRate {to_fixed_2(rate)} ({count}) "
+        f"wilson95 [{to_fixed_2(low)}, {to_fixed_2(high)}] grader {metrics['graderId']}"
     )
     if "cost" in metrics:
         line += f" cost ${metrics['cost']:.4f}"
     if "baseline" in metrics:
         baseline = metrics["baseline"]
-        line += f" baseline {baseline['model']} {baseline['passRate']:.2f}"
+        line += f" baseline {baseline['model']} {to_fixed_2(baseline['passRate'])}"
     return line
 
 

@@ -37,10 +37,17 @@ def write_spec(
     extra_sweep: str = "",
     extra: str = "",
     graders: str | None = None,
+    gate: str = "point",
 ) -> Path:
-    """A spec whose cases are golden-graded ``cases``; models are ``[[models]]`` tables."""
+    """A spec whose cases are golden-graded ``cases``; models are ``[[models]]`` tables.
+
+    Ten cases are too few for the interval gate to claim a strength, so specs
+    for tests about everything else (canary, falsification, commits) pin the
+    point gate, whose claims follow from the pass counts alone; the gate's
+    own tests pass ``gate="interval"``.
+    """
     budgets = budgets if budgets is not None else {"target_usd": 0.01, "max_total_usd": 5.0}
-    lines = ["[sweep]", 'committer = "ci"', extra_sweep, "", "[budgets]"]
+    lines = ["[sweep]", 'committer = "ci"', f'gate = "{gate}"', extra_sweep, "", "[budgets]"]
     lines += [f"{k} = {v}" for k, v in budgets.items()]
     for model in models:
         lines += ["", "[[models]]"] + [f"{k} = {toml_value(v)}" for k, v in model.items()]

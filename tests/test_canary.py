@@ -16,6 +16,7 @@ from kb.canary import JS_WHITESPACE, fingerprint, normalize_output
 from kb.cli import cli
 from kb.store.canonical import js_stringify
 from kb.store.filestore import KnowledgeStore
+from tests.conftest import git
 from tests.sweep_helpers import responses, write_spec
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "js_vectors.json").read_text())["canary"]
@@ -133,18 +134,41 @@ def test_drift_flips_stale_then_the_next_sweep_remeasures(
     assert new_fp == second["canary"][0]["fingerprint"] != fp
 
 
-def test_drift_inside_a_sweep_is_committed_before_measurement(
+def test_drift_inside_a_sweep_is_committed_with_the_measurement(
     runner: CliRunner, repo: Path
 ) -> None:
-    sweep(runner, canary_spec(repo / "a.toml", ["red", "1, 2, 3"]), 10)
+    """One commit, flips first: the drifted claim is marked stale, then superseded."""
+    first = sweep(runner, canary_spec(repo / "a.toml", ["red", "1, 2, 3"]), 10)
     report = sweep(runner, canary_spec(repo / "b.toml", ["RED", "1, 2, 3"]), 11)
     assert report["canary"][0]["status"] == "drift"
-    from tests.conftest import git
+    assert report["canary"][0]["flipped"] == [first["claims"][0]["id"]]
 
-    assert git(repo, "log", "--format=%s", "-2").splitlines() == [
-        "kb: sweep kb-sweep-2026-11-11T02:00:00.000Z: +1 claim, 1 superseded (store v3)",
-        "kb: canary kb-sweep-2026-11-11T02:00:00.000Z: 1 marked stale (store v2)",
+    assert git(repo, "log", "--format=%s", "-1").splitlines() == [
+        "kb: sweep kb-sweep-2026-11-11T02:00:00.000Z: +1 claim, 1 superseded, 1 marked stale, "
+        "canary baselines (store v2)",
     ]
+    assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == [
+        "rulvar.models.canary.json",
+        "rulvar.models.json",
+    ]
+
+
+def test_a_sweep_that_measured_nothing_flips_nothing(runner: CliRunner, repo: Path) -> None:
+    """Drift seen by the canary is not committed when every cell of the sweep is incomplete."""
+    first = sweep(runner, canary_spec(repo / "a.toml", ["red", "1, 2, 3"]), 10)
+    before = (repo / STORE).read_bytes()
+    head = git(repo, "rev-parse", "HEAD")
+    errors = json.dumps({"errors": [f"Question {i}?" for i in range(10)]})
+    spec = canary_spec(repo / "b.toml", ["RED", "1, 2, 3"], extra_params=errors)
+    spec.write_text(spec.read_text().replace("[budgets]", "max_retries = 0\n\n[budgets]", 1))
+    result = kb(runner, "sweep", str(spec), "--observed-at", "2026-11-11T02:00:00Z", "--json")
+    report = json.loads(result.stdout)
+    assert all(cell["outcome"] == "incomplete" for cell in report["cells"])
+    assert report["canary"][0]["status"] == "drift"
+    assert "version" not in report["canary"][0]
+    assert (repo / STORE).read_bytes() == before and git(repo, "rev-parse", "HEAD") == head
+    claim = KnowledgeStore(STORE).read().get(first["claims"][0]["id"])
+    assert claim is not None and claim.status == "active"
 
 
 @pytest.mark.parametrize(

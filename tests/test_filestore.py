@@ -186,7 +186,7 @@ def test_concurrent_git_activity_is_a_detected_conflict(
     store = KnowledgeStore("rulvar.models.json")
     store.commit(adds("a"), 0, CTX)
     before = (repo / "rulvar.models.json").read_bytes()
-    real_commit_file = GitStoreRepo.commit_file
+    real_commit_file = GitStoreRepo.commit_files
     moved = []
 
     def someone_commits_first(self: GitStoreRepo, *args: object, **kwargs: object) -> object:
@@ -195,14 +195,14 @@ def test_concurrent_git_activity_is_a_detected_conflict(
             git(repo, "commit", "-q", "--allow-empty", "-m", "user: concurrent commit")
         return real_commit_file(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(GitStoreRepo, "commit_file", someone_commits_first)
+    monkeypatch.setattr(GitStoreRepo, "commit_files", someone_commits_first)
     with pytest.raises(KnowledgeCasError, match="moved"):
         store.commit(adds("b"), 1, CTX)
     assert (repo / "rulvar.models.json").read_bytes() == before
     assert git(repo, "log", "-1", "--format=%s") == "user: concurrent commit\n"
     # The rebase loop simply builds on the user's commit next time.
     moved.clear()
-    monkeypatch.setattr(GitStoreRepo, "commit_file", real_commit_file)
+    monkeypatch.setattr(GitStoreRepo, "commit_files", real_commit_file)
     result = store.commit_with_rebase(lambda s: adds("b"), CTX)
     assert result is not None
     assert git(repo, "log", "-2", "--format=%s").splitlines() == [
@@ -276,7 +276,7 @@ def test_a_crash_before_the_index_update_is_repaired(
         raise SystemExit("killed before the index update")
 
     with monkeypatch.context() as patch, pytest.raises(SystemExit):
-        patch.setattr(GitStoreRepo, "set_index_blob", killed)
+        patch.setattr(GitStoreRepo, "set_index_blobs", killed)
         store.commit(adds("b"), 1, CTX)
     assert "rulvar.models.json" in git(repo, "status", "--porcelain")
     result = KnowledgeStore("rulvar.models.json").commit_with_rebase(lambda s: adds("c"), CTX)
@@ -338,4 +338,4 @@ def test_a_stale_intent_from_an_unpublished_commit_is_discarded(repo: Path) -> N
     store.git.write_intent("0" * 40)  # a writer died before its update-ref
     result = store.commit_with_rebase(lambda s: adds("b"), CTX)
     assert result is not None and result.snapshot.version == 2
-    assert store.git.read_intent() is None
+    assert store.git.read_intent() == (None, [])

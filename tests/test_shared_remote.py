@@ -23,6 +23,7 @@ def spec_text(models: int) -> str:
     lines = [
         "[sweep]",
         'committer = "ci"',
+        'gate = "point"',
         "",
         "[budgets]",
         "target_usd = 0.01",

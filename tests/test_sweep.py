@@ -178,12 +178,17 @@ def test_the_pool_is_configured_plus_weaknesses_plus_the_queue(
         0,
         CommitContext("seed", "t"),
     )
-    spec = write_spec(isolated / "s.toml", [scripted_model("m", 10)])
+    spec = write_spec(isolated / "s.toml", [scripted_model("m", 10), scripted_model("old", 5)])
     result = kb(runner, "sweep", str(spec), "--dry-run", "--observed-at", NIGHT)
     assert result.exit_code == 0
     assert "  scripted:m  (configured)" in result.stdout
-    assert "  scripted:old@low  (active weakness claim weak)" in result.stdout
-    assert "  scripted:due  (remeasurement queue due)" in result.stdout
+    # Pulled in with the params of the configured scripted:old entry: measured.
+    assert "  scripted:old@low  (active weakness claim weak)\n" in result.stdout
+    # No entry gives scripted:due its params: listed, not measured.
+    assert (
+        "  scripted:due  (remeasurement queue due)  SKIPPED: no [[models]] entry for "
+        "scripted:due gives the params it was measured with"
+    ) in result.stdout
     assert "scripted:fresh" not in result.stdout
     assert "planned: 30 target runs" in result.stdout
     assert "worst-case authorized spend: $0.3000 (cap $5.0000)" in result.stdout

@@ -112,6 +112,8 @@ def sweep(
     _output_dir_exists(html_path, "--html")
     _output_dir_exists(engine_flags.record, "--record")
     spec = load_spec(spec_path)
+    for warning in spec.warnings:
+        click.echo(f"warning: {warning}", err=True)
     plan = prepare_sweep(
         spec,
         app.store,

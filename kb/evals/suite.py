@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kb.engine.budget import SpendEnvelope
 from kb.engine.requests import ModelSpec, build_request
@@ -23,18 +24,40 @@ from kb.evals.cases import Case, JudgeGrader, unique_names
 from kb.evals.graders import Grade, grade, judge_request, judge_spec, parse_verdict
 
 
+class CaseRun(NamedTuple):
+    """One planned run of a case on a model (one of its repeats)."""
+
+    member: ModelSpec
+    case: Case
+    name: str
+    """The case's unique name in the suite."""
+    repeat: int | None = None
+    """Which repeat (0-based) when a case runs more than once; ``None`` when it runs once."""
+
+    @property
+    def suffix(self) -> str:
+        """``#2`` for the second repeat (labels count from 1); empty without repeats."""
+        return "" if self.repeat is None else f"#{self.repeat + 1}"
+
+
 @dataclass(frozen=True)
 class CaseVerdict:
-    """One case on one model."""
+    """One case on one model (one repeat of it)."""
 
     name: str
-    """Unique within the suite (duplicates get ``#2``, ``#3`` …)."""
+    """Unique within the suite."""
     task_class: str
     target: RunResult
     grades: tuple[Grade, ...]
     judges: tuple[RunResult, ...]
     judge_incomplete: bool
     passed: bool
+    repeat: int | None = None
+
+    @property
+    def measured(self) -> bool:
+        """The target answered and every judge gave a verdict."""
+        return self.target.status == "ok" and not self.judge_incomplete
 
 
 @dataclass(frozen=True)
@@ -80,10 +103,11 @@ class SuiteResult:
         return sum(latencies) / len(latencies) if latencies else None
 
 
-def target_run(member: ModelSpec, case: Case, name: str, target_usd: float | None) -> PlannedRun:
-    """The target run of one case on one model."""
+def target_run(run: CaseRun, target_usd: float | None) -> PlannedRun:
+    """The target run of one case (one repeat) on one model."""
+    member, case = run.member, run.case
     return PlannedRun(
-        label=f"target:{member.key}/{name}",
+        label=f"target:{member.key}/{run.name}{run.suffix}",
         kind="target",
         spec=member,
         request=build_request(
@@ -95,29 +119,28 @@ def target_run(member: ModelSpec, case: Case, name: str, target_usd: float | Non
 
 def run_pairs(
     engine: Engine,
-    pairs: Sequence[tuple[ModelSpec, Case, str]],
+    pairs: Sequence[CaseRun],
     envelope: SpendEnvelope,
     *,
     target_usd: float | None,
     judge_usd: float | None,
 ) -> list[CaseVerdict]:
-    """Run each ``(model, case, unique case name)`` once: all targets, then all judges.
+    """Run each planned case run: all targets, then all judges.
 
     Verdicts come back in the order of ``pairs``.
     """
-    targets = engine.run(
-        [target_run(member, case, name, target_usd) for member, case, name in pairs], envelope
-    )
+    targets = engine.run([target_run(pair, target_usd) for pair in pairs], envelope)
     judge_plan: list[PlannedRun] = []
     judge_slots: list[tuple[int, int]] = []  # (pair index, grader index)
-    for index, ((_, case, name), result) in enumerate(zip(pairs, targets, strict=True)):
+    for index, (pair, result) in enumerate(zip(pairs, targets, strict=True)):
         if result.status != "ok":
             continue
+        case = pair.case
         for g_index, grader in enumerate(case.graders):
             if isinstance(grader, JudgeGrader):
                 judge_plan.append(
                     PlannedRun(
-                        label=f"judge:{result.model}/{name}/{g_index}",
+                        label=f"judge:{result.model}/{pair.name}{pair.suffix}/{g_index}",
                         kind="judge",
                         spec=judge_spec(grader),
                         request=judge_request(grader, case.prompt, result.output or ""),
@@ -128,8 +151,8 @@ def run_pairs(
     judged = engine.run(judge_plan, envelope) if judge_plan else []
     judge_runs: dict[tuple[int, int], RunResult] = dict(zip(judge_slots, judged, strict=True))
     return [
-        _verdict(case, name, target, index, judge_runs)
-        for index, ((_, case, name), target) in enumerate(zip(pairs, targets, strict=True))
+        _verdict(pair, target, index, judge_runs)
+        for index, (pair, target) in enumerate(zip(pairs, targets, strict=True))
     ]
 
 
@@ -145,7 +168,9 @@ def run_suites(
     """Measure every member on every case; one :class:`SuiteResult` per member."""
     names = unique_names(cases)
     pairs = [
-        (member, case, name) for member in members for case, name in zip(cases, names, strict=True)
+        CaseRun(member, case, name)
+        for member in members
+        for case, name in zip(cases, names, strict=True)
     ]
     verdicts = run_pairs(engine, pairs, envelope, target_usd=target_usd, judge_usd=judge_usd)
     size = len(cases)
@@ -156,14 +181,14 @@ def run_suites(
 
 
 def _verdict(
-    case: Case,
-    name: str,
+    pair: CaseRun,
     target: RunResult,
     index: int,
     judge_runs: dict[tuple[int, int], RunResult],
 ) -> CaseVerdict:
+    case, name = pair.case, pair.name
     if target.status != "ok":
-        return CaseVerdict(name, case.task_class, target, (), (), False, False)
+        return CaseVerdict(name, case.task_class, target, (), (), False, False, pair.repeat)
     grades: list[Grade] = []
     judges: list[RunResult] = []
     incomplete = False
@@ -180,5 +205,5 @@ def _verdict(
             grades.append(grade(grader, target.output or "", name))
     passed = not incomplete and all(g.passed for g in grades)
     return CaseVerdict(
-        name, case.task_class, target, tuple(grades), tuple(judges), incomplete, passed
+        name, case.task_class, target, tuple(grades), tuple(judges), incomplete, passed, pair.repeat
     )

@@ -25,6 +25,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 _MAX_SAFE = 2**53
@@ -166,6 +167,15 @@ def _emit(value: Any, out: list[str], indent: int | None, sort_keys: bool, pad: 
         out.append("]")
     else:
         raise TypeError(f"{type(value).__name__} is not JSON-serializable")
+
+
+def to_fixed_2(value: float) -> str:
+    """JavaScript ``value.toFixed(2)``: the exact binary value rounded, ties away from zero.
+
+    Every pass rate kb prints (claims, cell lines, ``kb list``, HTML) goes
+    through this, so ``1/8`` reads ``0.13`` everywhere, as rulvar writes it.
+    """
+    return str(Decimal(value).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
 def canonical_json(value: Any) -> str:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,10 +68,12 @@ class CommitContext:
     """The ``Kb-Report`` trailer, when the commit carries a report's measurements."""
     extra_trailers: tuple[tuple[str, str], ...] = ()
 
-    def subject(self, counts: OpCounts | None, version: int) -> str:
+    def subject(self, counts: OpCounts | None, version: int, note: str | None = None) -> str:
         """The commit subject line."""
         head = f"kb: {self.action}" + (f" {self.label}" if self.label else "")
         what = counts.describe() if counts is not None else "empty store"
+        if note:
+            what = note if what == "no changes" else f"{what}, {note}"
         return f"{head}: {what} (store v{version})"
 
     def trailers(self, version: int) -> list[tuple[str, str]]:
@@ -82,6 +84,26 @@ class CommitContext:
 
 
 @dataclass(frozen=True)
+class Change:
+    """What one commit does: ops on the claims, and files committed beside the store.
+
+    ``files`` maps a path relative to the store's directory to its new bytes
+    (evidence, canary baselines). Inside the git work tree they are part of
+    the same git commit as the store; outside it they are only written.
+    A change with files and no ops commits the files alone (the store's
+    version does not move).
+    """
+
+    ops: tuple[Op, ...] = ()
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    note: str | None = None
+    """What the files are, for the commit subject (``canary baselines``)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.ops or self.files)
+
+
+@dataclass(frozen=True)
 class CommitResult:
     """A successful commit."""
 
@@ -89,9 +111,14 @@ class CommitResult:
     counts: OpCounts
     git_commit: str | None
     message: str
-    ops: tuple[Op, ...] = ()
-    """The ops this commit applied (recomputed by the rebase loop on its last attempt)."""
+    change: Change = field(default_factory=lambda: Change())
+    """What was committed (as the rebase loop built it on its last attempt)."""
     attempts: int = 1
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """The ops this commit applied."""
+        return self.change.ops
 
 
 def validate_attempts(attempts: object) -> int:
@@ -205,7 +232,7 @@ class KnowledgeStore:
 
     def commit_with_rebase(
         self,
-        build_ops: Callable[[Snapshot], Sequence[Op]],
+        build_ops: Callable[[Snapshot], Sequence[Op] | Change],
         context: CommitContext,
         *,
         attempts: int = DEFAULT_ATTEMPTS,
@@ -214,7 +241,9 @@ class KnowledgeStore:
         """The rebase loop: read, build the ops from that snapshot, commit; retry on CAS.
 
         ``build_ops`` must be a pure function of the snapshot (it is called
-        again after every conflict). Returns ``None`` when it produces no ops.
+        again after every conflict, under the store lock, so it may also read
+        files beside the store); it returns the ops, or a :class:`Change` with
+        files to commit beside the store. Returns ``None`` when nothing changes.
         Raises ``CasAttemptsExhausted`` when every attempt met a conflict.
 
         With ``push`` (a store in a git work tree with a remote), each commit
@@ -234,10 +263,11 @@ class KnowledgeStore:
                     if target is not None and (head is None or head[0] != target.local_ref):
                         raise GitError(f"--push: HEAD is no longer {target.local_ref}")
                     snapshot = self.read()
-                    ops = build_ops(snapshot)
-                    if not ops:
+                    built = build_ops(snapshot)
+                    change = built if isinstance(built, Change) else Change(tuple(built))
+                    if not change:
                         return None
-                    result = self._commit_locked(ops, snapshot.version, context, head)
+                    result = self._commit_locked(change, snapshot.version, context, head)
                     if target is not None:
                         self._push_or_catch_up(target, result, final=attempt == attempts)
                     return replace(result, attempts=attempt)
@@ -304,7 +334,11 @@ class KnowledgeStore:
             if self.path.exists():
                 raise ConfigError(str(self.path), "a store already exists here")
             self._publish(
-                render_store(EMPTY_SNAPSHOT), head, context.subject(None, 0), context.trailers(0)
+                render_store(EMPTY_SNAPSHOT),
+                {},
+                head,
+                context.subject(None, 0),
+                context.trailers(0),
             )
         return EMPTY_SNAPSHOT
 
@@ -343,48 +377,69 @@ class KnowledgeStore:
 
     def _commit_locked(
         self,
-        ops: Sequence[Op],
+        change: Change | Sequence[Op],
         expected_version: int,
         context: CommitContext,
         head: HeadRef | None,
     ) -> CommitResult:
+        if not isinstance(change, Change):
+            change = Change(tuple(change))
         current = self.read()
         if current.version != expected_version:
             raise KnowledgeCasError(
                 f"expected version {expected_version}, the store is at {current.version}",
                 expected_version,
             )
-        applied = apply_ops(current, ops, active_claims_cap=self.active_claims_cap)
-        version = applied.snapshot.version
-        message = context.subject(applied.counts, version)
+        if change.ops:
+            applied = apply_ops(current, change.ops, active_claims_cap=self.active_claims_cap)
+            snapshot, counts, text = (
+                applied.snapshot,
+                applied.counts,
+                render_store(applied.snapshot),
+            )
+        else:
+            snapshot, counts, text = current, OpCounts(), None
+        message = context.subject(counts, snapshot.version, change.note)
         commit_oid = self._publish(
-            render_store(applied.snapshot), head, message, context.trailers(version)
+            text, change.files, head, message, context.trailers(snapshot.version)
         )
-        return CommitResult(applied.snapshot, applied.counts, commit_oid, message, tuple(ops))
+        return CommitResult(snapshot, counts, commit_oid, message, change)
 
     def _publish(
         self,
-        text: str,
+        text: str | None,
+        files: Mapping[str, bytes],
         head: HeadRef | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
     ) -> str | None:
-        """Make ``text`` the store: the git commit (CAS on ``head``) first, then the file."""
-        temp = write_temp_beside(self.path, text.encode("utf-8", "surrogatepass"))
-        # Built from validated claims with a hash kb computed: as good as a full read.
-        verified.remember(verified.digest(text.encode("utf-8", "surrogatepass")))
-        commit_oid = blob = None
+        """Make ``text`` the store and write ``files`` beside it.
+
+        Inside git the commit (a compare-and-swap on ``head``) is published
+        first, then the files beside the store, then the store file itself;
+        a crash in between is finished by the next command (see
+        :meth:`GitStoreRepo.reconcile`).
+        """
+        temps: dict[Path, Path] = {}
         try:
-            if self.git is not None and head is not None:
-                commit_oid, blob = self.git.commit_file(
-                    temp, ref=head[0], expected_head=head[1], message=message, trailers=trailers
-                )
+            if text is not None:
+                data = text.encode("utf-8", "surrogatepass")
+                temps[self.path] = write_temp_beside(self.path, data)
+                # Built from validated claims with a hash kb computed: as good as a full read.
+                verified.remember(verified.digest(data))
+            for name, content in files.items():
+                target = self.path.parent / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                temps[target] = write_temp_beside(target, content)
+            commit_oid, blobs = self._git_commit(temps, head, message, trailers)
         except BaseException:
-            temp.unlink(missing_ok=True)
+            for temp in temps.values():
+                temp.unlink(missing_ok=True)
             raise
-        replace_with(temp, self.path)
-        if self.git is not None and blob is not None:
-            if self.git.set_index_blob(blob):
+        for target, temp in sorted(temps.items(), key=lambda item: item[0] == self.path):
+            replace_with(temp, target)  # the store last: it is what readers look at
+        if self.git is not None and blobs:
+            if self.git.set_index_blobs(blobs):
                 self.git.clear_intent()
             else:
                 self.warnings.append(
@@ -393,3 +448,27 @@ class KnowledgeStore:
                     "(do not `git commit` the store meanwhile)"
                 )
         return commit_oid
+
+    def _git_commit(
+        self,
+        temps: Mapping[Path, Path],
+        head: HeadRef | None,
+        message: str,
+        trailers: Sequence[tuple[str, str]],
+    ) -> tuple[str | None, dict[str, str]]:
+        """One git commit of every file inside the work tree (none outside git)."""
+        if self.git is None or head is None:
+            return None, {}
+        tracked = {}
+        for target, temp in temps.items():
+            rel = self.git.rel_of(target)
+            if rel is None:
+                continue  # beside the store but outside the work tree: written, not committed
+            if target != self.path:
+                self.git.check_clean(rel)
+            tracked[rel] = temp
+        if not tracked:
+            return None, {}
+        return self.git.commit_files(
+            tracked, ref=head[0], expected_head=head[1], message=message, trailers=trailers
+        )

@@ -26,7 +26,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -207,20 +207,30 @@ class GitStoreRepo:
 
     # -- keeping the work tree honest -------------------------------------------------
 
+    def rel_of(self, path: Path) -> str | None:
+        """``path`` relative to the work tree's top (``None`` when outside it)."""
+        try:
+            return (path.parent.resolve() / path.name).relative_to(self.top).as_posix()
+        except ValueError:
+            return None
+
     def reconcile(self) -> Reconciled:
         """Check the store is committed; finish a commit a crash interrupted; else refuse.
 
-        Call with the store lock held.
+        Call with the store lock held. Files committed beside the store (the
+        intent marker lists them) are rolled forward with it.
         """
         _, head = self.head()
         head_blob = self.blob_in(head)
         index_blob = self.blob_in_index()
         exists = self.store_path.exists()
         file_blob = self.hash_file(self.store_path) if exists else None
-        intent = self.read_intent()
+        intent, beside = self.read_intent()
         if intent is not None and intent != head:
             self.clear_intent()  # a commit that never got published: nothing to finish
-            intent = None
+            intent, beside = None, []
+        if intent is not None and beside:
+            self._roll_forward_beside(head, beside)
         if file_blob == head_blob and index_blob == head_blob:
             self.clear_intent()
             return Reconciled("clean")
@@ -228,12 +238,12 @@ class GitStoreRepo:
             parent = self._try("rev-parse", "-q", "--verify", f"{head}^1")
             parent_blob = self.blob_in(parent.strip() if parent else None)
             if file_blob == head_blob and index_blob == parent_blob:
-                if self.set_index_blob(head_blob):
+                if self.set_index_blobs({self.rel: head_blob}):
                     self.clear_intent()
                 return Reconciled("index-refreshed")
             if file_blob == parent_blob and index_blob == parent_blob:
-                self._restore_file(head_blob)
-                if self.set_index_blob(head_blob):
+                write_atomic(self.store_path, self.read_blob(head_blob))
+                if self.set_index_blobs({self.rel: head_blob}):
                     self.clear_intent()
                 return Reconciled("rolled-forward")
         where = "staged" if index_blob != head_blob else "unstaged"
@@ -249,8 +259,39 @@ class GitStoreRepo:
             "before kb commits",
         )
 
-    def _restore_file(self, blob: str) -> None:
-        write_atomic(self.store_path, self.read_blob(blob))
+    def _roll_forward_beside(self, head: str | None, rels: Sequence[str]) -> None:
+        """Write the files an interrupted commit carried beside the store, as ``head`` has them."""
+        blobs: dict[str, str] = {}
+        for rel in rels:
+            blob = self._try("rev-parse", "-q", "--verify", f"{head}:{rel}") if head else None
+            if blob is None:
+                continue
+            blob = blob.strip()
+            target = self.top / rel
+            if not target.exists() or self.hash_file(target) != blob:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(target, self.read_blob(blob))
+            blobs[rel] = blob
+        self.set_index_blobs(blobs)
+
+    def check_clean(self, rel: str) -> None:
+        """Refuse to overwrite a file beside the store that differs from what git has."""
+        target = self.top / rel
+        _, head = self.head()
+        committed = self.blob_in_path(head, rel)
+        present = self.hash_file(target) if target.exists() else None
+        if present != committed:
+            raise StoreDirtyError(
+                str(target),
+                "has changes git has not committed; commit or remove it before kb commits",
+            )
+
+    def blob_in_path(self, commit: str | None, rel: str) -> str | None:
+        """The blob of ``rel`` in ``commit`` (``None`` when absent)."""
+        if commit is None:
+            return None
+        out = self._try("rev-parse", "-q", "--verify", f"{commit}:{rel}")
+        return out.strip() if out else None
 
     @cached_property
     def intent_path(self) -> Path:
@@ -258,26 +299,27 @@ class GitStoreRepo:
         tag = hashlib.sha256(self.rel.encode()).hexdigest()[:12]
         return self.git_dir / f"kb-intent-{tag}"
 
-    def write_intent(self, commit: str) -> None:
-        """Record, durably, that ``commit`` is about to become the branch tip."""
-        with open(self.intent_path, "w", encoding="ascii") as handle:
-            handle.write(commit + "\n")
+    def write_intent(self, commit: str, beside: Sequence[str] = ()) -> None:
+        """Record, durably, that ``commit`` (and the files ``beside`` the store) is next."""
+        with open(self.intent_path, "w", encoding="utf-8") as handle:
+            handle.write("\n".join([commit, *beside]) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
 
-    def read_intent(self) -> str | None:
-        """The commit a crashed writer was publishing, if any."""
+    def read_intent(self) -> tuple[str | None, list[str]]:
+        """The commit a crashed writer was publishing, if any, and its files beside the store."""
         try:
-            return self.intent_path.read_text(encoding="ascii").strip() or None
+            lines = self.intent_path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
-            return None
+            return None, []
+        return (lines[0].strip() or None) if lines else None, [x for x in lines[1:] if x]
 
     def clear_intent(self) -> None:
         """The work tree and index caught up: no commit is half-published."""
         self.intent_path.unlink(missing_ok=True)
 
-    def set_index_blob(self, blob: str) -> bool:
-        """Point the user's index entry for the store (and only it) at ``blob``.
+    def set_index_blobs(self, blobs: Mapping[str, str]) -> bool:
+        """Point the user's index entries for these paths (and only them) at their blobs.
 
         Any git command the user runs meanwhile (even ``git status``) may
         hold ``index.lock`` for a moment, so contention is retried briefly.
@@ -285,13 +327,17 @@ class GitStoreRepo:
         stands and the intent marker stays, so the next kb command repairs the
         entry (see ``reconcile``); the caller warns the user meanwhile.
         """
-        args = ["update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}"]
+        if not blobs:
+            return True
+        args = ["update-index", "--add"]
+        for rel, blob in blobs.items():
+            args += ["--cacheinfo", f"100644,{blob},{rel}"]
         for attempt in range(_INDEX_LOCK_RETRIES):
             status, _, err = self._call(*args)
             if status == 0:
                 # --cacheinfo records no stat data; refreshing it lets later porcelain
-                # (git status, git reset --keep) see the entry as up to date.
-                self._try("update-index", "-q", "--refresh", "--", self.rel)
+                # (git status, git reset --keep) see the entries as up to date.
+                self._try("update-index", "-q", "--refresh", "--", *blobs)
                 return True
             if "index.lock" not in err:
                 raise GitError(f"git update-index failed: {err.strip()}")
@@ -300,21 +346,23 @@ class GitStoreRepo:
 
     # -- writing ----------------------------------------------------------------------
 
-    def commit_file(
+    def commit_files(
         self,
-        new_file: Path,
+        files: Mapping[str, Path],
         *,
         ref: str,
         expected_head: str | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
-    ) -> tuple[str, str]:
-        """Commit ``new_file``'s bytes as the store and advance ``ref`` by compare-and-swap.
+    ) -> tuple[str, dict[str, str]]:
+        """Commit each file's bytes at its path and advance ``ref`` by compare-and-swap.
 
-        Returns ``(commit_oid, blob_oid)``. Raises ``KnowledgeCasError`` when
-        ``ref`` no longer points at ``expected_head``.
+        ``files`` maps work-tree-relative paths (the store's among them when it
+        changes) to files holding the new bytes. Returns the commit and each
+        path's blob. Raises ``KnowledgeCasError`` when ``ref`` no longer points
+        at ``expected_head``.
         """
-        blob = self.hash_file(new_file, write=True)
+        blobs = {rel: self.hash_file(path, write=True) for rel, path in files.items()}
         fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
         os.close(fd)
         os.unlink(index_path)  # git wants to create the index itself
@@ -324,7 +372,10 @@ class GitStoreRepo:
                 self._run("read-tree", expected_head, env=env)
             else:
                 self._run("read-tree", "--empty", env=env)
-            self._run("update-index", "--add", "--cacheinfo", f"100644,{blob},{self.rel}", env=env)
+            args = ["update-index", "--add"]
+            for rel, blob in blobs.items():
+                args += ["--cacheinfo", f"100644,{blob},{rel}"]
+            self._run(*args, env=env)
             tree = self._run("write-tree", env=env).strip()
         finally:
             Path(index_path).unlink(missing_ok=True)
@@ -334,7 +385,7 @@ class GitStoreRepo:
             args += ["-p", expected_head]
         args += ["-m", message, "-m", trailer_text]
         commit = self._run(*args, env=self._identity()).strip()
-        self.write_intent(commit)
+        self.write_intent(commit, [rel for rel in files if rel != self.rel])
         status, _, err = self._call(
             "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID
         )
@@ -345,7 +396,7 @@ class GitStoreRepo:
                 f"git {ref} moved from {(expected_head or 'unborn')[:12]} to "
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
             )
-        return commit, blob
+        return commit, blobs
 
 
 @dataclass(frozen=True)

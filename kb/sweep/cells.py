@@ -1,36 +1,84 @@
 """Cells — one (pool member, task class) of a sweep — and the claims they emit.
 
 A cell emits a claim only when it is **complete**: every planned case was
-measured (``n == plannedN``, ``n > 0``), no run exhausted its ceiling, no
-target run failed, no judge verdict is missing and the envelope refused
-nothing. An incomplete cell says why and touches no prior claim.
+measured (``n == plannedN``, ``n > 0``) on every repeat, no run exhausted
+its ceiling, no target run failed, no judge verdict is missing and the
+envelope refused nothing. An incomplete cell says why and touches no prior
+claim. Which claim a complete cell earns is the gate's decision
+(:mod:`kb.sweep.gate`).
+
+With ``repeats = K`` each case runs K times; its score is its pass fraction
+and it is labelled ``stable-pass``, ``flaky`` or ``stable-fail``. ``n`` is
+always the number of distinct cases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property
 from typing import Literal
 
 from kb.engine.requests import ModelSpec
 from kb.engine.runs import RunResult
 from kb.evals.suite import CaseVerdict
-from kb.stats import wilson_interval
-from kb.store.models import ModelClaim
+from kb.schema import utf16_length
+from kb.store.canonical import to_fixed_2
+from kb.store.models import STATEMENT_MAX_UTF16, ModelClaim
 from kb.store.ttl import claim_expiry, format_instant
+from kb.sweep.gate import CellEstimate, GatePolicy
 
 Outcome = Literal["strength", "weakness", "none", "incomplete"]
+Stability = Literal["stable-pass", "flaky", "stable-fail"]
 GRADER_ID = "eval-suite"
 
 
 @dataclass(frozen=True)
+class CaseOutcome:
+    """One case of a cell across its repeats."""
+
+    name: str
+    verdicts: tuple[CaseVerdict, ...]
+
+    @property
+    def measured(self) -> bool:
+        """Every repeat was measured (target ok, judges answered)."""
+        return all(v.measured for v in self.verdicts)
+
+    @property
+    def passes(self) -> int:
+        """Repeats that passed."""
+        return sum(1 for v in self.verdicts if v.passed)
+
+    @property
+    def score(self) -> float:
+        """The pass fraction over the repeats."""
+        return self.passes / len(self.verdicts) if self.verdicts else 0.0
+
+    @property
+    def stability(self) -> Stability:
+        """``stable-pass`` (every repeat passed), ``stable-fail`` (none) or ``flaky``."""
+        if self.passes == len(self.verdicts):
+            return "stable-pass"
+        return "stable-fail" if self.passes == 0 else "flaky"
+
+
+@dataclass(frozen=True)
 class SweepCell:
-    """The verdicts of one member on one task class's cases."""
+    """The verdicts of one member on one task class's cases (every repeat, in plan order)."""
 
     member: ModelSpec
     task_class: str
     verdicts: tuple[CaseVerdict, ...]
+    repeats: int = 1
+
+    @cached_property
+    def cases(self) -> tuple[CaseOutcome, ...]:
+        """The cell's cases in plan order, each with its repeats."""
+        grouped: dict[str, list[CaseVerdict]] = {}
+        for verdict in self.verdicts:
+            grouped.setdefault(verdict.name, []).append(verdict)
+        return tuple(CaseOutcome(name, tuple(found)) for name, found in grouped.items())
 
     @property
     def runs(self) -> list[RunResult]:
@@ -39,23 +87,32 @@ class SweepCell:
 
     @property
     def planned_n(self) -> int:
-        """Cases planned for the cell."""
-        return len(self.verdicts)
+        """Distinct cases planned for the cell."""
+        return len(self.cases)
 
     @property
     def n(self) -> int:
-        """Cases measured: target ok and every judge answered."""
-        return sum(1 for v in self.verdicts if v.target.status == "ok" and not v.judge_incomplete)
+        """Distinct cases measured on every repeat."""
+        return sum(1 for case in self.cases if case.measured)
 
     @property
-    def passed(self) -> int:
-        """Cases that passed."""
-        return sum(1 for v in self.verdicts if v.passed)
+    def passed(self) -> float:
+        """The sum of measured cases' scores (a whole number with one run per case)."""
+        passes = sum(case.passes for case in self.cases if case.measured)
+        return passes if self.repeats == 1 else passes / self.repeats
+
+    @property
+    def estimate(self) -> CellEstimate:
+        """Pass rate and interval over the measured cases."""
+        return CellEstimate(self.passed, self.n)
 
     @property
     def pass_rate(self) -> float:
-        """Passed over measured cases (0 when none were measured)."""
-        return self.passed / self.n if self.n else 0.0
+        """Mean case score over measured cases (0 when none were measured)."""
+        if not self.n:
+            return 0.0
+        passes = sum(case.passes for case in self.cases if case.measured)
+        return passes / (self.n * self.repeats)  # one division: exact for K = 1
 
     @property
     def total_cost_usd(self) -> float:
@@ -65,7 +122,7 @@ class SweepCell:
     @property
     def case_names(self) -> list[str]:
         """The cell's case names in plan order."""
-        return [v.name for v in self.verdicts]
+        return [case.name for case in self.cases]
 
     @property
     def exhausted_runs(self) -> int:
@@ -79,13 +136,18 @@ class SweepCell:
 
     @property
     def judge_incomplete_runs(self) -> int:
-        """Cases whose judge verdict is missing."""
+        """Case runs whose judge verdict is missing."""
         return sum(1 for v in self.verdicts if v.judge_incomplete)
 
     @property
     def refused_run_label(self) -> str | None:
         """The first run the envelope refused, if any."""
         return next((run.label for run in self.runs if run.status == "refused"), None)
+
+    @property
+    def first_error(self) -> str | None:
+        """The first provider error of the cell's runs (secrets already cut)."""
+        return next((run.error for run in self.runs if run.status == "error" and run.error), None)
 
     @property
     def incomplete_reason(self) -> str | None:
@@ -121,27 +183,25 @@ class SweepCell:
         """Whether the cell may emit a claim."""
         return self.incomplete_reason is None and self.n > 0
 
-    def outcome(self, strength: float, weakness: float) -> Outcome:
-        """The band the cell falls in, or ``incomplete``."""
+    def outcome(self, gate: GatePolicy) -> Outcome:
+        """The claim the gate grants the cell, ``none``, or ``incomplete``."""
         if not self.complete:
             return "incomplete"
-        if self.pass_rate >= strength:
-            return "strength"
-        if self.pass_rate <= weakness:
-            return "weakness"
-        return "none"
+        return gate.band(self.estimate)
 
     @property
     def wilson95(self) -> tuple[float, float]:
-        """Wilson 95 % interval of the pass rate over the measured cases."""
-        return wilson_interval(self.passed, self.n)
+        """The 95 % interval the interval gate uses (cases as the unit of sampling)."""
+        return self.estimate.interval
 
 
 def _s(count: int) -> str:
     return "" if count == 1 else "s"
 
 
-def group_cells(members: Sequence[ModelSpec], verdicts: Sequence[CaseVerdict]) -> list[SweepCell]:
+def group_cells(
+    members: Sequence[ModelSpec], verdicts: Sequence[CaseVerdict], repeats: int = 1
+) -> list[SweepCell]:
     """Cells from aligned (member, verdict) lists, verdicts in plan order.
 
     Members come in order of first appearance, then task classes likewise.
@@ -152,14 +212,9 @@ def group_cells(members: Sequence[ModelSpec], verdicts: Sequence[CaseVerdict]) -
         specs.setdefault(member.key, member)
         groups.setdefault((member.key, verdict.task_class), []).append(verdict)
     return [
-        SweepCell(specs[key], task_class, tuple(found))
+        SweepCell(specs[key], task_class, tuple(found), repeats)
         for (key, task_class), found in groups.items()
     ]
-
-
-def to_fixed_2(value: float) -> str:
-    """JavaScript ``value.toFixed(2)``: exact binary value, ties away from zero."""
-    return str(Decimal(value).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
 def confidence_for(n: int) -> Literal["high", "medium", "low"]:
@@ -172,32 +227,49 @@ def claim_id(report_id: str, member: ModelSpec, task_class: str) -> str:
     return f"{report_id}/{member.key}/{task_class}"
 
 
+def claim_statement(cell: SweepCell, outcome: Outcome, gate: GatePolicy) -> str:
+    """The claim's statement: a template render, never text a model wrote.
+
+    The point gate renders rulvar's sentence byte for byte; the interval gate
+    also names the interval and the bar it cleared, dropped only when a long
+    task class would push the statement past 200 characters.
+    """
+    cases = f"{cell.n} {cell.task_class} case{_s(cell.n)}"
+    if cell.repeats > 1:
+        cases += f" x{cell.repeats} repeats"
+    head = f"sweep passRate {to_fixed_2(cell.pass_rate)} over {cases}"
+    if gate.kind == "point":
+        band = "at or above the strength band" if outcome == "strength" else "in the weakness band"
+        return f"{head}: {band}"
+    low, high = cell.wilson95
+    if outcome == "strength":
+        bar = f"lower bound >= {to_fixed_2(gate.strength - gate.tolerance)}"
+    else:
+        bar = f"upper bound <= {to_fixed_2(gate.weakness + gate.tolerance)}"
+    full = f"{head}: {outcome} (95% interval {to_fixed_2(low)}-{to_fixed_2(high)}, {bar})"
+    return full if utf16_length(full) <= STATEMENT_MAX_UTF16 else f"{head}: {outcome}"
+
+
 def cell_claim(
     cell: SweepCell,
     *,
-    strength: float,
-    weakness: float,
+    gate: GatePolicy,
     report_id: str,
     observed_at: int,
     committer: str,
     canary_fingerprint: str | None = None,
 ) -> ModelClaim | None:
-    """The claim a complete cell emits (``None`` for mid-band or incomplete cells).
-
-    The statement is a template render: nothing a model wrote reaches it.
-    """
-    outcome = cell.outcome(strength, weakness)
+    """The claim a complete cell emits (``None`` for mid-band or incomplete cells)."""
+    outcome = cell.outcome(gate)
     if outcome not in ("strength", "weakness"):
         return None
-    band = "at or above the strength band" if outcome == "strength" else "in the weakness band"
     observed = format_instant(observed_at)
     data = {
         "id": claim_id(report_id, cell.member, cell.task_class),
         "subject": cell.member.subject.to_wire(),
         "taskClass": cell.task_class,
         "polarity": outcome,
-        "statement": f"sweep passRate {to_fixed_2(cell.pass_rate)} over {cell.n} "
-        f"{cell.task_class} case{_s(cell.n)}: {band}",
+        "statement": claim_statement(cell, outcome, gate),
         "class": "eval-measured",
         "status": "active",
         "evidence": [{"kind": "eval", "reportId": report_id, "caseIds": cell.case_names}],

@@ -1,16 +1,20 @@
-"""Falsification that actually retires beliefs (beyond rulvar).
+"""Falsification that retires beliefs the evidence turned against (beyond rulvar).
 
 For every complete cell, the prior active or stale eval-measured claims on
-the same subject — model, effort and task class — are retired in the same
-commit as the new measurement:
+the same subject — model, effort and task class — are considered in the
+same commit as the new measurement:
 
-* the newest prior of the new claim's polarity is **superseded** by it;
-* every other prior (all of them when the cell emitted no claim, or the
-  opposite polarity) is **archived** with reason ``falsified``.
+* a new claim **supersedes** the newest prior of its polarity; other priors
+  of that polarity are archived ``falsified`` (duplicates), and so are the
+  priors of the opposite polarity;
+* with no new claim, the gate decides (:meth:`GatePolicy.retires`): the point
+  gate archives every prior (kb v1, rulvar-style), the interval gate only a
+  prior the measurement confidently contradicts (hysteresis) — an uncertain
+  night leaves the belief in place.
 
-Incomplete cells touch nothing. After any number of nightly sweeps a
-subject has at most one active eval claim, never an active strength beside
-an active weakness, and the 8-claims cap is never approached by sweeps.
+Incomplete cells touch nothing. So nightly sweeps never pile up claims
+against the 8-claims cap, and the store never holds an active strength
+beside an active weakness for one subject.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kb.store.ops import AddClaim, ArchiveClaim, EvalCommitterGate, Op, Supersed
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import parse_instant
 from kb.sweep.cells import SweepCell
+from kb.sweep.gate import GatePolicy
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ def sweep_ops(
     snapshot: Snapshot,
     cells: Sequence[tuple[SweepCell, ModelClaim | None]],
     gate: EvalCommitterGate,
+    policy: GatePolicy,
 ) -> list[Op]:
     """The ops for one sweep against ``snapshot`` (a pure function; rerun on every CAS retry)."""
     live = live_eval_claims(snapshot)
@@ -95,5 +101,10 @@ def sweep_ops(
                 ops.append(SupersedeClaim(replaced.id, claim, gate))
             else:
                 ops.append(AddClaim(claim, gate))
-        ops += [ArchiveClaim(p.id, "falsified") for _, p in priors if p is not replaced]
+        for _, prior in priors:
+            if prior is replaced:
+                continue
+            renewed = claim is not None and claim.polarity == prior.polarity
+            if renewed or policy.retires(prior.polarity, cell.estimate):
+                ops.append(ArchiveClaim(prior.id, "falsified"))
     return ops

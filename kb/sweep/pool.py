@@ -19,18 +19,28 @@ from kb.store.ttl import claim_expired, remeasurement_queue
 
 @dataclass(frozen=True)
 class PoolMember:
-    """A model the sweep measures, and why it is in the pool."""
+    """A model in the sweep's pool, why it is there, and whether it can be measured."""
 
     spec: ModelSpec
     origin: str
     """``configured``, ``active weakness claim <id>`` or ``remeasurement queue <id>``."""
+    skipped: str | None = None
+    """Why a pulled-in subject is not measured (``None``: it is measured)."""
+
+    @property
+    def measured(self) -> bool:
+        """The sweep runs this member's cases and its canary."""
+        return self.skipped is None
 
 
 def build_pool(configured: Sequence[ModelSpec], snapshot: Snapshot, at: int) -> list[PoolMember]:
     """Configured models ∪ subjects of active unexpired weaknesses ∪ the remeasurement queue.
 
-    A subject pulled in from a claim inherits the params of a configured
-    model with the same ref (its endpoint and key), else has none.
+    A subject pulled in from a claim is measured only with the params of a
+    configured ``[[models]]`` entry of the same model ref (its endpoint, key,
+    ``max_tokens``, local weights …): measured any other way, it would be a
+    different model under the same name. Without one it is listed as skipped
+    and its claims are left untouched.
     """
     pool: dict[str, PoolMember] = {}
     params_by_ref: dict[str, Any] = {}
@@ -39,8 +49,16 @@ def build_pool(configured: Sequence[ModelSpec], snapshot: Snapshot, at: int) -> 
         params_by_ref.setdefault(spec.ref, spec.params)
 
     def add(claim: ModelClaim, origin: str) -> None:
-        spec = ModelSpec(claim.model, claim.effort, params_by_ref.get(claim.model, {}))
-        pool.setdefault(spec.key, PoolMember(spec, f"{origin} {claim.id}"))
+        if claim.subject_key in pool:
+            return
+        params = params_by_ref.get(claim.model)
+        skipped = (
+            None
+            if params is not None
+            else f"no [[models]] entry for {claim.model} gives the params it was measured with"
+        )
+        spec = ModelSpec(claim.model, claim.effort, params or {})
+        pool[spec.key] = PoolMember(spec, f"{origin} {claim.id}", skipped)
 
     for claim in snapshot.claims:
         if (

@@ -8,9 +8,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from kb.store.canonical import to_fixed_2
 from kb.store.models import claim_to_wire
 from kb.store.ttl import format_instant
 from kb.sweep.cells import SweepCell
+from kb.sweep.pool import PoolMember
 from kb.sweep.run import SweepPlan, SweepReport
 
 
@@ -22,7 +24,11 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     """The pre-flight block: report id, pool with origins, worst-case spend (and runs)."""
     shard = f" (shard {plan.shard[0]}/{plan.shard[1]})" if plan.shard else ""
     lines = [f"sweep {plan.report_id} at {format_instant(plan.observed_at)}{shard}", "pool:"]
-    lines += [f"  {member.spec.key}  ({member.origin})" for member in plan.pool]
+    lines += [
+        f"  {member.spec.key}  ({member.origin})"
+        + (f"  SKIPPED: {member.skipped}" if member.skipped else "")
+        for member in plan.pool
+    ]
     cap = plan.spec.budgets.max_total_usd
     lines.append(
         f"planned: {len(plan.target_runs)} target runs, up to {plan.judge_runs_max} judge runs, "
@@ -72,28 +78,48 @@ def cell_json(cell: SweepCell, outcome: str, claim_id: str | None) -> dict[str, 
     if cell.incomplete_reason is not None:
         entry["incompleteReason"] = cell.incomplete_reason
     entry["wilson95"] = list(cell.wilson95)
+    if cell.repeats > 1:
+        entry["repeats"] = cell.repeats
+        entry["cases"] = [
+            {
+                "name": case.name,
+                "passes": case.passes,
+                "runs": len(case.verdicts),
+                "stability": case.stability,
+            }
+            for case in cell.cases
+        ]
     entry["outcome"] = outcome
     if claim_id is not None:
         entry["claimId"] = claim_id
     return entry
 
 
+def pool_json(member: PoolMember) -> dict[str, Any]:
+    """One ``pool[]`` entry: who, why, and whether it was measured."""
+    entry: dict[str, Any] = {
+        "model": member.spec.key,
+        "origin": member.origin,
+        "measured": member.measured,
+    }
+    if member.skipped:
+        entry["skipped"] = member.skipped
+    return entry
+
+
 def report_json(report: SweepReport) -> dict[str, Any]:
     """The ``--json`` report."""
     plan = report.plan
-    thresholds = plan.spec.thresholds
+    gate = plan.spec.gate
     body: dict[str, Any] = {
         "reportId": plan.report_id,
         "observedAt": format_instant(plan.observed_at),
-        "pool": [{"model": m.spec.key, "origin": m.origin} for m in plan.pool],
+        "gate": {"kind": gate.kind, "tolerance": gate.tolerance},
+        "pool": [pool_json(member) for member in plan.pool],
         "worstCaseUsd": plan.worst_case_usd,
         "spentUsd": report.spent_usd,
         "cells": [
-            cell_json(
-                cell,
-                cell.outcome(thresholds.strength, thresholds.weakness),
-                claim.id if claim else None,
-            )
+            cell_json(cell, cell.outcome(gate), claim.id if claim else None)
             for cell, claim in report.cells
         ],
         "claims": [claim_to_wire(claim) for claim in report.claims],
@@ -105,16 +131,24 @@ def report_json(report: SweepReport) -> dict[str, Any]:
     return body
 
 
+def _count(cell: SweepCell) -> str:
+    """``7/8 of 8`` cases passed of measured of planned; with repeats, the flaky count too."""
+    if cell.repeats == 1:
+        return f"{int(cell.passed)}/{cell.n} of {cell.planned_n}"
+    flaky = sum(1 for case in cell.cases if case.stability == "flaky")
+    return f"{cell.n} of {cell.planned_n} cases x{cell.repeats}, {flaky} flaky"
+
+
 def summary_text(report: SweepReport) -> str:
     """The human summary: cells, claims, retirements, commit, spend."""
-    thresholds = report.plan.spec.thresholds
+    gate = report.plan.spec.gate
     lines = ["cells:"]
     for cell, _claim in report.cells:
-        outcome = cell.outcome(thresholds.strength, thresholds.weakness)
+        outcome = cell.outcome(gate)
         low, high = cell.wilson95
         line = (
-            f"  {cell.member.key:<28} {cell.task_class:<22} {cell.passed}/{cell.n} of "
-            f"{cell.planned_n}  passRate {cell.pass_rate:.2f} [{low:.2f}, {high:.2f}]  "
+            f"  {cell.member.key:<28} {cell.task_class:<22} {_count(cell)}  passRate "
+            f"{to_fixed_2(cell.pass_rate)} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
             f"${cell.total_cost_usd:.4f}  {outcome}"
         )
         if cell.incomplete_reason:
@@ -159,6 +193,7 @@ def report_html(report: SweepReport) -> str:
     """One self-contained HTML page (no scripts, no fetches): the model × task-class heatmap."""
     plan = report.plan
     thresholds = plan.spec.thresholds
+    gate = plan.spec.gate
     esc = html.escape
     classes = list(dict.fromkeys(cell.task_class for cell, _ in report.cells))
     members = list(dict.fromkeys(cell.member.key for cell, _ in report.cells))
@@ -172,7 +207,7 @@ def report_html(report: SweepReport) -> str:
                 tds.append('<td class="empty">–</td>')
                 continue
             cell, claim = found
-            outcome = cell.outcome(thresholds.strength, thresholds.weakness)
+            outcome = cell.outcome(gate)
             low, high = cell.wilson95
             why = (
                 f'<div class="why">{esc(cell.incomplete_reason)}</div>'

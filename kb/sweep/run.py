@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kb.canary import CanaryOptions, probe_pool
+from kb.canary import CanaryChange, CanaryResult, canary_change, classified, measure_canaries
+from kb.canary_baselines import baselines_path
 from kb.engine.budget import SpendEnvelope, usd
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
-from kb.evals.cases import Case, JudgeGrader, unique_names
-from kb.evals.suite import CaseVerdict, run_pairs, target_run
-from kb.schema import subject_key
+from kb.evals.cases import JudgeGrader, unique_names
+from kb.evals.suite import CaseRun, CaseVerdict, run_pairs, target_run
 from kb.store.filestore import CommitContext, KnowledgeStore, validate_attempts
 from kb.store.models import ModelClaim
 from kb.store.ops import EvalCommitterGate
@@ -42,8 +42,8 @@ class SweepPlan:
     observed_at: int
     snapshot: Snapshot
     pool: tuple[PoolMember, ...]
-    pairs: tuple[tuple[ModelSpec, Case, str], ...]
-    """(member, case, unique case name) this sweep (or shard) measures, in plan order."""
+    pairs: tuple[CaseRun, ...]
+    """Every run this sweep (or shard) makes, in plan order (a case's repeats together)."""
     target_runs: tuple[PlannedRun, ...]
     judge_runs_max: int
     canary_probes: int
@@ -54,7 +54,7 @@ class SweepPlan:
     @property
     def members(self) -> list[ModelSpec]:
         """The pool members with at least one cell in this sweep (or shard)."""
-        keys = {member.key for member, _, _ in self.pairs}
+        keys = {pair.member.key for pair in self.pairs}
         return [member.spec for member in self.pool if member.spec.key in keys]
 
 
@@ -102,6 +102,25 @@ def shard_of(member_key: str, task_class: str, total: int) -> int:
     return int(digest, 16) % total + 1
 
 
+def plan_case_runs(
+    spec: SweepSpec, pool: Sequence[PoolMember], shard: tuple[int, int] | None = None
+) -> list[CaseRun]:
+    """Every run of the sweep (or shard) in plan order: member, case, repeat.
+
+    Only measured members run; a shard keeps whole cells (member × task class).
+    """
+    repeats = spec.sweep.repeats
+    named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
+    return [
+        CaseRun(member.spec, case, name, repeat if repeats > 1 else None)
+        for member in pool
+        if member.measured
+        for case, name in named
+        if shard is None or shard_of(member.spec.key, case.task_class, shard[1]) == shard[0]
+        for repeat in range(repeats)
+    ]
+
+
 def prepare_sweep(
     spec: SweepSpec,
     store: KnowledgeStore,
@@ -114,17 +133,11 @@ def prepare_sweep(
     snapshot = store.read()
     pool = build_pool(spec.models, snapshot, observed_at)
     budgets = spec.budgets
-    named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
-    pairs = [
-        (member.spec, case, name)
-        for member in pool
-        for case, name in named
-        if shard is None or shard_of(member.spec.key, case.task_class, shard[1]) == shard[0]
-    ]
-    targets = [target_run(m, case, name, budgets.target_usd) for m, case, name in pairs]
-    judges = sum(1 for _, case, _ in pairs for g in case.graders if isinstance(g, JudgeGrader))
+    pairs = plan_case_runs(spec, pool, shard)
+    targets = [target_run(pair, budgets.target_usd) for pair in pairs]
+    judges = sum(1 for p in pairs for g in p.case.graders if isinstance(g, JudgeGrader))
     probes = len(spec.canary.prompts) * spec.canary.repeats if spec.canary else 0
-    members = len({m.key for m, _, _ in pairs})
+    members = len({p.member.key for p in pairs})
     worst: float | None = None
     if budgets.max_total_usd is not None:
         worst = min(
@@ -137,8 +150,8 @@ def prepare_sweep(
     taken = sorted(
         {
             cid
-            for member, case, _ in pairs
-            if (cid := claim_id(report_id, member, case.task_class)) in snapshot.by_id
+            for pair in pairs
+            if (cid := claim_id(report_id, pair.member, pair.case.task_class)) in snapshot.by_id
         }
     )
     if taken:  # found now, before any money is spent, not at commit time
@@ -171,19 +184,29 @@ def execute_sweep(
     attempts: int = 3,
     push: bool = False,
 ) -> SweepReport:
-    """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``)."""
+    """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``).
+
+    The canary's flips and the claims go into one commit, flips first, and
+    only when at least one cell was measured completely: a sweep that
+    measured nothing changes nothing.
+    """
     spec = plan.spec
     if commit:
         store.preflight(push=push)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     report = SweepReport(plan)
+    canaries: list[CanaryResult] = []
+    prompts: tuple[str, ...] = ()
     if spec.canary is not None:
-        options = CanaryOptions.from_spec(
-            spec, label=plan.report_id, commit=commit, push=push, attempts=attempts
+        prompts = tuple(spec.canary.prompts)
+        canaries = measure_canaries(
+            engine,
+            plan.members,
+            prompts,
+            envelope,
+            canary_usd=spec.budgets.canary_usd,
+            repeats=spec.canary.repeats,
         )
-        report.canary = [
-            c.to_json() for c in probe_pool(plan.members, options, engine, envelope, store)
-        ]
     verdicts = run_pairs(
         engine,
         plan.pairs,
@@ -192,57 +215,55 @@ def execute_sweep(
         judge_usd=spec.budgets.judge_usd,
     )
     engine.finish()
-    report.cells = measured_cells(plan, verdicts, _usable_fingerprints(report.canary))
+    fingerprints = {c.member.key: c.fingerprint for c in canaries if c.may_flip}
+    report.cells = measured_cells(plan, verdicts, fingerprints)
     report.spent_usd = usd(envelope.debited)
     gate = EvalCommitterGate(committer_id=spec.sweep.committer, report_id=plan.report_id)
-    if not commit:
-        report.retired = retirements(sweep_ops(plan.snapshot, report.cells, gate))
-        return report
-    context = CommitContext(
-        "sweep", spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
-    )
-    result = store.commit_with_rebase(
-        lambda snapshot: sweep_ops(snapshot, report.cells, gate),
-        context,
-        attempts=attempts,
-        push=push,
-    )
+    baselines = baselines_path(store.path)
+
+    def build(snapshot: Snapshot) -> CanaryChange:
+        found = canary_change(canaries, snapshot, baselines, prompts)
+        ops = (*found.ops, *sweep_ops(snapshot, report.cells, gate, spec.gate))
+        return CanaryChange(ops, found.files, found.note, found.outcomes)
+
+    measured = any(cell.complete for cell, _ in report.cells)
+    result = None
+    if commit and measured:
+        context = CommitContext(
+            "sweep", spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
+        )
+        result = store.commit_with_rebase(build, context, attempts=attempts, push=push)
+    change = result.change if result is not None else build(plan.snapshot)
+    assert isinstance(change, CanaryChange)
+    version = result.snapshot.version if result is not None else None
+    report.canary = [c.to_json() for c in classified(canaries, change, version)]
+    report.retired = retirements(change.ops)
     if result is not None:
-        report.retired = retirements(result.ops)
-        report.committed_version = result.snapshot.version
+        report.committed_version = version
         report.git_commit = result.git_commit
         report.commit_message = result.message
     return report
-
-
-def _usable_fingerprints(canary: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Fingerprints that may be recorded on new claims: only those that could flip claims."""
-    return {
-        subject_key(entry["model"], entry.get("effort")): entry["fingerprint"]
-        for entry in canary
-        if entry["status"] in ("no-drift", "drift")
-    }
 
 
 def measured_cells(
     plan: SweepPlan, verdicts: Sequence[CaseVerdict], fingerprints: dict[str, str]
 ) -> list[tuple[SweepCell, ModelClaim | None]]:
     """Steps 6–7: the cells of the verdicts and the claim each emits."""
-    thresholds = plan.spec.thresholds
     return [
         (
             cell,
             cell_claim(
                 cell,
-                strength=thresholds.strength,
-                weakness=thresholds.weakness,
+                gate=plan.spec.gate,
                 report_id=plan.report_id,
                 observed_at=plan.observed_at,
                 committer=plan.spec.sweep.committer,
                 canary_fingerprint=fingerprints.get(cell.member.key),
             ),
         )
-        for cell in group_cells([member for member, _, _ in plan.pairs], verdicts)
+        for cell in group_cells(
+            [pair.member for pair in plan.pairs], verdicts, plan.spec.sweep.repeats
+        )
     ]
 
 

@@ -5,8 +5,9 @@ Shape (see the README for a full example)::
     include = ["cases/*.toml"]      # top of file (or in [sweep]): more [[cases]]
     canary = "canaries/default.toml"  # top of file: or an inline [canary] table
 
-    [sweep]       committer (required), report_id, thresholds, concurrency,
-                  per_provider, allow_unbounded, timeout_s, max_retries
+    [sweep]       committer (required), report_id, thresholds, gate, tolerance,
+                  repeats, concurrency, per_provider, allow_unbounded, timeout_s,
+                  max_retries
     [budgets]     target_usd, judge_usd, canary_usd, max_total_usd
     [[models]]    model, effort, params
     [[cases]]     name, task_class, prompt, system, schema, graders
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import glob
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader
 from kb.schema import ModelRefText, StrictModel, validate_into
+from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
 from kb.tomlfile import read_toml
 
 
@@ -74,12 +77,32 @@ class SweepSection(StrictModel):
     """The eval-committer identity recorded on every claim and commit."""
     report_id: str | None = Field(default=None, min_length=1)
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    gate: GateKind = "interval"
+    """``interval`` (95 % interval with tolerance and hysteresis) or ``point`` (rulvar's rule)."""
+    tolerance: float = DEFAULT_TOLERANCE
+    """How far outside a band the interval may reach and still claim it, in [0, 0.5)."""
+    repeats: int = Field(default=1, ge=1, le=100)
+    """Runs per case; a case's score is its pass fraction, ``n`` stays the number of cases."""
     concurrency: int = Field(default=8, ge=1)
     per_provider: int | None = Field(default=None, ge=1)
     allow_unbounded: bool = False
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
     include: list[str] = Field(default_factory=list)
+
+    @field_validator("tolerance")
+    @classmethod
+    def _tolerance(cls, value: float) -> float:
+        if isinstance(value, bool) or not math.isfinite(value) or not 0 <= value < 0.5:
+            raise ValueError("must be a finite number in [0, 0.5)")
+        return value
+
+    @property
+    def gate_policy(self) -> GatePolicy:
+        """The gate, its bands and tolerance."""
+        return GatePolicy(
+            self.gate, self.thresholds.strength, self.thresholds.weakness, self.tolerance
+        )
 
 
 class Budgets(StrictModel):
@@ -132,6 +155,17 @@ class SweepSpec:
     def thresholds(self) -> Thresholds:
         """The pass-rate bands."""
         return self.sweep.thresholds
+
+    @property
+    def gate(self) -> GatePolicy:
+        """The gate claims pass through."""
+        return self.sweep.gate_policy
+
+    @property
+    def warnings(self) -> list[str]:
+        """Advice that is not an error: task classes too small for the gate to speak."""
+        per_class = Counter(case.task_class for case in self.cases)
+        return self.gate.power_warnings(dict(per_class))
 
 
 def _resolve(base: Path, value: str) -> Path:

@@ -1,0 +1,175 @@
+"""Canary baselines per probe set: editing the probes is not drift.
+
+A fingerprint (rulvar's: the outputs, not the prompts) only means something
+next to a fingerprint made from the **same probe set** (same prompts, same
+order). kb keeps, beside the store, a small tracked file
+(``rulvar.models.canary.json`` next to ``rulvar.models.json``) that says, per
+subject:
+
+* ``baselines`` — for each probe set (by id) the fingerprint the current
+  model gives under it;
+* ``current`` — every fingerprint known to describe the current model, under
+  any probe set. A claim whose recorded ``modelEpoch.canaryFingerprint`` is
+  not among them was measured on an earlier model.
+
+Judging a fresh, usable fingerprint F under probe set P:
+
+* P has a baseline and F equals it → ``no-drift``;
+* P has a baseline and F differs → ``drift``: the model changed; ``current``
+  becomes {F} and P's baseline F (other probe sets' baselines described the
+  old model and are dropped, so switching back to one re-baselines it);
+* P has no baseline but the subject has → ``rebaselined``: F joins
+  ``current`` and becomes P's baseline; nothing is flipped (a real change
+  under the new probe set is drift on the next run);
+* the subject has no baselines at all (a store older than this file): F is
+  P's baseline; if some active claim carries F the probe set evidently
+  produced it and the rest are judged as before (``no-drift``/``drift``),
+  else ``rebaselined`` with the claims' fingerprints adopted as current.
+
+Claims keep rulvar's fingerprint in ``modelEpoch.canaryFingerprint``; only
+this file knows about probe sets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kb.errors import ConfigError
+from kb.store.canonical import js_stringify, sha256_hex
+
+BaselineStatus = Literal["no-drift", "drift", "rebaselined"]
+FORMAT_VERSION = 1
+
+
+def baselines_path(store_path: Path) -> Path:
+    """``rulvar.models.canary.json`` beside ``rulvar.models.json``."""
+    return store_path.with_name(store_path.name.removesuffix(".json") + ".canary.json")
+
+
+def probe_set_id(prompts: Sequence[str]) -> str:
+    """The probe set's identity: its prompts, in order (16 hex digits of a sha256)."""
+    return sha256_hex(js_stringify(list(prompts)))[:16]
+
+
+@dataclass(frozen=True)
+class SubjectBaselines:
+    """One subject's baselines."""
+
+    baselines: Mapping[str, str] = field(default_factory=dict)
+    """Probe-set id → the fingerprint the current model gives under it."""
+    current: frozenset[str] = frozenset()
+    """Fingerprints that describe the current model (under any probe set)."""
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a fresh fingerprint says about a subject, and the subject's next baselines."""
+
+    status: BaselineStatus
+    current: frozenset[str]
+    """Claims whose fingerprint is not in here were measured on another model."""
+    updated: SubjectBaselines
+
+
+def judge(
+    known: SubjectBaselines | None,
+    probe_set: str,
+    fresh: str,
+    claim_fingerprints: Iterable[str],
+) -> Judgement:
+    """Judge ``fresh`` (an all-ok, stable fingerprint) under ``probe_set`` (see the module)."""
+    claimed = frozenset(claim_fingerprints)
+    if known is None or not known.baselines:
+        if fresh in claimed or not claimed:
+            updated = SubjectBaselines({probe_set: fresh}, frozenset({fresh}))
+            status: BaselineStatus = "drift" if claimed - {fresh} else "no-drift"
+            return Judgement(status, updated.current, updated)
+        updated = SubjectBaselines({probe_set: fresh}, claimed | {fresh})
+        return Judgement("rebaselined", updated.current, updated)
+    baseline = known.baselines.get(probe_set)
+    if baseline is None:
+        updated = SubjectBaselines({**known.baselines, probe_set: fresh}, known.current | {fresh})
+        return Judgement("rebaselined", updated.current, updated)
+    if baseline == fresh:
+        current = known.current | {fresh}
+        return Judgement("no-drift", current, SubjectBaselines(known.baselines, current))
+    updated = SubjectBaselines({probe_set: fresh}, frozenset({fresh}))
+    return Judgement("drift", updated.current, updated)
+
+
+@dataclass(frozen=True)
+class CanaryBaselines:
+    """The whole file: probe sets by id, and each subject's baselines."""
+
+    probe_sets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    subjects: Mapping[str, SubjectBaselines] = field(default_factory=dict)
+
+    def with_subject(
+        self, key: str, prompts: Sequence[str], updated: SubjectBaselines
+    ) -> CanaryBaselines:
+        """A copy with ``key``'s baselines replaced (and the probe set recorded)."""
+        return CanaryBaselines(
+            {**self.probe_sets, probe_set_id(prompts): tuple(prompts)},
+            {**self.subjects, key: updated},
+        )
+
+    def render(self) -> bytes:
+        """Deterministic JSON (sorted keys, two-space indent, trailing newline): small diffs."""
+        used = {pid for s in self.subjects.values() for pid in s.baselines}
+        document: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "probeSets": {pid: list(p) for pid, p in self.probe_sets.items() if pid in used},
+            "subjects": {
+                key: {"baselines": dict(s.baselines), "current": sorted(s.current)}
+                for key, s in self.subjects.items()
+            },
+        }
+        return (js_stringify(_sorted(document), indent=2) + "\n").encode("utf-8")
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    return value
+
+
+def read_baselines(path: Path) -> CanaryBaselines:
+    """The baselines file at ``path`` (empty when absent); a malformed file is a ``ConfigError``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return CanaryBaselines()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"not valid JSON: {exc}") from None
+    try:
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"version must be {FORMAT_VERSION}")
+        probe_sets = {
+            str(pid): tuple(_strings(prompts)) for pid, prompts in data["probeSets"].items()
+        }
+        subjects = {
+            str(key): SubjectBaselines(
+                {str(pid): _string(fp) for pid, fp in entry["baselines"].items()},
+                frozenset(_strings(entry["current"])),
+            )
+            for key, entry in data["subjects"].items()
+        }
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(str(path), f"not a canary baselines file: {exc}") from None
+    return CanaryBaselines(probe_sets, subjects)
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    return [_string(item) for item in value]
