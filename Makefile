@@ -48,7 +48,7 @@ demo: $(STAMP)
 
 # Re-measure the bundled model into the project's own store (one kb commit).
 knowledge: $(STAMP)
-	$(KB) sweep sweeps/demo.toml --html $(DEMO)-knowledge.html
+	$(KB) sweep sweeps/smollm2.toml --html $(DEMO)-knowledge.html
 
 bench: $(STAMP) system-deps
 	@command -v jq >/dev/null 2>&1 && test -x /usr/bin/time || \

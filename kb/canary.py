@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kb.canary_baselines import baselines_path, judge, probe_set_id, read_baselines
-from kb.engine.budget import SpendEnvelope
+from kb.engine.budget import SpendEnvelope, forecast_spend
 from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
@@ -342,12 +342,22 @@ def run_canary(
     commit: bool = True,
     attempts: int = 3,
     push: bool = False,
+    allow_partial: bool = False,
 ) -> list[CanaryResult]:
-    """``kb canary``: probe the sweep's pool (as of ``at``) and flip drift in one commit."""
+    """``kb canary``: probe the sweep's measured pool (as of ``at``); flip drift in one commit.
+
+    Refused before any call when the envelope cannot pay for every probe,
+    unless ``allow_partial`` (or ``[sweep] allow_partial``).
+    """
     options = CanaryOptions.from_spec(
         spec, label=None, commit=commit, push=push, attempts=attempts, repeats=repeats
     )
-    members = [member.spec for member in build_pool(spec.models, store.read(), at)]
+    pool = build_pool(spec.models, store.read(), at)
+    members = [member.spec for member in pool if member.measured]
+    probes = len(members) * len(options.prompts) * options.repeats
+    forecast = forecast_spend(spec.budgets.max_total_usd, [options.canary_usd] * probes)
+    if forecast.exceeds and not (allow_partial or spec.sweep.allow_partial):
+        raise ConfigError("budgets.max_total_usd", forecast.refusal())
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     try:
         return probe_pool(members, options, engine, envelope, store)

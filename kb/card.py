@@ -203,6 +203,24 @@ def compile_verified_layer(
     return recommendations
 
 
+def profile_warnings(ladders_file: LaddersFile, claims: Sequence[ModelClaim]) -> list[str]:
+    """Profiles whose ``task_class`` nothing else knows (a typo, most likely).
+
+    A profile's task class is what the orchestrator is told the profile is
+    for (the checkpoint's router prompt); its evidence line lists every
+    measured task class of its model, whatever the profile says.
+    """
+    known = {claim.task_class for claim in claims} | {
+        ladder.task_class for ladder in ladders_file.ladders if ladder.task_class
+    }
+    return [
+        f"profile {profile.name!r}: task class {profile.task_class!r} matches no ladder and "
+        "no claim in the store"
+        for profile in ladders_file.profiles
+        if profile.task_class not in known
+    ]
+
+
 def profile_evidence(
     claims: Sequence[ModelClaim], profiles: Sequence[Profile], as_of: int
 ) -> list[str]:

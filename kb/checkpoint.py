@@ -44,16 +44,18 @@ from kb.card import (
     render_card,
     usable_claims,
 )
-from kb.engine.budget import SpendEnvelope, usd
+from kb.engine.budget import SpendEnvelope, SpendForecast, forecast_spend, usd
 from kb.engine.requests import ModelSpec, ProviderRequest, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, unique_names
+from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
 from kb.evals.suite import CaseRun, CaseVerdict, run_pairs
 from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
+from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
-from kb.sweep.spec import ModelEntry, load_spec, resolve_models
+from kb.sweep.spec import ModelEntry, duplicate_name_issues, load_spec, resolve_models
 from kb.tomlfile import read_toml
 
 TOLERANCE = 1e-9
@@ -74,6 +76,31 @@ def start_rung_rule(
         treatment_cost <= 1.00 * baseline_cost + TOLERANCE
     )
     return cheaper or better
+
+
+def start_rung_failure(treatment: Arm, baseline: Arm) -> str:
+    """Why a start-rung cell failed: which rule, with which numbers."""
+    return _failure(treatment, baseline, cheaper=0.90, better=1.00, margin=0.05)
+
+
+def profile_failure(informed: Arm, blind: Arm) -> str:
+    """Why criterion 2 failed: which rule, with which numbers."""
+    if informed.pass_rate <= TOLERANCE and not (informed.contamination or blind.contamination):
+        return "the informed arm passed nothing (a pass rate of 0 fails outright)"
+    return _failure(informed, blind, cheaper=1.05, better=1.15, margin=0.15)
+
+
+def _failure(treat: Arm, base: Arm, *, cheaper: float, better: float, margin: float) -> str:
+    if treat.contamination or base.contamination:
+        which = treat if treat.contamination else base
+        return f"{which.name} arm contaminated: {which.contamination}"
+    rate, cost = to_fixed_2(treat.pass_rate), f"${treat.cost_usd:.4f}"
+    return (
+        f"{treat.name} {rate} at {cost} needs >= {to_fixed_2(base.pass_rate)} at <= "
+        f"${cheaper * base.cost_usd:.4f} ({cheaper:.2f}x) or >= "
+        f"{to_fixed_2(base.pass_rate + margin)} at <= ${better * base.cost_usd:.4f} "
+        f"({better:.2f}x)"
+    )
 
 
 def profile_rule(
@@ -126,7 +153,9 @@ class _CheckpointFile(StrictModel):
     ladders: list[Ladder] = Field(default_factory=list)
     floors: dict[str, list[str]] = Field(default_factory=dict)
     profiles: list[Profile] = Field(default_factory=list)
-    cases: list[Case] = Field(min_length=1)
+    cases: list[Case] = Field(default_factory=list)
+    datasets: list[DatasetSpec] = Field(default_factory=list)
+    """More eval cases (criterion 1) from JSONL or CSV files, as in a sweep spec."""
     orchestrated: list[Case] = Field(min_length=1)
 
 
@@ -167,8 +196,14 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
     ladders = _ladders(spec, base, str(path))
     if not ladders.profiles:
         issues.append("profiles: criterion 2 needs at least one [[profiles]] entry")
-    issues += _budget_issues(spec)
     models = resolve_models(list(enumerate(spec.models)), base, issues)
+    located = [LocatedCase(case, f"cases[{i}]") for i, case in enumerate(spec.cases)]
+    for dataset in spec.datasets:
+        located.extend(load_dataset(dataset, base, issues))
+    issues += duplicate_name_issues(located)
+    issues += _budget_issues(spec, [item.case for item in located])
+    if not located:
+        issues.append("cases: criterion 1 needs [[cases]] or [[datasets]]")
     seeding: list[Case] = []
     for sweep_path in spec.checkpoint.seeded_by:
         seeding.extend(load_spec(base / sweep_path).cases)
@@ -180,7 +215,7 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
         spec.budgets,
         {model.key: dict(model.params) for model in models},
         ladders,
-        tuple(spec.cases),
+        tuple(item.case for item in located),
         tuple(spec.orchestrated),
         tuple(seeding),
     )
@@ -197,11 +232,11 @@ def _ladders(spec: _CheckpointFile, base: Path, source: str) -> LaddersFile:
     return parse_ladders(inline, source)
 
 
-def _budget_issues(spec: _CheckpointFile) -> list[str]:
+def _budget_issues(spec: _CheckpointFile, eval_cases: Sequence[Case]) -> list[str]:
     if spec.checkpoint.allow_unbounded:
         return []
     needed = ["target_usd", "orchestrator_usd", "max_total_usd"]
-    cases = [*spec.cases, *spec.orchestrated]
+    cases = [*eval_cases, *spec.orchestrated]
     if any(isinstance(g, JudgeGrader) for case in cases for g in case.graders):
         needed.append("judge_usd")
     return [
@@ -348,6 +383,16 @@ class CheckpointReport:
         return majority and _verdict(self.pooled_treatment, self.pooled_baseline, start_rung_rule)
 
     @property
+    def criterion1_failure(self) -> str:
+        """Why criterion 1 does not hold."""
+        verdicts = [cell.passed for cell in self.cells if cell.passed is not None]
+        if not verdicts:
+            return "no cell has a recommendation: the knowledge moved nothing"
+        if sum(verdicts) * 2 <= len(verdicts):
+            return f"{sum(verdicts)} of {len(verdicts)} recommended cells pass, not a majority"
+        return "pooled: " + start_rung_failure(self.pooled_treatment, self.pooled_baseline)
+
+    @property
     def criterion2(self) -> bool:
         """The card-informed orchestrator picks profiles that pay off."""
         return _verdict(self.informed, self.blind, profile_rule)
@@ -431,12 +476,24 @@ ArmKey = tuple[str, str, str]
 
 
 def run_checkpoint(
-    spec: CheckpointSpec, claims: Sequence[ModelClaim], engine: Engine, *, as_of: int
+    spec: CheckpointSpec,
+    claims: Sequence[ModelClaim],
+    engine: Engine,
+    *,
+    as_of: int,
+    allow_partial: bool = False,
 ) -> CheckpointReport:
-    """Run both experiments against the store's ``claims`` at instant ``as_of``."""
+    """Run both experiments against the store's ``claims`` at instant ``as_of``.
+
+    Refused before any call when the envelope cannot pay for the worst case,
+    unless ``allow_partial`` (a contaminated arm then says which run it lost).
+    """
     issues = leakage_issues(spec, usable_claims(claims, as_of))
     if issues:
         raise ConfigError(str(spec.path), issues)
+    forecast = checkpoint_forecast(spec, claims, as_of)
+    if forecast.exceeds and not allow_partial:
+        raise ConfigError("budgets.max_total_usd", forecast.refusal())
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     cells = _start_rung_cells(spec, claims, engine, envelope, as_of)
     card = render_card(claims, spec.ladders, as_of)
@@ -454,6 +511,37 @@ def run_checkpoint(
         card=card,
         spent_usd=usd(envelope.debited),
     )
+
+
+def checkpoint_forecast(
+    spec: CheckpointSpec, claims: Sequence[ModelClaim], as_of: int
+) -> SpendForecast:
+    """The worst case, in the order the envelope authorizes: criterion 1, then criterion 2."""
+    budgets = spec.budgets
+    ladders = spec.ladders
+    recommended = {
+        (r.ladder, r.task_class)
+        for r in compile_verified_layer(claims, ladders.ladders, as_of, ladders.floors)
+    }
+    targets = judges = 0
+    for ladder in ladders.ladders:
+        for case in spec.cases:
+            if ladder.task_class in (None, case.task_class):
+                arms = 2 if (ladder.name, case.task_class) in recommended else 1
+                targets += arms
+                judges += arms * sum(isinstance(g, JudgeGrader) for g in case.graders)
+    routed = 2 * len(spec.orchestrated)
+    routed_judges = 2 * sum(
+        isinstance(g, JudgeGrader) for case in spec.orchestrated for g in case.graders
+    )
+    ceilings = (
+        [budgets.target_usd] * targets
+        + [budgets.judge_usd] * judges
+        + [budgets.orchestrator_usd] * routed
+        + [budgets.target_usd] * routed
+        + [budgets.judge_usd] * routed_judges
+    )
+    return forecast_spend(budgets.max_total_usd, ceilings)
 
 
 def _start_rung_cells(
@@ -574,10 +662,14 @@ def checkpoint_table(report: CheckpointReport) -> str:
 
     def arm_text(arm: Arm) -> str:
         tail = f"  CONTAMINATED: {arm.contamination}" if arm.contamination else ""
-        return f"{arm.pass_rate:.2f} ${arm.cost_usd:.4f}{tail}"
+        return f"{to_fixed_2(arm.pass_rate)} ${arm.cost_usd:.4f}{tail}"
 
-    def verdict(value: bool | None) -> str:
-        return "n/a (no recommendation)" if value is None else "pass" if value else "FAIL"
+    def verdict(cell: StartRungCell) -> str:
+        if cell.passed is None:
+            return "n/a (no recommendation)"
+        return (
+            "pass" if cell.passed else f"FAIL: {start_rung_failure(cell.treatment, cell.baseline)}"
+        )
 
     lines = [
         "criterion 1: start rung (baseline = default tier, treatment = recommended tier)",
@@ -592,19 +684,26 @@ def checkpoint_table(report: CheckpointReport) -> str:
         )
         lines.append(
             f"  {c.ladder:<14} {c.task_class:<22} {tiers:<7} "
-            f"{arm_text(c.baseline):<18} {arm_text(c.treatment):<18} "
-            f"{verdict(c.passed)}"
+            f"{arm_text(c.baseline):<18} {arm_text(c.treatment):<18} {verdict(c)}"
         )
     lines.append(
         f"  pooled: baseline {arm_text(report.pooled_baseline)}, treatment "
         f"{arm_text(report.pooled_treatment)}"
     )
-    lines.append(f"  criterion 1: {'holds' if report.criterion1 else 'does not hold'}")
+    if report.criterion1:
+        lines.append("  criterion 1: holds")
+    else:
+        lines.append(f"  criterion 1: does not hold ({report.criterion1_failure})")
     lines.append("criterion 2: profile choice (informed = card in the orchestrator's prompt)")
     for arm in (report.informed, report.blind):
         invalid = f", {arm.invalid_choices} invalid choices" if arm.invalid_choices else ""
         lines.append(f"  {arm.name:<9} {arm_text(arm)}{invalid}")
-    lines.append(f"  criterion 2: {'holds' if report.criterion2 else 'does not hold'}")
+    if report.criterion2:
+        lines.append("  criterion 2: holds")
+    else:
+        lines.append(
+            f"  criterion 2: does not hold ({profile_failure(report.informed, report.blind)})"
+        )
     lines.append(f"spent ${report.spent_usd:.4f}")
     lines.append(f"checkpoint: {'PASSED' if report.passed else 'NOT PASSED'}")
     return "\n".join(lines)

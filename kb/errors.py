@@ -11,7 +11,8 @@ exit code, in one place (``kb.cli.exit_code_for``)::
     ├── KnowledgeCasError           the store moved under a commit; retryable
     │   └── CasAttemptsExhausted    the rebase loop gave up (exit 3)
     ├── GitError                    git itself failed (not a conflict) (exit 1)
-    └── JobFailedError              the job ran and its outcome is a failure (exit 1)
+    ├── JobFailedError              the job ran and its outcome is a failure (exit 1)
+    └── JobInterrupted              SIGINT/SIGTERM stopped the job; nothing committed (exit 130)
 
 ``ConfigError`` carries every problem it found in ``issues`` (each already
 prefixed with its path, e.g. ``claims[3].polarity: …``); its message joins them
@@ -80,3 +81,15 @@ class GitError(KbError):
 
 class JobFailedError(KbError):
     """The job ran to the end and its outcome is a failure (e.g. checkpoint not passed)."""
+
+
+class JobInterrupted(KbError):
+    """A signal stopped the job before it committed anything."""
+
+    def __init__(self, signal_name: str, spent_usd: float) -> None:
+        self.signal_name = signal_name
+        self.spent_usd = spent_usd
+        super().__init__(
+            f"interrupted by {signal_name}: nothing committed, the store is unchanged; "
+            f"${spent_usd:.4f} spent on the runs that finished"
+        )

@@ -66,3 +66,20 @@ def repo(isolated: Path) -> Path:
 def runner() -> CliRunner:
     """A click runner that keeps stdout and stderr apart."""
     return CliRunner()
+
+
+@pytest.fixture
+def initialized_store(request: pytest.FixtureRequest, isolated: Path) -> Path:
+    """An empty store (``kb init``) in the test's directory; committed when it is a repo.
+
+    kb never creates a store implicitly, so every test that sweeps or commits
+    through the CLI starts from one.
+    """
+    from kb.store.filestore import CommitContext, KnowledgeStore
+
+    if "repo" in request.fixturenames:
+        request.getfixturevalue("repo")
+    path = isolated / "rulvar.models.json"
+    if not path.exists():
+        KnowledgeStore(path).initialize(CommitContext("init", "test"))
+    return path

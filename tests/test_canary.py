@@ -19,6 +19,8 @@ from kb.store.filestore import KnowledgeStore
 from tests.conftest import git
 from tests.sweep_helpers import responses, write_spec
 
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
 VECTORS = json.loads((Path(__file__).parent / "data" / "js_vectors.json").read_text())["canary"]
 STORE = "rulvar.models.json"
 PROBES = ["Name the primary colors.", "Sort: 3, 1, 2."]
@@ -194,7 +196,8 @@ def test_probes_that_did_not_settle_ok_never_flip(
 ) -> None:
     sweep(runner, canary_spec(isolated / "a.toml", ["red", "1, 2, 3"]), 10)
     spec = canary_spec(isolated / "b.toml", answers, extra_params=extra, budgets=budgets)
-    code, (entry,) = canary(runner, spec, "--max-retries", "0")
+    # --allow-partial: run although the envelope cannot pay for every probe.
+    code, (entry,) = canary(runner, spec, "--max-retries", "0", "--allow-partial")
     assert entry["status"] == "incomplete" and entry["allOk"] is False
     assert entry["flipped"] == []
     expected = (

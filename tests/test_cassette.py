@@ -15,6 +15,8 @@ from kb.engine.scheduler import Engine, EngineConfig
 from kb.errors import ConfigError, VcrMissError
 from tests.engine_helpers import plan, scripted
 
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
 SPEC = scripted(
     responses={"a": "alpha", "b": ["b1", "b2", "b3"]},
     errors=["bad"],

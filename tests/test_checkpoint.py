@@ -204,18 +204,19 @@ def test_a_world_where_it_must_fail(runner: CliRunner, isolated: Path) -> None:
 def test_an_envelope_refusal_contaminates_its_arm(runner: CliRunner, isolated: Path) -> None:
     seed_store()
     # Baseline (4 x 0.05) + treatment (4 x 0.05) reservations already exceed 0.3.
-    result = run(
-        runner, write_world(isolated / "cp.toml", cheap_right=True, max_total=0.3), "--json"
-    )
+    world = write_world(isolated / "cp.toml", cheap_right=True, max_total=0.3)
+    refused = run(runner, world)
+    assert refused.exit_code == 2  # refused before any call ...
+    assert "worst-case authorized spend $0.8800 exceeds the cap $0.3000" in refused.stderr
+    result = run(runner, world, "--json", "--allow-partial")  # ... unless partial is allowed
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     treatment = report["criterion1"]["cells"][0]["treatment"]
     assert treatment["contamination"].startswith("refused run target:scripted:cheap/")
     assert report["criterion1"]["cells"][0]["passed"] is False
-    assert (
-        "CONTAMINATED: refused run"
-        in run(runner, write_world(isolated / "cp.toml", cheap_right=True, max_total=0.3)).stdout
-    )
+    table = run(runner, world, "--allow-partial").stdout
+    assert "CONTAMINATED: refused run" in table
+    assert "FAIL: treatment arm contaminated: refused run target:scripted:cheap/" in table
 
 
 def test_criterion_two_needs_the_card_to_change_the_choice(

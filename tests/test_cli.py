@@ -125,7 +125,9 @@ def test_store_path_from_env_and_flag(runner: CliRunner, isolated: Path) -> None
     seed(isolated / "sub" / "k.json")
     assert "3 of 3" in kb(runner, "--store", "sub/k.json", "list").stdout
     assert "3 of 3" in kb(runner, "list", KB_STORE="sub/k.json").stdout
-    assert "0 of 0" in kb(runner, "list").stdout  # a missing store is version 0
+    missing = kb(runner, "list")  # no store here: refused, never created
+    assert missing.exit_code == 2 and "no store at" in missing.stderr
+    assert not (isolated / STORE).exists()
 
 
 def test_show_prints_the_claim_and_its_git_history(runner: CliRunner, repo: Path) -> None:
@@ -203,6 +205,7 @@ NOTE = [
 
 
 def test_note_adds_a_human_claim_through_the_human_gate(runner: CliRunner, repo: Path) -> None:
+    assert kb(runner, "init").exit_code == 0
     result = kb(runner, "--as-of", "2026-07-01T00:00:00Z", *NOTE)
     assert result.exit_code == 0
     claim = KnowledgeStore(STORE).read().claims[0]
@@ -377,7 +380,9 @@ def test_store_commands_do_not_import_litellm(isolated: Path) -> None:
 def test_instants_beyond_what_a_claim_can_live_through_exit_2(
     runner: CliRunner, isolated: Path, instant: str
 ) -> None:
+    assert kb(runner, "init").exit_code == 0
+    before = Path(STORE).read_bytes()
     for args in (["list"], NOTE):
         result = kb(runner, "--as-of", instant, *args)
         assert result.exit_code == 2 and result.stderr.startswith("Error: --as-of")
-    assert not Path(STORE).exists()
+    assert Path(STORE).read_bytes() == before

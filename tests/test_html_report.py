@@ -8,10 +8,13 @@ import struct
 import subprocess
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from kb.cli import cli
 from tests.sweep_helpers import scripted_model, write_spec
+
+pytestmark = pytest.mark.usefixtures("initialized_store")
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -61,7 +64,7 @@ def test_the_report_renders_the_heatmap_in_chromium(runner: CliRunner, isolated:
         ],
         catch_exceptions=False,
     )
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # the flaky cell is incomplete; the report is still written
     page = html_path.read_text()
     # Self-contained: no script, no stylesheet or image fetched from anywhere.
     assert not re.search(r"<script|<link|<img|src=|url\(|https?://", page)

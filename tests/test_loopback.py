@@ -13,6 +13,8 @@ from kb.engine.scheduler import Engine, EngineConfig
 from tests.engine_helpers import plan
 from tests.fake_openai import fake_openai_server
 
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
 PLANTED = "sk-planted-0123456789abcdef"
 CONFIG = EngineConfig(
     concurrency=8, backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=1.0, max_retries=2

@@ -19,6 +19,8 @@ from tests.conftest import git
 from tests.factories import add, eval_claim
 from tests.sweep_helpers import scripted_model, write_spec
 
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
 STORE = "rulvar.models.json"
 NIGHT = "2026-11-29T02:00:00Z"
 
@@ -132,7 +134,9 @@ def test_incomplete_cells_emit_nothing_and_touch_nothing(
         budgets=budgets,
         extra_sweep="max_retries = 0",
     )
-    report = sweep_json(runner, spec)
+    failed = kb(runner, "sweep", str(spec), "--quiet", "--allow-partial", "--observed-at", NIGHT)
+    assert failed.exit_code == 1 and "1 of 1 cells incomplete" in failed.stderr
+    report = sweep_json(runner, spec, "--allow-incomplete", "--allow-partial")
     (cell,) = report["cells"]
     assert cell["outcome"] == "incomplete" and key in cell
     assert reason in cell["incompleteReason"]
@@ -154,7 +158,7 @@ def test_a_judge_over_its_budget_leaves_the_cell_incomplete(
         graders=judge,
         budgets={"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5.0},
     )
-    (cell,) = sweep_json(runner, spec)["cells"]
+    (cell,) = sweep_json(runner, spec, "--allow-incomplete")["cells"]
     assert cell["outcome"] == "incomplete" and cell["judgeIncompleteRuns"] == 10
     assert "10 judge verdicts missing" in cell["incompleteReason"]
 
@@ -300,10 +304,11 @@ def test_bad_specs_exit_2_and_write_nothing(
 ) -> None:
     path = isolated / "bad.toml"
     path.write_text(body)
+    before = (isolated / STORE).read_bytes()
     result = kb(runner, "sweep", str(path))
     assert result.exit_code == 2
     assert str(path) in result.stderr and message.replace("Value error, ", "") in result.stderr
-    assert not (isolated / STORE).exists()
+    assert (isolated / STORE).read_bytes() == before
 
 
 def test_bad_cases_and_models_are_named_with_their_path(runner: CliRunner, isolated: Path) -> None:
@@ -330,7 +335,8 @@ def test_concurrency_never_changes_the_report(runner: CliRunner, isolated: Path)
         isolated / "s.toml", models, budgets={"target_usd": 0.001, "max_total_usd": 0.03}
     )
     one, eight = (
-        kb(runner, *measure_args(spec, "--concurrency", level)).stdout for level in ("1", "8")
+        kb(runner, *measure_args(spec, "--concurrency", level, "--allow-partial")).stdout
+        for level in ("1", "8")
     )
     assert one == eight
     assert '"envelopeExhausted": true' in one  # the envelope bites mid-sweep in both
@@ -359,16 +365,17 @@ def test_a_recorded_sweep_replays_without_any_provider(runner: CliRunner, isolat
     assert miss.exit_code == 2 and "replay miss" in miss.stderr
 
 
-def test_no_commit_and_strict(runner: CliRunner, isolated: Path) -> None:
+def test_no_commit_and_an_incomplete_cell(runner: CliRunner, isolated: Path) -> None:
     spec = write_spec(
         isolated / "s.toml",
         [scripted_model("m", 10, errors=["Question 1?"])],
         extra_sweep="max_retries = 0",
     )
-    result = kb(runner, "sweep", str(spec), "--no-commit", "--quiet", "--strict")
+    before = Path(STORE).read_bytes()
+    result = kb(runner, "sweep", str(spec), "--no-commit", "--quiet")
     assert result.exit_code == 1
-    assert "1 target runs failed at the provider" in result.stderr
-    assert not Path(STORE).exists()
+    assert "1 target run failed at the provider" in result.stderr
+    assert Path(STORE).read_bytes() == before
 
 
 def test_observed_at_must_be_an_instant(runner: CliRunner, isolated: Path) -> None:

@@ -17,6 +17,8 @@ from tests.conftest import git
 from tests.factories import add, eval_claim
 from tests.sweep_helpers import responses, write_spec
 
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
 STORE = "rulvar.models.json"
 CASES30 = [(f"case-{i:02d}", f"Question {i}?", f"answer-{i}") for i in range(30)]
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -101,3 +103,18 @@ def test_remeasurement_queue_is_active_expired_eval_claims() -> None:
     stale = eval_claim("stale", observedAt="2026-07-01", status="stale")
     note = human_claim("note", observedAt="2026-01-01")
     assert remeasurement_queue([due, fresh, stale, note], at) == [due]
+
+
+V8_INSTANTS = json.loads((Path(__file__).parent / "data" / "v8_instant_vectors.json").read_text())[
+    "instants"
+]
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [v for v in V8_INSTANTS if re.fullmatch(r"\d{4}-\d{2}-\d{2}T[\d:]+\.\d+Z", v["text"])],
+    ids=lambda v: v["text"],
+)
+def test_fractions_of_any_length_read_as_v8_reads_them(vector: dict[str, Any]) -> None:
+    """``…00.0159999999Z`` is 159 ms in V8; kb used to read 15 ms."""
+    assert parse_instant(vector["text"]) == vector["ms"]

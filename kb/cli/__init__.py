@@ -13,12 +13,13 @@ import sys
 from typing import NoReturn
 
 from kb.cli import job_commands, store_commands
-from kb.cli.app import EXIT_CODES, App, cli, exit_code_for
+from kb.cli.app import EXIT_CODES, App, cli, exit_code_for, install_signal_handlers
 
 __all__ = ["EXIT_CODES", "App", "cli", "exit_code_for", "job_commands", "main", "store_commands"]
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     """Console entry point."""
+    install_signal_handlers()
     cli.main(args=argv, prog_name="kb")
     sys.exit(0)  # pragma: no cover - click exits itself

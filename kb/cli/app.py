@@ -8,6 +8,7 @@ instead. The clock is read here and only here (``--as-of`` defaults to now).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -24,20 +25,43 @@ from kb.errors import (
     ConfigError,
     GitError,
     JobFailedError,
+    JobInterrupted,
     KbError,
     KnowledgeCasError,
 )
+
+
+class SignalReceived(BaseException):
+    """SIGINT or SIGTERM outside a running phase (inside one, the engine stops itself)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def install_signal_handlers() -> None:
+    """SIGINT and SIGTERM end a command with one line and exit 130, never a traceback."""
+
+    def received(signum: int, _frame: object) -> None:
+        raise SignalReceived(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, received)
+
 
 if TYPE_CHECKING:
     from kb.engine.runs import RunResult
     from kb.engine.scheduler import Engine, EngineConfig
     from kb.store.filestore import CommitResult, KnowledgeStore
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 #: The one mapping from errors to exit codes (first match wins).
 EXIT_CODES: tuple[tuple[type[KbError], int], ...] = (
     (CasAttemptsExhausted, 3),
     (KnowledgeCasError, 3),
     (ConfigError, 2),
+    (JobInterrupted, 130),
     (JobFailedError, 1),
     (GitError, 1),
     (KbError, 1),
@@ -68,6 +92,14 @@ class KbGroup(click.Group):
         """Run the command; turn a ``KbError`` into its exit code unless ``KB_DEBUG=1``."""
         try:
             return super().invoke(ctx)
+        except SignalReceived as received:
+            app = ctx.find_object(App)
+            spent = app.engine.spent_usd if app is not None and app.engine is not None else 0.0
+            raise KbClickError(JobInterrupted(received.signal_name, spent)) from None
+        except BrokenPipeError:
+            # `kb show ... | head`: the reader went away; end quietly.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(0)
         except KbError as error:
             if os.environ.get("KB_DEBUG") == "1":
                 raise
@@ -79,12 +111,37 @@ class KbGroup(click.Group):
             raise click.ClickException(f"{error.strerror or error}{where}") from error
 
 
+STORE_NAME = "rulvar.models.json"
+
+
+def find_store(start: Path) -> Path:
+    """``rulvar.models.json`` here, else in the nearest parent up to the git work tree's top.
+
+    Outside a git work tree only ``start`` is looked at. When there is none,
+    the path it would have here (commands other than ``kb init`` refuse it).
+    """
+    here = start.absolute()
+    top = next((d for d in (here, *here.parents) if (d / ".git").exists()), None)
+    searched = (
+        [here] if top is None else [d for d in (here, *here.parents) if d.is_relative_to(top)]
+    )
+    for directory in searched:
+        candidate = directory / STORE_NAME
+        if candidate.is_file():
+            return candidate
+    return here / STORE_NAME
+
+
 @dataclass
 class App:
     """What every command receives: the store location and the instant."""
 
     store_path: Path
     as_of_text: str | None
+    creating: bool = False
+    """Set by ``kb init``, the one command that may find no store."""
+    engine: Engine | None = None
+    """The engine a job command built (for what it spent, when a signal stops it)."""
 
     @cached_property
     def as_of(self) -> int:
@@ -110,13 +167,22 @@ class App:
 
     @cached_property
     def store(self) -> KnowledgeStore:
-        """The writable store."""
+        """The writable store; a store that does not exist is refused (never created)."""
         from kb.store.filestore import KnowledgeStore
 
+        if not self.creating and not self.store_path.exists():
+            raise StoreMissingError(self.store_path)
         return KnowledgeStore(self.store_path)
 
 
 pass_app = click.make_pass_decorator(App)
+
+
+STORE_HELP = (
+    "The knowledge store file (env KB_STORE; default: rulvar.models.json here or in "
+    "the nearest parent up to the git work tree's top)."
+)
+AS_OF_HELP = "Judge expiry at this ISO instant instead of now (env KB_AS_OF)."
 
 
 @click.group(cls=KbGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,23 +190,49 @@ pass_app = click.make_pass_decorator(App)
     "--store",
     "store_path",
     envvar="KB_STORE",
-    default="rulvar.models.json",
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The knowledge store file (env KB_STORE).",
-)
-@click.option(
-    "--as-of",
-    "as_of",
-    envvar="KB_AS_OF",
     default=None,
-    help="Judge expiry at this ISO instant instead of now (env KB_AS_OF).",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=STORE_HELP,
 )
+@click.option("--as-of", "as_of", envvar="KB_AS_OF", default=None, help=AS_OF_HELP)
 @click.version_option(package_name="kb")
 @click.pass_context
-def cli(ctx: click.Context, store_path: Path, as_of: str | None) -> None:
+def cli(ctx: click.Context, store_path: Path | None, as_of: str | None) -> None:
     """Evidence-backed knowledge about which LLM is good at which kind of task."""
-    ctx.obj = App(store_path=store_path, as_of_text=as_of)
+    ctx.obj = App(store_path=store_path or find_store(Path.cwd()), as_of_text=as_of)
+
+
+def _set_store(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        ctx.ensure_object(App).store_path = value
+
+
+def _set_as_of(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(App).as_of_text = value
+
+
+def global_options(func: F) -> F:
+    """``--store`` and ``--as-of`` after the subcommand too (``kb list --as-of 2027-01-01``)."""
+    func = click.option(
+        "--store",
+        type=click.Path(dir_okay=False, path_type=Path),
+        expose_value=False,
+        callback=_set_store,
+        help=STORE_HELP,
+    )(func)
+    return click.option("--as-of", expose_value=False, callback=_set_as_of, help=AS_OF_HELP)(func)
+
+
+class StoreMissingError(ConfigError):
+    """No store where one was expected; kb never creates one implicitly."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(str(path), "no store")
+
+    def __str__(self) -> str:
+        return f"no store at {self.path} (run kb init)"
 
 
 @dataclass(frozen=True)
@@ -152,8 +244,8 @@ class EngineFlags:
     replay: Path | None
 
 
-def build_engine(config: EngineConfig, flags: EngineFlags) -> Engine:
-    """An engine with the cassette ``--record``/``--replay`` ask for."""
+def build_engine(app: App, config: EngineConfig, flags: EngineFlags) -> Engine:
+    """An engine with the cassette ``--record``/``--replay`` ask for (kept on ``app``)."""
     from kb.engine.cassette import Cassette
     from kb.engine.scheduler import Engine
 
@@ -166,7 +258,8 @@ def build_engine(config: EngineConfig, flags: EngineFlags) -> Engine:
         if flags.record
         else None
     )
-    return Engine(config, cassette=cassette)
+    app.engine = Engine(config, cassette=cassette)
+    return app.engine
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from kb.cli.app import (
     cli,
     echo_json,
     echo_warnings,
+    global_options,
     pass_app,
     progress_bar,
 )
@@ -47,6 +48,26 @@ def sweep_engine_config(
     )
 
 
+def load_job_spec(spec_path: Path, flags: EngineFlags) -> SweepSpec:
+    """The sweep spec, its warnings on stderr, and its keys checked unless replaying."""
+    from kb.engine.requests import credential_issues
+    from kb.evals.cases import JudgeGrader
+    from kb.evals.graders import judge_spec
+    from kb.sweep.spec import load_spec
+
+    spec = load_spec(spec_path)
+    for warning in spec.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if flags.replay is None:
+        judges = [
+            judge_spec(g) for case in spec.cases for g in case.graders if isinstance(g, JudgeGrader)
+        ]
+        issues = credential_issues([*spec.models, *judges])
+        if issues:
+            raise ConfigError(str(spec_path), list(dict.fromkeys(issues)))
+    return spec
+
+
 def _output_dir_exists(path: Path | None, flag: str) -> None:
     if path is not None and not path.parent.is_dir():
         raise ConfigError(flag, f"{path.parent} is not a directory")
@@ -58,6 +79,12 @@ Examples:
   kb sweep sweeps/nightly.toml --dry-run           pool, runs and worst-case spend only
   kb sweep sweeps/nightly.toml --json --html r.html --record ci.jsonl
   kb sweep sweeps/nightly.toml --replay ci.jsonl --no-commit
+
+\b
+Exit codes: 0 every planned cell complete; 1 a cell was incomplete (what was
+complete is committed; --allow-incomplete keeps 0); 2 bad input or a spend
+the envelope could not cover (--allow-partial runs anyway); 3 CAS attempts
+exhausted; 130 interrupted (nothing committed).
 """
 
 
@@ -77,7 +104,13 @@ Examples:
     help="Write a self-contained HTML report.",
 )
 @click.option("--quiet", is_flag=True, help="No plan block and no progress bar.")
-@click.option("--strict", is_flag=True, help="Exit 1 when any target run failed at the provider.")
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Run even when the envelope cannot pay for every run (the overflow is refused).",
+)
+@click.option("--allow-incomplete", is_flag=True, help="Exit 0 even when a cell is incomplete.")
+@click.option("--strict", is_flag=True, hidden=True, help="Deprecated; does nothing.")
 @click.option(
     "--shard",
     default=None,
@@ -86,6 +119,7 @@ Examples:
 )
 @attempts_option
 @push_option
+@global_options
 @pass_app
 def sweep(
     app: App,
@@ -98,34 +132,41 @@ def sweep(
     as_json: bool,
     html_path: Path | None,
     quiet: bool,
+    allow_partial: bool,
+    allow_incomplete: bool,
     strict: bool,
     shard: str | None,
     attempts: int | None,
     push: bool,
 ) -> None:
     """Measure the pool on the spec's cases and commit the claims (one commit)."""
-    from kb.sweep.report import plan_text, report_html, report_json, summary_text
+    from kb.sweep.report import (
+        incomplete_summary,
+        plan_text,
+        report_html,
+        report_json,
+        summary_text,
+    )
     from kb.sweep.run import execute_sweep, parse_shard, prepare_sweep
-    from kb.sweep.spec import load_spec
 
     tries = resolve_attempts(attempts, push)
     _output_dir_exists(html_path, "--html")
     _output_dir_exists(engine_flags.record, "--record")
-    spec = load_spec(spec_path)
-    for warning in spec.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    spec = load_job_spec(spec_path, engine_flags)
+    engine = build_engine(app, sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
     plan = prepare_sweep(
         spec,
         app.store,
         observed_at=app.instant(observed_at, "--observed-at"),
         report_id=report_id,
         shard=parse_shard(shard) if shard else None,
+        commit=not no_commit,
     )
     if not quiet or dry_run:
         click.echo(plan_text(plan, list_runs=dry_run), err=as_json)
+    plan.check_budget(allow_partial=allow_partial)
     if dry_run:
         return
-    engine = build_engine(sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
     total = len(plan.target_runs) + plan.canary_probes + plan.judge_runs_max
     with progress_bar(total, enabled=not quiet) as advance:
         engine.on_settled = advance
@@ -139,8 +180,9 @@ def sweep(
     else:
         click.echo(summary_text(report))
     echo_warnings(app)
-    if strict and report.provider_errors:
-        raise JobFailedError(f"{report.provider_errors} target runs failed at the provider")
+    incomplete = incomplete_summary(report)
+    if incomplete and not allow_incomplete:
+        raise JobFailedError(incomplete)
 
 
 CANARY_EPILOG = """\b
@@ -161,6 +203,11 @@ Examples:
 )
 @json_option("Print a JSON array, one object per model.")
 @click.option("--fail-on-drift", is_flag=True, help="Exit 1 when any model drifted.")
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Run even when the envelope cannot pay for every probe (the overflow is refused).",
+)
 @click.option("--no-commit", is_flag=True, help="Report drift without flipping claims.")
 @click.option(
     "--max-retries",
@@ -171,6 +218,7 @@ Examples:
 @engine_options
 @attempts_option
 @push_option
+@global_options
 @pass_app
 def canary(
     app: App,
@@ -178,6 +226,7 @@ def canary(
     repeats: int | None,
     as_json: bool,
     fail_on_drift: bool,
+    allow_partial: bool,
     no_commit: bool,
     max_retries: int | None,
     engine_flags: EngineFlags,
@@ -186,20 +235,21 @@ def canary(
 ) -> None:
     """Probe every model with the canary; flip claims stale where the model changed."""
     from kb.canary import canary_line, run_canary
-    from kb.sweep.spec import load_spec
 
     tries = resolve_attempts(attempts, push)
-    spec = load_spec(spec_path)
+    spec = load_job_spec(spec_path, engine_flags)
     config = sweep_engine_config(spec, engine_flags.concurrency, max_retries)
+    engine = build_engine(app, config, engine_flags)
     results = run_canary(
         spec,
         app.store,
-        build_engine(config, engine_flags),
+        engine,
         at=app.as_of,
         repeats=repeats,
         commit=not no_commit,
         attempts=tries,
         push=push,
+        allow_partial=allow_partial,
     )
     if as_json:
         echo_json([r.to_json() for r in results])
@@ -214,13 +264,16 @@ def canary(
 @cli.command()
 @spec_argument("LADDERS.toml")
 @json_option("Print the verified recommendations.")
+@global_options
 @pass_app
 def card(app: App, spec_path: Path, as_json: bool) -> None:
     """Render the knowledge card an orchestrator would be taught (tier-relative)."""
-    from kb.card import compile_verified_layer, load_ladders, render_card
+    from kb.card import compile_verified_layer, load_ladders, profile_warnings, render_card
 
     ladders = load_ladders(spec_path)
     claims = app.store.read().claims
+    for warning in profile_warnings(ladders, claims):
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         recommendations = compile_verified_layer(claims, ladders.ladders, app.as_of, ladders.floors)
         echo_json([r.to_json() for r in recommendations])
@@ -232,17 +285,25 @@ def card(app: App, spec_path: Path, as_json: bool) -> None:
 @spec_argument()
 @json_option("Print the report as JSON.")
 @engine_options
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Run even when the envelope cannot pay for every run (the overflow is refused).",
+)
+@global_options
 @pass_app
-def checkpoint(app: App, spec_path: Path, as_json: bool, engine_flags: EngineFlags) -> None:
+def checkpoint(
+    app: App, spec_path: Path, as_json: bool, engine_flags: EngineFlags, allow_partial: bool
+) -> None:
     """A/B-test whether routing by the knowledge beats routing without it (exit 0/1)."""
     from kb.checkpoint import checkpoint_table, load_checkpoint_spec, run_checkpoint
     from kb.engine.scheduler import EngineConfig
 
     spec = load_checkpoint_spec(spec_path)
-    claims = app.store.read().claims
     level = engine_flags.concurrency or spec.section.concurrency
-    engine = build_engine(EngineConfig(concurrency=level, per_provider=level), engine_flags)
-    report = run_checkpoint(spec, claims, engine, as_of=app.as_of)
+    engine = build_engine(app, EngineConfig(concurrency=level, per_provider=level), engine_flags)
+    claims = app.store.read().claims
+    report = run_checkpoint(spec, claims, engine, as_of=app.as_of, allow_partial=allow_partial)
     if as_json:
         echo_json(report.to_json())
     else:

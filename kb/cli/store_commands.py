@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from kb.cli.app import App, cli, echo_commit, pass_app
+from kb.cli.app import App, cli, echo_commit, global_options, pass_app
 from kb.cli.options import (
     archive_reason_choice,
     attempts_option,
@@ -26,11 +26,13 @@ from kb.schema import ArchiveReason, Confidence, Polarity, RuledOut
 
 @cli.command()
 @committer_option
+@global_options
 @pass_app
 def init(app: App, committer: str) -> None:
     """Create an empty store (version 0) and commit it when inside git."""
     from kb.store.filestore import CommitContext
 
+    app.creating = True
     app.store.initialize(CommitContext(action="init", committer=committer))
     where = "committed to git" if app.store.git is not None else "plain file, not in git"
     click.echo(f"initialized {app.store.path} (store v0, {where})")
@@ -52,6 +54,7 @@ Examples:
 )
 @click.option("--expired/--unexpired", default=None, help="Only expired / unexpired claims.")
 @json_option("Print the claims as stored, plus ttl.")
+@global_options
 @pass_app
 def list_command(
     app: App,
@@ -77,6 +80,7 @@ def list_command(
 
 @cli.command()
 @click.argument("claim_id")
+@global_options
 @pass_app
 def show(app: App, claim_id: str) -> None:
     """Show one claim and the git commits that touched it."""
@@ -91,6 +95,7 @@ def show(app: App, claim_id: str) -> None:
 
 
 @cli.command()
+@global_options
 @pass_app
 def verify(app: App) -> None:
     """Check the store and every version of it in git (exit 0 valid, 2 invalid)."""
@@ -106,6 +111,7 @@ def verify(app: App) -> None:
 
 
 @cli.command()
+@global_options
 @pass_app
 def queue(app: App) -> None:
     """List the remeasurement queue: active eval-measured claims that have expired."""
@@ -152,6 +158,7 @@ Example:
 @click.option("--id", "claim_id", default=None, help="Claim id (default note/<subject>/...).")
 @attempts_option
 @push_option
+@global_options
 @pass_app
 def note(
     app: App,
@@ -203,6 +210,7 @@ def note(
 @committer_option
 @attempts_option
 @push_option
+@global_options
 @pass_app
 def archive(
     app: App,
@@ -233,6 +241,7 @@ def archive(
 @committer_option
 @attempts_option
 @push_option
+@global_options
 @pass_app
 def deprecate(app: App, model: str, committer: str, attempts: int | None, push: bool) -> None:
     """Archive every active or stale claim about MODEL (reason deprecated)."""

@@ -18,6 +18,7 @@ reservation with its actual cost.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -108,3 +109,42 @@ class SpendEnvelope:
         micros = debit_micros(actual_usd) if actual_usd > 0 else 0
         self.debited += micros
         return micros
+
+
+@dataclass(frozen=True)
+class SpendForecast:
+    """What a job's envelope would do if every run cost its full ceiling."""
+
+    worst_usd: float
+    """The sum of every run's ceiling: the worst-case authorized spend, uncapped."""
+    cap_usd: float | None
+    runs: int
+    refused: int
+    """Runs the envelope would refuse, authorized in plan order."""
+
+    @property
+    def exceeds(self) -> bool:
+        """The worst case does not fit the cap."""
+        return self.refused > 0
+
+    def refusal(self) -> str:
+        """The one line a job refused before any call prints."""
+        return (
+            f"worst-case authorized spend ${self.worst_usd:.4f} exceeds the cap "
+            f"${self.cap_usd or 0:.4f}: {self.refused} of {self.runs} runs would be refused; "
+            "raise budgets.max_total_usd, or pass --allow-partial to run anyway and refuse "
+            "the overflow"
+        )
+
+
+def forecast_spend(max_total_usd: float | None, ceilings: Sequence[float | None]) -> SpendForecast:
+    """Authorize ``ceilings`` in plan order against a fresh envelope, spending each in full."""
+    envelope = SpendEnvelope.from_usd(max_total_usd)
+    refused = 0
+    for index, ceiling in enumerate(ceilings):
+        if ceiling is None:
+            continue
+        if envelope.authorize(f"run {index}", ceiling) is None:
+            refused += 1
+    worst = usd(sum(debit_micros(c) for c in ceilings if c is not None))
+    return SpendForecast(worst, max_total_usd, len(ceilings), refused)

@@ -139,8 +139,8 @@ class Cassette:
     def __len__(self) -> int:
         return len(self._exchanges)
 
-    def lookup(self, request: ProviderRequest, occurrence: int) -> Exchange:
-        """The recorded outcome of the ``occurrence``-th identical request."""
+    def lookup(self, request: ProviderRequest, occurrence: int, label: str = "") -> Exchange:
+        """The recorded outcome of the ``occurrence``-th identical request (run ``label``)."""
         key = request.key
         found = self._exchanges.get((key, occurrence))
         if found is not None:
@@ -149,11 +149,10 @@ class Cassette:
         detail = (
             f"only {recorded} recorded, replay asked for occurrence {occurrence}"
             if recorded
-            else "not recorded"
+            else "not recorded (the spec, a case or a model's params changed since recording?)"
         )
-        raise VcrMissError(
-            str(self.path), f"replay miss for {request.model} request {key[:12]}: {detail}"
-        )
+        what = label or f"{request.model} request"
+        raise VcrMissError(str(self.path), f"replay miss for {what} (key {key[:12]}): {detail}")
 
     def record(self, exchange: Exchange) -> None:
         """Keep an outcome for :meth:`save`."""

@@ -8,8 +8,9 @@ maps to litellm's ``provider/model`` route. Nothing here imports litellm.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -212,3 +213,33 @@ def file_identity(path: str, *, hash_content: bool) -> str:
         return f"{file.name}:{file.stat().st_size}"
     except OSError:
         return f"missing:{file.name}"
+
+
+#: Providers kb implements itself (registered with litellm as custom providers).
+KB_PROVIDERS = ("scripted", "local")
+
+
+def provider_issue(ref: str) -> str | None:
+    """Why a ref's provider cannot be called (``None`` when kb or litellm knows it)."""
+    import difflib
+
+    from kb.engine.known_providers import LITELLM_PROVIDERS
+
+    provider = parse_ref(ref).provider
+    if provider in KB_PROVIDERS or provider in LITELLM_PROVIDERS:
+        return None
+    close = difflib.get_close_matches(provider, [*KB_PROVIDERS, *LITELLM_PROVIDERS], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"provider {provider!r} is neither kb's own (scripted, local) nor known to litellm{hint}"
+
+
+def credential_issues(models: Sequence[ModelSpec]) -> list[str]:
+    """``api_key_env`` variables that are not set (checked before any call, unless replaying)."""
+    issues = []
+    for spec in models:
+        name = spec.params.get("api_key_env")
+        if name is not None and not os.environ.get(str(name)):
+            issues.append(
+                f"{spec.key}: params.api_key_env names {name}, which is not set in the environment"
+            )
+    return issues

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kb.engine.budget import Reservation, SpendEnvelope, debit_micros
+from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
 from kb.engine.cassette import Cassette, Exchange
 from kb.engine.requests import ModelSpec, ProviderRequest
 from kb.engine.runs import RunKind, RunResult, RunStatus
-from kb.errors import ConfigError, KbError
+from kb.errors import ConfigError, JobInterrupted, KbError
 
 if TYPE_CHECKING:
     from kb.engine.adapter import LiteLLMAdapter
@@ -81,6 +82,14 @@ class Engine:
     _seq: int = field(default=0, init=False)
     _cancelled: bool = field(default=False, init=False)
     _adapter: LiteLLMAdapter | None = field(default=None, init=False)
+    _envelope: SpendEnvelope | None = field(default=None, init=False)
+    interrupted_by: str | None = field(default=None, init=False)
+    """The signal (``SIGINT``/``SIGTERM``) that stopped a phase, if one did."""
+
+    @property
+    def spent_usd(self) -> float:
+        """What the runs settled so far have debited."""
+        return usd(self._envelope.debited) if self._envelope is not None else 0.0
 
     @property
     def replaying(self) -> bool:
@@ -103,6 +112,7 @@ class Engine:
     async def _run_phase(
         self, runs: Sequence[PlannedRun], envelope: SpendEnvelope
     ) -> list[RunResult]:
+        self._envelope = envelope
         if envelope.cap is not None:
             unbounded = [run.label for run in runs if run.ceiling_usd is None]
             if unbounded:
@@ -125,9 +135,11 @@ class Engine:
             self._seq += 1
         limit = asyncio.Semaphore(self.config.concurrency)
         per_provider: dict[str, asyncio.Semaphore] = {}
+        tasks: list[asyncio.Task[RunResult]] = []
+        watched = _stop_on_signals(lambda name: self._interrupt(name, tasks))
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [
+                tasks += [
                     group.create_task(
                         self._settle(
                             run,
@@ -151,10 +163,20 @@ class Engine:
         except* KbError as group_error:
             raise group_error.exceptions[0] from None
         finally:
+            _unwatch(watched)
             if self._adapter is not None:
                 await self._adapter.aclose()
                 self._adapter = None
+        if self.interrupted_by is not None:
+            raise JobInterrupted(self.interrupted_by, self.spent_usd)
         return [task.result() for task in tasks]
+
+    def _interrupt(self, signal_name: str, tasks: Sequence[asyncio.Task[RunResult]]) -> None:
+        """A signal arrived: stop every run now (their reservations are released)."""
+        self.interrupted_by = signal_name
+        self._cancelled = True
+        for task in tasks:
+            task.cancel()
 
     def _report_settled(self, task: asyncio.Task[RunResult]) -> None:
         if self.on_settled is not None and not task.cancelled() and task.exception() is None:
@@ -226,7 +248,7 @@ class Engine:
         base = RunResult(label=run.label, kind=run.kind, model=run.spec.key, status="ok")
         if self.replaying:
             assert self.cassette is not None
-            exchange = self.cassette.lookup(run.request, occurrence)
+            exchange = self.cassette.lookup(run.request, occurrence, run.label)
             now = time.monotonic()
             status: RunStatus = "ok" if exchange.status == "ok" else "error"
             return _replace(
@@ -310,3 +332,30 @@ class Engine:
 
 def _replace(result: RunResult, **changes: Any) -> RunResult:
     return replace(result, **changes)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stop_on_signals(stop: Callable[[str], None]) -> list[tuple[signal.Signals, Any]]:
+    """Route SIGINT/SIGTERM to ``stop`` while a phase runs (main thread only).
+
+    Returns each watched signal with the handler it had, to put back after.
+    """
+    loop = asyncio.get_running_loop()
+    watched = []
+    for sig in _STOP_SIGNALS:
+        previous = signal.getsignal(sig)
+        try:
+            loop.add_signal_handler(sig, stop, sig.name)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread, or no signals here: Ctrl-C still raises
+        watched.append((sig, previous))
+    return watched
+
+
+def _unwatch(watched: Sequence[tuple[signal.Signals, Any]]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig, previous in watched:
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, previous if previous is not None else signal.SIG_DFL)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -140,10 +141,27 @@ def parse_store(text: str, source: str) -> Snapshot:
         return _parse_store(text, source)
 
 
+_CONFLICT = re.compile(r"^(<{7}|>{7})( |$)", re.MULTILINE)
+
+
+def conflict_lines(text: str) -> list[int]:
+    """Line numbers of git conflict markers (``<<<<<<<`` / ``>>>>>>>``) in ``text``."""
+    return [text.count("\n", 0, match.start()) + 1 for match in _CONFLICT.finditer(text)]
+
+
 def _parse_store(text: str, source: str) -> Snapshot:
     try:
         data, plain = parse_json(text)
     except (ValueError, RecursionError) as exc:
+        markers = conflict_lines(text)
+        if markers:
+            raise ConfigError(
+                source,
+                f"unresolved git merge conflict (markers at lines {markers[0]}-{markers[-1]}); "
+                "`kb merge-driver --install` lets git merge stores by re-applying the ops, "
+                "then redo the merge (git merge --abort; git merge ...), or take one side "
+                f"(git checkout --ours {Path(source).name}) and re-run what the other did",
+            ) from None
         raise ConfigError(source, f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(source, f"top level must be an object, got {type(data).__name__}")

@@ -13,8 +13,9 @@ value kb accepts means the same instant in kb and in rulvar):
 
 A date-time without an offset is refused: JavaScript reads it as *local*
 time, so its meaning would depend on the machine. Impossible calendar dates
-(``2026-02-30``) are refused, where V8 silently rolls them over. Fractions
-finer than a millisecond are truncated, as V8 does.
+(``2026-02-30``) are refused, where V8 silently rolls them over. A
+fraction of a second is read as V8 reads it (:func:`v8_millis`), oddities
+of long fractions included.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def parse_instant(text: str) -> int:
     hour = int(match["h"] or 0)
     minute = int(match["mi"] or 0)
     second = int(match["s"] or 0)
-    millis = int((match["f"] or "0")[:3].ljust(3, "0"))
+    millis = v8_millis(match["f"] or "")
     if hour == 24 and minute == 0 and second == 0 and millis == 0:
         hour, extra_day = 0, 1  # ISO 8601 end-of-day, which V8 accepts
     elif hour > 23 or minute > 59 or second > 59:
@@ -94,6 +95,25 @@ def parse_instant(text: str) -> int:
         offset_ms = (off_h * 60 + off_m) * 60_000 * (1 if tz[0] == "+" else -1)
     days = _days_from_civil(year, month, day) + extra_day
     return days * MS_PER_DAY + ((hour * 60 + minute) * 60 + second) * 1000 + millis - offset_ms
+
+
+def v8_millis(fraction: str) -> int:
+    """Milliseconds of a fraction-of-second digit string, read exactly as V8's ``Date.parse``.
+
+    V8 keeps at most nine *significant* digits (leading zeros are skipped),
+    counts the digits' length up to nine, and scales the value to three
+    digits by integer division: ``.0159999999`` is 159 ms in V8 (not 15), and
+    a store rulvar wrote with it must mean the same instant in kb.
+    """
+    if not fraction:
+        return 0
+    length = min(len(fraction), 9)
+    value = int(fraction.lstrip("0")[:9] or "0")
+    if length == 1:
+        return value * 100
+    if length == 2:
+        return value * 10
+    return value // int(10 ** (length - 3))
 
 
 def _days_from_civil(year: int, month: int, day: int) -> int:

@@ -34,7 +34,11 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
         f"planned: {len(plan.target_runs)} target runs, up to {plan.judge_runs_max} judge runs, "
         f"{plan.canary_probes} canary probes"
     )
-    lines.append(f"worst-case authorized spend: {_money(plan.worst_case_usd)} (cap {_money(cap)})")
+    forecast = plan.forecast
+    line = f"worst-case authorized spend: ${forecast.worst_usd:.4f} (cap {_money(cap)})"
+    if forecast.exceeds:
+        line += f": EXCEEDS the cap, {forecast.refused} of {forecast.runs} runs would be refused"
+    lines.append(line)
     if list_runs:
         lines.append("runs:")
         canary = plan.spec.canary
@@ -77,6 +81,8 @@ def cell_json(cell: SweepCell, outcome: str, claim_id: str | None) -> dict[str, 
         entry["refusedRunLabel"] = cell.refused_run_label
     if cell.incomplete_reason is not None:
         entry["incompleteReason"] = cell.incomplete_reason
+    if cell.first_error is not None:
+        entry["firstError"] = cell.first_error
     entry["wilson95"] = list(cell.wilson95)
     if cell.repeats > 1:
         entry["repeats"] = cell.repeats
@@ -139,6 +145,27 @@ def _count(cell: SweepCell) -> str:
     return f"{cell.n} of {cell.planned_n} cases x{cell.repeats}, {flaky} flaky"
 
 
+def incomplete_summary(report: SweepReport) -> str | None:
+    """The failing line of a sweep with incomplete cells (``None``: every cell complete)."""
+    broken = [cell for cell, _ in report.cells if not cell.complete]
+    if not broken:
+        return None
+    first = broken[0]
+    cause = first.incomplete_reason or "nothing measured"
+    if first.first_error:
+        cause += f"; first error: {first.first_error}"
+    committed = (
+        f"the {len(report.cells) - len(broken)} complete cells are committed (store "
+        f"v{report.committed_version})"
+        if report.committed_version is not None
+        else "nothing was committed"
+    )
+    return (
+        f"{len(broken)} of {len(report.cells)} cells incomplete, e.g. {first.member.key} "
+        f"{first.task_class}: {cause}; {committed}"
+    )
+
+
 def summary_text(report: SweepReport) -> str:
     """The human summary: cells, claims, retirements, commit, spend."""
     gate = report.plan.spec.gate
@@ -154,6 +181,8 @@ def summary_text(report: SweepReport) -> str:
         if cell.incomplete_reason:
             line += f" ({cell.incomplete_reason})"
         lines.append(line)
+        if cell.first_error:
+            lines.append(f"    first error: {cell.first_error}")
     lines.append(f"claims: {len(report.claims)}")
     lines += [f"  + {claim.id}: {claim.statement}" for claim in report.claims]
     lines.append(f"retired: {len(report.retired)}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from kb.canary import CanaryChange, CanaryResult, canary_change, classified, measure_canaries
 from kb.canary_baselines import baselines_path
-from kb.engine.budget import SpendEnvelope, usd
+from kb.engine.budget import SpendEnvelope, SpendForecast, forecast_spend, usd
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
@@ -47,9 +47,25 @@ class SweepPlan:
     target_runs: tuple[PlannedRun, ...]
     judge_runs_max: int
     canary_probes: int
-    worst_case_usd: float | None
-    """Worst-case authorized spend (``None``: unbounded)."""
+    forecast: SpendForecast
+    """What the envelope would do if every run cost its full ceiling."""
     shard: tuple[int, int] | None = None
+
+    @property
+    def worst_case_usd(self) -> float | None:
+        """Worst-case authorized spend (``None``: no envelope, unbounded)."""
+        if self.spec.budgets.max_total_usd is None:
+            return None
+        return self.forecast.worst_usd
+
+    def check_budget(self, *, allow_partial: bool = False) -> None:
+        """Refuse, before any call, a sweep the envelope could not pay for in full.
+
+        With ``allow_partial`` (or ``[sweep] allow_partial``) the sweep runs and
+        the envelope refuses the overflow, leaving those cells incomplete.
+        """
+        if self.forecast.exceeds and not (allow_partial or self.spec.sweep.allow_partial):
+            raise ConfigError("budgets.max_total_usd", self.forecast.refusal())
 
     @property
     def members(self) -> list[ModelSpec]:
@@ -128,8 +144,13 @@ def prepare_sweep(
     observed_at: int,
     report_id: str | None = None,
     shard: tuple[int, int] | None = None,
+    commit: bool = True,
 ) -> SweepPlan:
-    """Steps 1–3: read the store, build the pool, plan the runs, bound the spend."""
+    """Steps 1–3: read the store, build the pool, plan the runs, bound the spend.
+
+    A report id already used in the store is refused only when the sweep will
+    commit (``commit``): a replay of a past night under its own id may measure.
+    """
     snapshot = store.read()
     pool = build_pool(spec.models, snapshot, observed_at)
     budgets = spec.budgets
@@ -138,14 +159,13 @@ def prepare_sweep(
     judges = sum(1 for p in pairs for g in p.case.graders if isinstance(g, JudgeGrader))
     probes = len(spec.canary.prompts) * spec.canary.repeats if spec.canary else 0
     members = len({p.member.key for p in pairs})
-    worst: float | None = None
-    if budgets.max_total_usd is not None:
-        worst = min(
-            budgets.max_total_usd,
-            len(targets) * (budgets.target_usd or 0)
-            + judges * (budgets.judge_usd or 0)
-            + probes * members * (budgets.canary_usd or 0),
-        )
+    # The envelope authorizes in this order: canary probes, targets, then judges.
+    ceilings = (
+        [budgets.canary_usd] * (probes * members)
+        + [budgets.target_usd] * len(targets)
+        + [budgets.judge_usd] * judges
+    )
+    forecast = forecast_spend(budgets.max_total_usd, ceilings)
     report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
     taken = sorted(
         {
@@ -154,7 +174,7 @@ def prepare_sweep(
             if (cid := claim_id(report_id, pair.member, pair.case.task_class)) in snapshot.by_id
         }
     )
-    if taken:  # found now, before any money is spent, not at commit time
+    if taken and commit:  # found now, before any money is spent, not at commit time
         raise ConfigError(
             "report id",
             f"{report_id!r} was already used: claim {taken[0]!r} exists; pass a new "
@@ -170,7 +190,7 @@ def prepare_sweep(
         target_runs=tuple(targets),
         judge_runs_max=judges,
         canary_probes=probes * members,
-        worst_case_usd=worst,
+        forecast=forecast,
         shard=shard,
     )
 
@@ -280,5 +300,6 @@ def run_sweep(
 ) -> SweepReport:
     """A whole sweep: :func:`prepare_sweep` then :func:`execute_sweep`."""
     validate_attempts(attempts)
-    plan = prepare_sweep(spec, store, observed_at=observed_at, report_id=report_id)
+    plan = prepare_sweep(spec, store, observed_at=observed_at, report_id=report_id, commit=commit)
+    plan.check_budget()
     return execute_sweep(plan, store, engine, commit=commit, attempts=attempts, push=push)

@@ -32,12 +32,16 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from kb.engine.providers.scripted import ScriptedModel
-from kb.engine.requests import ModelSpec
+from kb.engine.requests import ModelSpec, provider_issue
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader
+from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
 from kb.schema import ModelRefText, StrictModel, validate_into
 from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
 from kb.tomlfile import read_toml
+
+#: A call that takes longer than a day is a configuration mistake, not patience.
+MAX_TIMEOUT_S = 86_400.0
 
 
 def _positive_usd(value: float | None) -> float | None:
@@ -86,7 +90,9 @@ class SweepSection(StrictModel):
     concurrency: int = Field(default=8, ge=1)
     per_provider: int | None = Field(default=None, ge=1)
     allow_unbounded: bool = False
-    timeout_s: float = Field(default=120.0, gt=0)
+    allow_partial: bool = False
+    """Run even when the envelope cannot pay for every run (the overflow is refused)."""
+    timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
     max_retries: int = Field(default=3, ge=0)
     include: list[str] = Field(default_factory=list)
 
@@ -186,7 +192,7 @@ def load_canary_file(path: Path) -> CanarySection:
     return section
 
 
-_TOP_LEVEL = ("sweep", "budgets", "models", "cases", "include", "canary")
+_TOP_LEVEL = ("sweep", "budgets", "models", "cases", "datasets", "include", "canary")
 
 
 def load_spec(path: Path | str) -> SweepSpec:
@@ -205,17 +211,7 @@ def load_spec(path: Path | str) -> SweepSpec:
         validate_into(ModelEntry, item, f"models[{index}]", issues)
         for index, item in enumerate(_table_list(raw, "models", issues))
     ]
-    cases = []
-    for index, item in enumerate(_table_list(raw, "cases", issues)):
-        if isinstance(item, dict) and "include" in item:
-            issues.append(
-                f"cases[{index}].include: unknown key; put include = [...] at the top of the "
-                "file (before any table) or in [sweep]"
-            )
-            item = {k: v for k, v in item.items() if k != "include"}
-        case = validate_into(Case, item, f"cases[{index}]", issues)
-        if case is not None:
-            cases.append(case)
+    located = case_tables(raw, base, path.name, issues)
     includes = raw.get("include", [])
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
         issues.append("include: must be a list of glob patterns")
@@ -225,7 +221,9 @@ def load_spec(path: Path | str) -> SweepSpec:
         if not matches:
             issues.append(f"include: {pattern!r} matches no file")
         for match in matches:
-            cases.extend(_included_cases(Path(match), issues))
+            located.extend(_included_cases(Path(match), issues))
+    issues.extend(duplicate_name_issues(located))
+    cases = [item.case for item in located]
     canary = _canary(raw.get("canary"), base, issues)
     models = resolve_models([(i, e) for i, e in enumerate(entries) if e is not None], base, issues)
     if sweep is not None:
@@ -258,20 +256,58 @@ def _canary(value: Any, base: Path, issues: list[str]) -> CanarySection | None:
     return section if isinstance(section, CanarySection) else None
 
 
-def _included_cases(path: Path, issues: list[str]) -> list[Case]:
+def case_tables(
+    data: Mapping[str, Any], base: Path, source: str, issues: list[str]
+) -> list[LocatedCase]:
+    """``[[cases]]`` and ``[[datasets]]`` of one TOML file, each case with its location."""
+    located: list[LocatedCase] = []
+    for index, item in enumerate(_table_list(data, "cases", issues)):
+        if isinstance(item, dict) and "include" in item:
+            issues.append(
+                f"cases[{index}].include: unknown key; put include = [...] at the top of the "
+                "file (before any table) or in [sweep]"
+            )
+            item = {k: v for k, v in item.items() if k != "include"}
+        case = validate_into(Case, item, f"cases[{index}]", issues)
+        if case is not None:
+            located.append(LocatedCase(case, f"{source}: cases[{index}]"))
+    for index, item in enumerate(_table_list(data, "datasets", issues)):
+        dataset = validate_into(DatasetSpec, item, f"datasets[{index}]", issues)
+        if dataset is not None:
+            located.extend(load_dataset(dataset, base, issues))
+    return located
+
+
+def duplicate_name_issues(located: Sequence[LocatedCase]) -> list[str]:
+    """Two cases may not share a name: evidence, claims and leakage checks go by name."""
+    first: dict[str, str] = {}
+    issues = []
+    for item in located:
+        name = item.case.name
+        if name in first:
+            issues.append(f"cases: {name!r} is defined twice ({first[name]} and {item.where})")
+        else:
+            first[name] = item.where
+    return issues
+
+
+def _included_cases(path: Path, issues: list[str]) -> list[LocatedCase]:
     try:
         data = read_toml(path, "include")
     except ConfigError as exc:
         issues.append(f"include: {exc}")
         return []
-    unknown = sorted(set(data) - {"cases"})
+    unknown = sorted(set(data) - {"cases", "datasets"})
     if unknown:
-        issues.append(f"include {path}: unknown keys {', '.join(unknown)} (only [[cases]])")
-    found = []
-    for index, item in enumerate(data.get("cases", [])):
-        case = validate_into(Case, item, f"{path.name}:cases[{index}]", issues)
-        if case is not None:
-            found.append(case)
+        issues.append(
+            f"include {path}: unknown keys {', '.join(unknown)} (only [[cases]] and [[datasets]])"
+        )
+    inner: list[str] = []
+    found = case_tables(data, path.resolve().parent, path.name, inner)
+    issues.extend(
+        f"{path.name}: {issue}" if issue.startswith(("cases[", "datasets[")) else issue
+        for issue in inner
+    )
     return found
 
 
@@ -321,6 +357,9 @@ def resolve_models(
     for index, entry in entries:
         spec = ModelSpec(entry.model, entry.effort, _resolve_params(entry.params, base))
         issues.extend(_numeric_param_issues(index, spec.params))
+        unknown = provider_issue(spec.ref)
+        if unknown:
+            issues.append(f"models[{index}].model: {unknown}")
         if spec.provider == "scripted":
             try:
                 ScriptedModel.from_params(spec.params, where=f"models[{index}].params")
@@ -347,6 +386,11 @@ def _numeric_param_issues(index: int, params: Mapping[str, Any]) -> list[str]:
         ):
             issues.append(
                 f"models[{index}].params.{name}: must be a nonnegative number (got {value!r})"
+            )
+        elif name == "timeout_s" and value > MAX_TIMEOUT_S:
+            issues.append(
+                f"models[{index}].params.timeout_s: at most {MAX_TIMEOUT_S:g} seconds "
+                f"(got {value!r})"
             )
     return issues
 

@@ -1,0 +1,343 @@
+"""Failures are loud: refused spends, incomplete sweeps, missing stores, signals, pipes.
+
+Every test asserts the exit code, the message, and that nothing was written
+where nothing should be (the store's bytes and git HEAD).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kb.cli import cli
+from tests.conftest import git
+from tests.fake_openai import fake_openai_server
+from tests.sweep_helpers import CASES, responses, scripted_model, write_spec
+
+STORE = "rulvar.models.json"
+NIGHT = "2026-11-29T02:00:00Z"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def kb(runner: CliRunner, *args: str, **env: str) -> Result:
+    return runner.invoke(cli, list(args), catch_exceptions=False, env=env or None)
+
+
+def init(runner: CliRunner) -> None:
+    assert kb(runner, "init").exit_code == 0
+
+
+def state(repo: Path) -> tuple[bytes, str]:
+    return (repo / STORE).read_bytes(), git(repo, "rev-parse", "HEAD")
+
+
+def sweep(runner: CliRunner, spec: Path, *args: str) -> Result:
+    return kb(runner, "sweep", str(spec), "--observed-at", NIGHT, *args)
+
+
+# -- 1. a spend the envelope cannot cover is refused before any call ---------------
+
+
+def test_an_uncoverable_spend_is_refused_before_any_call(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    models = [scripted_model(f"m{i}", 10, cost_usd=0.001) for i in range(4)]  # 40 runs
+    spec = write_spec(repo / "s.toml", models, budgets={"target_usd": 0.01, "max_total_usd": 0.2})
+    before = state(repo)
+    result = sweep(runner, spec, "--quiet")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "Error: budgets.max_total_usd: worst-case authorized spend $0.4000 exceeds the cap "
+        "$0.2000: 20 of 40 runs would be refused; raise budgets.max_total_usd, or pass "
+        "--allow-partial to run anyway and refuse the overflow"
+    ]
+    assert state(repo) == before
+    dry = sweep(runner, spec, "--dry-run")
+    assert dry.exit_code == 2
+    assert "worst-case authorized spend: $0.4000 (cap $0.2000): EXCEEDS the cap" in dry.stdout
+    partial = sweep(runner, spec, "--allow-partial", "--json", "--quiet")
+    assert partial.exit_code == 1  # ran; two cells refused, so incomplete
+    report = json.loads(partial.stdout)
+    assert [c["outcome"] for c in report["cells"]] == ["strength"] * 2 + ["incomplete"] * 2
+    assert "2 of 4 cells incomplete" in partial.stderr
+    assert report["committedVersion"] == 1
+
+
+# -- 2. an incomplete sweep exits 1 and says why ------------------------------------------------
+
+
+def test_provider_failures_exit_one_with_the_first_error(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    broken = scripted_model("broken", 10, errors=[prompt for _, prompt, _ in CASES])
+    spec = write_spec(
+        repo / "s.toml", [scripted_model("fine", 10), broken], extra_sweep="max_retries = 0"
+    )
+    result = sweep(runner, spec, "--quiet")
+    assert result.exit_code == 1
+    assert "    first error: ServiceUnavailableError" in result.stdout
+    assert result.stderr.startswith(
+        "Error: 1 of 2 cells incomplete, e.g. scripted:broken extraction: 10 target runs "
+        "failed at the provider; first error: ServiceUnavailableError"
+    )
+    assert "the 1 complete cells are committed (store v1)" in result.stderr
+    again = kb(
+        runner,
+        "sweep",
+        str(spec),
+        "--observed-at",
+        "2026-11-30T02:00:00Z",
+        "--json",
+        "--quiet",
+        "--allow-incomplete",
+        "--strict",
+    )
+    assert again.exit_code == 0  # --strict is accepted and does nothing
+    cell = json.loads(again.stdout)["cells"][1]
+    assert cell["firstError"].startswith("ServiceUnavailableError")
+
+
+def test_a_refused_connection_is_named(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    model = {
+        "model": "openai:gpt-4o-mini",
+        "params": {"api_base": "http://127.0.0.1:9/v1", "api_key": "sk-none", "cost_usd": 0},
+    }
+    spec = write_spec(repo / "s.toml", [model], extra_sweep="max_retries = 0\ntimeout_s = 5")
+    before = state(repo)
+    result = sweep(runner, spec, "--json", "--quiet")
+    assert result.exit_code == 1
+    cell = json.loads(result.stdout)["cells"][0]
+    assert "Connection" in cell["firstError"]
+    assert "sk-none" not in result.stdout + result.stderr
+    assert state(repo) == before  # nothing measured: nothing committed
+
+
+@pytest.mark.parametrize(
+    ("model", "issue"),
+    [
+        (
+            "opnai:gpt-4o",
+            "models[0].model: provider 'opnai' is neither kb's own (scripted, local) "
+            "nor known to litellm; did you mean 'openai'?",
+        ),
+        ("scripted:m", "scripted:m: params.api_key_env names KB_TEST_UNSET_KEY, which is not set"),
+    ],
+)
+def test_validation_refuses_before_the_plan(
+    runner: CliRunner, repo: Path, model: str, issue: str
+) -> None:
+    init(runner)
+    entry = {"model": model, "params": {"api_key_env": "KB_TEST_UNSET_KEY"}}
+    if model.startswith("opnai"):
+        entry = {"model": model}
+    spec = write_spec(repo / "s.toml", [entry])
+    for args in ((), ("--dry-run",)):
+        result = sweep(runner, spec, *args)
+        assert result.exit_code == 2
+        assert issue in result.stderr
+        assert result.stdout == ""  # refused before the plan is printed
+        assert "Warning" not in result.stderr
+
+
+def test_replaying_needs_no_key(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 10, api_key_env="KB_TEST_KEY")])
+    recorded = kb(
+        runner,
+        "sweep",
+        str(spec),
+        "--observed-at",
+        NIGHT,
+        "--quiet",
+        "--record",
+        "c.jsonl",
+        KB_TEST_KEY="secret-value-123",
+    )
+    assert recorded.exit_code == 0, recorded.stderr
+    replayed = sweep(runner, spec, "--replay", "c.jsonl", "--no-commit", "--quiet")
+    assert replayed.exit_code == 0, replayed.stderr  # same report id, key unset
+
+
+def test_concurrency_and_timeouts_are_checked_first(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 10)])
+    result = sweep(runner, spec, "--concurrency", "-3")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "concurrency: must be a positive integer, got -3" in result.stderr
+    long = write_spec(repo / "t.toml", [scripted_model("m", 10)], extra_sweep="timeout_s = 1e300")
+    result = sweep(runner, long, "--dry-run")
+    assert result.exit_code == 2 and "sweep.timeout_s" in result.stderr
+    slow = write_spec(repo / "u.toml", [scripted_model("m", 10, timeout_s=90000)])
+    result = sweep(runner, slow, "--dry-run")
+    assert result.exit_code == 2
+    assert "models[0].params.timeout_s: at most 86400 seconds (got 90000)" in result.stderr
+
+
+def test_duplicate_case_names_are_refused_with_both_places(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    cases = [("km-to-m", "q1?", "a"), ("km-to-m", "q2?", "b")]
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 1)], cases=cases)
+    result = sweep(runner, spec, "--dry-run")
+    assert result.exit_code == 2
+    assert "'km-to-m' is defined twice (s.toml: cases[0] and s.toml: cases[1])" in result.stderr
+
+
+# -- 3. no implicit stores ------------------------------------------------
+
+
+def test_a_missing_store_is_refused_never_created(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 10)])
+    result = kb(runner, "--store", "rulvar.model.json", "sweep", str(spec), "--observed-at", NIGHT)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "Error: no store at rulvar.model.json (run kb init)"
+    assert not (repo / "rulvar.model.json").exists()
+    for command in (["list"], ["verify"], ["queue"], ["show", "x"], ["deprecate", "a:b"]):
+        refused = kb(runner, "--store", "nope.json", *command)
+        assert refused.exit_code == 2 and "no store at nope.json (run kb init)" in refused.stderr
+    assert not (repo / "nope.json").exists()
+
+
+def test_the_store_is_found_in_a_parent_up_to_the_git_top(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    (repo / "sweeps" / "deep").mkdir(parents=True)
+    os.chdir(repo / "sweeps" / "deep")
+    listed = kb(runner, "list")
+    assert listed.exit_code == 0 and "0 of 0 claims shown" in listed.stdout
+    outside = repo.parent / "elsewhere"
+    outside.mkdir()
+    os.chdir(outside)
+    assert kb(runner, "list").exit_code == 2
+
+
+# -- 4. options in either place ------------------------------------------------
+
+
+def test_store_and_as_of_after_the_subcommand(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    os.rename(repo / STORE, repo / "other.json")
+    result = kb(runner, "list", "--as-of", "2027-01-01", "--store", "other.json")
+    assert result.exit_code == 0, result.stderr
+    assert kb(runner, "list", "--as-of", "yesterday", "--store", "other.json").exit_code == 2
+
+
+# -- 5. replay ------------------------------------------------
+
+
+def test_a_replay_miss_names_the_run(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 10)])
+    assert sweep(runner, spec, "--record", "c.jsonl", "--quiet").exit_code == 0
+    changed = write_spec(
+        repo / "s2.toml",
+        [scripted_model("m", 10)],
+        cases=CASES[:9] + [("case-new", "A new question?", "x")],
+    )
+    result = sweep(runner, changed, "--replay", "c.jsonl", "--no-commit", "--quiet")
+    assert result.exit_code == 2
+    assert "replay miss for target:scripted:m/case-new" in result.stderr
+
+
+# -- 6. pipes, conflicts, cards, checkpoints ------------------------------------------------
+
+
+def test_a_closed_stdout_ends_quietly(repo: Path) -> None:
+    from kb.store.filestore import CommitContext, KnowledgeStore
+    from tests.factories import add, eval_claim
+
+    claims = [add(eval_claim(f"c{i:03d}", taskClass=f"t{i}")) for i in range(300)]
+    KnowledgeStore(repo / STORE).commit(claims, 0, CommitContext("seed", "t"))
+    done = subprocess.run(
+        f"{sys.executable} -m kb list | head -1",
+        shell=True,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert done.stdout == "c000\n"
+    assert done.stderr == ""  # not "Error: Broken pipe"
+
+
+def test_a_merge_conflict_in_the_store_is_named(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    text = (repo / STORE).read_text()
+    (repo / STORE).write_text("<<<<<<< HEAD\n" + text + "=======\n" + text + ">>>>>>> branch\n")
+    result = kb(runner, "list")
+    assert result.exit_code == 2
+    assert "unresolved git merge conflict (markers at lines 1-" in result.stderr
+    assert "kb merge-driver --install" in result.stderr
+    assert "not valid JSON" not in result.stderr
+
+
+def test_the_cell_line_and_the_claim_round_alike(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    cases = [(f"c{i}", f"Q{i}?", "a") for i in range(8)]
+    model = {"model": "scripted:m", "params": {"responses": responses(1, cases)}}
+    spec = write_spec(repo / "s.toml", [model], cases=cases)
+    result = sweep(runner, spec, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert "passRate 0.13 " in result.stdout  # 1/8 = 0.125: toFixed(2) gives 0.13
+    assert "sweep passRate 0.13 over 8 extraction cases" in result.stdout
+
+
+def test_card_warns_about_a_profile_task_class_nothing_knows(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    (repo / "l.toml").write_text(
+        '[[ladders]]\nname = "g"\nstart_tier = 0\nrungs = [{ model = "a:b" }]\n\n'
+        '[[profiles]]\nname = "fast"\nmodel = "a:b"\ntask_class = "extracton"\n'
+    )
+    result = kb(runner, "card", "l.toml")
+    assert result.exit_code == 0
+    assert (
+        "warning: profile 'fast': task class 'extracton' matches no ladder and no claim"
+        in result.stderr
+    )
+
+
+# -- 7. signals ------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_sweep_commits_nothing_and_says_what_was_spent(
+    repo: Path, sig: signal.Signals
+) -> None:
+    subprocess.run([sys.executable, "-m", "kb", "init"], cwd=repo, check=True, capture_output=True)
+    before = state(repo)
+    with fake_openai_server(latency_s=0.0, hang_s=30.0) as (base, seen):
+        fast = {
+            "model": "openai:fast",
+            "params": {"api_base": base, "api_key": "x", "cost_usd": 0.001},
+        }
+        slow = {
+            "model": "openai:slow",
+            "params": {"api_base": base, "api_key": "x", "cost_usd": 0.001},
+        }
+        cases = [(f"c{i}", f"q{i}", "echo: q{i}") for i in range(3)] + [("h", "hang", "x")]
+        spec = write_spec(repo / "s.toml", [fast, slow], cases=cases)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kb", "sweep", str(spec), "--observed-at", NIGHT, "--quiet"],
+            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while sum(1 for r in list(seen.requests) if "hang" in json.dumps(r)) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)  # polling the server's log, not synchronizing on time
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+        stopped = time.monotonic() - sent
+    assert proc.returncode == 130
+    assert err.strip().splitlines() == [
+        f"Error: interrupted by {sig.name}: nothing committed, the store is unchanged; "
+        "$0.0060 spent on the runs that finished"
+    ]
+    assert "Traceback" not in err and "Warning" not in err and out == ""
+    assert stopped < 5  # not the 30 s the hanging calls would take
+    assert state(repo) == before
