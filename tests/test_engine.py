@@ -134,3 +134,26 @@ def test_one_busy_provider_does_not_starve_another() -> None:
     # Queued behind provider "scripted", the a-runs must not hold the global slots:
     # the first b-run starts before the last a-run does.
     assert min(r.started_at or 0 for r in results[4:]) < max(r.started_at or 0 for r in results[:4])
+
+
+def test_the_known_provider_list_is_the_pinned_litellms() -> None:
+    """Spec validation reads a snapshot so it never imports litellm; it must not go stale."""
+    from kb.engine.adapter import load_litellm
+    from kb.engine.known_providers import LITELLM_PROVIDERS
+    from kb.engine.requests import KB_PROVIDERS
+
+    litellm = load_litellm()
+    # kb registers its own providers with litellm, which lists them too.
+    live = {str(getattr(p, "value", p)) for p in litellm.provider_list} - set(KB_PROVIDERS)
+    assert live == set(LITELLM_PROVIDERS), sorted(live ^ set(LITELLM_PROVIDERS))
+
+
+def test_an_unknown_provider_gets_the_closest_name() -> None:
+    from kb.engine.requests import provider_issue
+
+    assert provider_issue("openai:gpt-4o") is None
+    assert provider_issue("scripted:x") is None and provider_issue("local:smollm2") is None
+    assert provider_issue("anthropc:claude") == (
+        "provider 'anthropc' is neither kb's own (scripted, local) nor known to litellm; "
+        "did you mean 'anthropic'?"
+    )
