@@ -33,18 +33,22 @@ test: check system-deps
 	$(VENV)/bin/pytest -q
 
 # The nightly sweep on the bundled model, in a scratch git workspace (git-ignored):
-# two nights, so the second supersedes the first.
+# two nights (on the second, one scripted provider improved), then what changed
+# between them and the evidence behind one claim.
 demo: $(STAMP)
 	rm -rf $(DEMO) && mkdir -p $(DEMO) && git -C $(DEMO) init -q
 	$(KB) --store $(DEMO_STORE) init
 	$(KB) --store $(DEMO_STORE) sweep sweeps/demo.toml --observed-at 2026-11-29T02:00:00Z \
 	  --html $(DEMO)/report-night-1.html
 	$(KB) --store $(DEMO_STORE) --as-of 2026-11-29T03:00:00Z list --status active
-	$(KB) --store $(DEMO_STORE) sweep sweeps/demo.toml --observed-at 2026-11-30T02:00:00Z \
-	  --html $(DEMO)/report-night-2.html
-	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z list --model local:smollm2
+	$(KB) --store $(DEMO_STORE) sweep sweeps/demo-night-2.toml --observed-at 2026-11-30T02:00:00Z \
+	  --html $(DEMO)/report-night-2.html --summary $(DEMO)/summary-night-2.md
+	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z diff HEAD~1 HEAD
+	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z show \
+	  kb-sweep-2026-11-30T02:00:00.000Z/local:smollm2/arithmetic
 	git -C $(DEMO) log --oneline
 	@echo "HTML reports: $(DEMO)/report-night-1.html, $(DEMO)/report-night-2.html"
+	@echo "Step summary: $(DEMO)/summary-night-2.md"
 
 # Re-measure the bundled model into the project's own store (one kb commit).
 knowledge: $(STAMP)

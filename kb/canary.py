@@ -77,6 +77,8 @@ class ProbeResult:
     """``ok`` when every repeat settled ok, else the first other status."""
     outputs: tuple[str, ...]
     """The normalized answer of each repeat."""
+    runs: tuple[RunResult, ...] = ()
+    """The settled runs behind it (for evidence)."""
 
     @property
     def stable(self) -> bool:
@@ -198,7 +200,8 @@ def measure_canaries(
         for p_index, prompt in enumerate(prompts):
             repeat_runs = runs[p_index * repeats : (p_index + 1) * repeats]
             status = next((r.status for r in repeat_runs if r.status != "ok"), "ok")
-            probes.append(ProbeResult(prompt, status, tuple(probe_output(r) for r in repeat_runs)))
+            answers = tuple(probe_output(r) for r in repeat_runs)
+            probes.append(ProbeResult(prompt, status, answers, tuple(repeat_runs)))
         outputs = [p.outputs[0] if p.status == "ok" else f"!{p.status}" for p in probes]
         all_ok = all(p.status == "ok" for p in probes)
         canaries.append(

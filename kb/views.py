@@ -6,12 +6,15 @@ Views return strings; printing is the CLI's job.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
 from kb.store.canonical import js_stringify, to_fixed_2
+from kb.store.diff import StoreDiff
+from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
@@ -129,3 +132,95 @@ def format_history(events: Sequence[ClaimEvent] | None) -> str:
     lines = ["history:"]
     lines += [f"  {e.commit[:12]} {e.date} {e.change} — {e.subject}" for e in events]
     return "\n".join(lines)
+
+
+_EXCERPT = 70
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _EXCERPT else flat[: _EXCERPT - 1] + "…"
+
+
+def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | None) -> str:
+    """The ``cases:`` block of ``kb show``: every case run behind the claim's measurement."""
+    from kb.sweep.evidence import load_evidence  # only kb show needs the sweep's modules
+
+    reports = [ev["reportId"] for ev in claim.evidence if ev["kind"] == "eval"]
+    if not reports:
+        return "cases: none (an editorial claim points at a journal, not at eval runs)"
+    lines = []
+    for report_id in reports:
+        found = load_evidence(store, report_id, directory)
+        if found is None:
+            lines.append(
+                f"cases: no evidence file for report {report_id} (a sweep run with "
+                "--no-evidence, elsewhere with evidence_dir, or before kb wrote evidence)"
+            )
+            continue
+        runs = [
+            run
+            for run in found.runs
+            if run.get("kind") == "target"
+            and run.get("model") == claim.model
+            and run.get("effort") == claim.effort
+            and run.get("taskClass") == claim.task_class
+        ]
+        passed = sum(1 for run in runs if _run_passed(run))
+        lines.append(
+            f"cases ({passed} of {len(runs)} runs passed; evidence of {report_id} from "
+            f"{found.source}):"
+        )
+        for run in runs:
+            verdict = (
+                ("PASS" if _run_passed(run) else "FAIL")
+                if run["status"] == "ok"
+                else (str(run["status"]).upper())
+            )
+            repeat = f"#{int(run['repeat']) + 1}" if int(run.get("repeat", 0)) else ""
+            reasons = "; ".join(
+                str(v.get("reason", "")) for v in run.get("verdicts", []) if not v["passed"]
+            )
+            why = reasons or run.get("error") or ""
+            lines.append(
+                f"  {verdict:<5} {run['case']}{repeat}  {_excerpt(str(run.get('output', '')))!r}"
+                + (f"  — {_excerpt(str(why))}" if why else "")
+            )
+    return "\n".join(lines)
+
+
+def _run_passed(run: Mapping[str, Any]) -> bool:
+    verdicts = run.get("verdicts", [])
+    return run.get("status") == "ok" and bool(verdicts) and all(v["passed"] for v in verdicts)
+
+
+def format_diff(changes: StoreDiff) -> str:
+    """``kb diff`` as text: one line per change."""
+    before, after = changes.before, changes.after
+    lines = [
+        f"store v{before.version} ({before.label}) -> v{after.version} ({after.label})",
+    ]
+    for claim in changes.added:
+        lines.append(f"  + added       {claim.id} ({claim.polarity}, {_rate(claim)})")
+    for old, new in changes.superseded:
+        by = f" by {new.id} (passRate {_number(old)} -> {_number(new)})" if new else ""
+        lines.append(f"  ~ superseded  {old.id}{by}")
+    for claim, reason in changes.archived:
+        lines.append(f"  - archived    {claim.id} ({reason or 'reason not recorded'})")
+    for claim in changes.staled:
+        lines.append(f"  ! stale       {claim.id} (canary drift)")
+    for claim in changes.expired:
+        lines.append(f"  x expired     {claim.id} (at {claim.expires_at})")
+    if changes.empty:
+        lines.append("  no claim changed")
+    return "\n".join(lines)
+
+
+def _number(claim: ModelClaim | None) -> str:
+    return to_fixed_2(claim.metrics["passRate"]) if claim and claim.metrics else "-"
+
+
+def _rate(claim: ModelClaim | None) -> str:
+    if claim is None or claim.metrics is None:
+        return "editorial"
+    return f"passRate {to_fixed_2(claim.metrics['passRate'])}"

@@ -150,6 +150,8 @@ def test_drift_inside_a_sweep_is_committed_with_the_measurement(
         "canary baselines (store v2)",
     ]
     assert git(repo, "show", "--name-only", "--format=", "HEAD").split() == [
+        "kb-evidence/kb-sweep-2026-11-11T02:00:00.000Z.jsonl",
+        "kb-evidence/kb-sweep-2026-11-11T02:00:00.000Z.report.json",
         "rulvar.models.canary.json",
         "rulvar.models.json",
     ]

@@ -134,7 +134,7 @@ def test_show_prints_the_claim_and_its_git_history(runner: CliRunner, repo: Path
     seed()
     out = kb(runner, "show", "s1").stdout
     assert out.startswith("s1\n  superseded")
-    history = out.split("history:\n")[1].splitlines()
+    history = out.split("history:\n")[1].split("\ncases")[0].splitlines()
     assert len(history) == 2
     assert history[0].endswith("added — kb: sweep r1: +2 claims (store v1)")
     assert history[1].endswith(

@@ -76,7 +76,9 @@ def test_rubric_threshold() -> None:
     )
     assert grade_rubric(grader, "a b").passed
     assert not grade_rubric(grader, "a").passed
-    assert grade_rubric(grader, "a b").detail == "score 0.67 (2/3)"
+    graded = grade_rubric(grader, "a b")
+    assert graded.detail == "score 0.67 (2/3); missed: c"  # what a reviewer checks
+    assert graded.score == 2 / 3
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,14 @@ def sweep_json(runner: CliRunner, spec: Path, *args: str, observed: str = NIGHT)
     return json.loads(result.stdout)
 
 
+def without_timings(stdout: str) -> str:
+    """The report with each run's latency dropped: the one field timing may change."""
+    report = json.loads(stdout)
+    for run in report["runs"]:
+        run.pop("latencyMs")
+    return json.dumps(report, sort_keys=True)
+
+
 def outcomes(report: dict[str, Any]) -> dict[str, str]:
     return {cell["model"]: cell["outcome"] for cell in report["cells"]}
 
@@ -250,7 +258,9 @@ def verify_ok(runner: CliRunner) -> bool:
     return kb(runner, "verify").exit_code == 0
 
 
-def test_one_sweep_is_one_git_commit_touching_only_the_store(runner: CliRunner, repo: Path) -> None:
+def test_one_sweep_is_one_git_commit_of_the_store_and_its_evidence(
+    runner: CliRunner, repo: Path
+) -> None:
     (repo / "mine.txt").write_text("staged work\n")
     git(repo, "add", "mine.txt")
     spec = write_spec(repo / "s.toml", [scripted_model("a", 10), scripted_model("b", 0)])
@@ -258,8 +268,13 @@ def test_one_sweep_is_one_git_commit_touching_only_the_store(runner: CliRunner, 
     assert git(repo, "log", "--format=%s", "-1") == (
         "kb: sweep kb-sweep-2026-11-29T02:00:00.000Z: +2 claims (store v1)\n"
     )
-    assert git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "HEAD") == f"{STORE}\n"
+    assert git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "HEAD").split() == [
+        "kb-evidence/kb-sweep-2026-11-29T02:00:00.000Z.jsonl",
+        "kb-evidence/kb-sweep-2026-11-29T02:00:00.000Z.report.json",
+        STORE,
+    ]
     assert git(repo, "diff", "--cached", "--name-only") == "mine.txt\n"
+    assert git(repo, "status", "--porcelain", "--", "kb-evidence", STORE) == ""
     body = git(repo, "log", "-1", "--format=%B")
     assert "Kb-Report: kb-sweep-2026-11-29T02:00:00.000Z" in body and "Kb-Committer: ci" in body
     assert report["committedVersion"] == 1
@@ -335,7 +350,9 @@ def test_concurrency_never_changes_the_report(runner: CliRunner, isolated: Path)
         isolated / "s.toml", models, budgets={"target_usd": 0.001, "max_total_usd": 0.03}
     )
     one, eight = (
-        kb(runner, *measure_args(spec, "--concurrency", level, "--allow-partial")).stdout
+        without_timings(
+            kb(runner, *measure_args(spec, "--concurrency", level, "--allow-partial")).stdout
+        )
         for level in ("1", "8")
     )
     assert one == eight
@@ -359,7 +376,7 @@ def test_a_recorded_sweep_replays_without_any_provider(runner: CliRunner, isolat
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=isolated
     )
     assert "LITELLM False" in proc.stderr, proc.stderr
-    assert json.loads(proc.stdout) == json.loads(recorded)
+    assert without_timings(proc.stdout) == without_timings(recorded)
     edited = write_spec(isolated / "s.toml", [scripted_model("a", 8), scripted_model("b", 3)])
     miss = kb(runner, "sweep", str(edited), "--quiet", "--replay", str(cassette))
     assert miss.exit_code == 2 and "replay miss" in miss.stderr

@@ -54,7 +54,12 @@ def test_the_interval_gate_claims_what_the_evidence_supports(
         [model("a", 29), model("b", 28), model("c", 12), model("d", 13)],
     )
     report = sweep(runner, spec, 1)
-    assert report["gate"] == {"kind": "interval", "tolerance": 0.1}
+    assert report["gate"] == {
+        "kind": "interval",
+        "tolerance": 0.1,
+        "strength": 0.9,
+        "weakness": 0.5,
+    }
     assert {c["model"]: c["outcome"] for c in report["cells"]} == {
         "scripted:a": "strength",
         "scripted:b": "none",  # 0.93 is above the band, but [0.79, 0.98] is not clear of 0.8

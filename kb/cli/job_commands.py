@@ -103,7 +103,15 @@ exhausted; 130 interrupted (nothing committed).
     default=None,
     help="Write a self-contained HTML report.",
 )
+@click.option(
+    "--summary",
+    "summary_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a markdown summary (for $GITHUB_STEP_SUMMARY or a PR comment).",
+)
 @click.option("--quiet", is_flag=True, help="No plan block and no progress bar.")
+@click.option("--no-evidence", is_flag=True, help="Do not write the evidence files (kb-evidence/).")
 @click.option(
     "--allow-partial",
     is_flag=True,
@@ -131,7 +139,9 @@ def sweep(
     engine_flags: EngineFlags,
     as_json: bool,
     html_path: Path | None,
+    summary_path: Path | None,
     quiet: bool,
+    no_evidence: bool,
     allow_partial: bool,
     allow_incomplete: bool,
     strict: bool,
@@ -140,17 +150,21 @@ def sweep(
     push: bool,
 ) -> None:
     """Measure the pool on the spec's cases and commit the claims (one commit)."""
+    from kb.store.diff import diff_markdown
+    from kb.sweep.evidence import cell_history, earlier_reports
+    from kb.sweep.html import report_html
     from kb.sweep.report import (
         incomplete_summary,
         plan_text,
-        report_html,
         report_json,
         summary_text,
+        sweep_markdown,
     )
-    from kb.sweep.run import execute_sweep, parse_shard, prepare_sweep
+    from kb.sweep.run import execute_sweep, parse_shard, prepare_sweep, report_history_dir
 
     tries = resolve_attempts(attempts, push)
     _output_dir_exists(html_path, "--html")
+    _output_dir_exists(summary_path, "--summary")
     _output_dir_exists(engine_flags.record, "--record")
     spec = load_job_spec(spec_path, engine_flags)
     engine = build_engine(app, sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
@@ -171,16 +185,29 @@ def sweep(
     with progress_bar(total, enabled=not quiet) as advance:
         engine.on_settled = advance
         report = execute_sweep(
-            plan, app.store, engine, commit=not no_commit, attempts=tries, push=push
+            plan,
+            app.store,
+            engine,
+            commit=not no_commit,
+            attempts=tries,
+            push=push,
+            evidence=not no_evidence,
         )
+    body = report_json(report)
     if html_path:
-        html_path.write_text(report_html(report), encoding="utf-8")
+        history = cell_history(
+            earlier_reports(report_history_dir(spec, app.store), body["observedAt"])
+        )
+        html_path.write_text(report_html(body, history), encoding="utf-8")
+    if summary_path:
+        changes = diff_markdown(report.store_diff) if report.store_diff is not None else None
+        summary_path.write_text(sweep_markdown(body, changes), encoding="utf-8")
     if as_json:
-        echo_json(report_json(report))
+        echo_json(body)
     else:
-        click.echo(summary_text(report))
+        click.echo(summary_text(body, report.git_commit))
     echo_warnings(app)
-    incomplete = incomplete_summary(report)
+    incomplete = incomplete_summary(body)
     if incomplete and not allow_incomplete:
         raise JobFailedError(incomplete)
 
@@ -310,3 +337,55 @@ def checkpoint(
         click.echo(checkpoint_table(report))
     if not report.passed:
         raise JobFailedError("checkpoint not passed")
+
+
+REPORT_EPILOG = """\b
+Examples:
+  kb report kb-sweep-2026-11-29T02:00:00.000Z                 the summary again
+  kb report kb-sweep-2026-11-29T02:00:00.000Z --html r.html   the page, with deltas
+  kb report nightly-42 --json                                 the sweep's --json report
+"""
+
+
+@cli.command(epilog=REPORT_EPILOG)
+@click.argument("report_id")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the self-contained HTML report.",
+)
+@json_option("Print the report as JSON (as the sweep's --json printed it).")
+@click.option(
+    "--evidence-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the evidence files are (default: kb-evidence/ beside the store).",
+)
+@global_options
+@pass_app
+def report(
+    app: App, report_id: str, html_path: Path | None, as_json: bool, evidence_dir: Path | None
+) -> None:
+    """Re-render a past sweep's report from its evidence (work tree or git history)."""
+    from kb.sweep.evidence import cell_history, earlier_reports, evidence_directory, load_evidence
+    from kb.sweep.html import report_html
+    from kb.sweep.report import summary_text
+
+    _output_dir_exists(html_path, "--html")
+    found = load_evidence(app.store, report_id, evidence_dir)
+    body = found.report() if found is not None else None
+    if found is None or body is None:
+        where = evidence_directory(app.store, evidence_dir)
+        raise ConfigError(
+            "report", f"no evidence for report {report_id!r} in {where} or its git history"
+        )
+    if html_path:
+        earlier = earlier_reports(evidence_directory(app.store, evidence_dir), body["observedAt"])
+        html_path.write_text(report_html(body, cell_history(earlier)), encoding="utf-8")
+    if as_json:
+        echo_json(body)
+    elif not html_path:
+        click.echo(summary_text(body))
+        click.echo(f"(from the evidence in {found.source})")

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from kb.cli.app import App, cli, echo_commit, global_options, pass_app
+from kb.cli.app import App, cli, echo_commit, echo_json, global_options, pass_app
 from kb.cli.options import (
     archive_reason_choice,
     attempts_option,
@@ -80,18 +82,55 @@ def list_command(
 
 @cli.command()
 @click.argument("claim_id")
+@click.option(
+    "--evidence-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the evidence files are (default: kb-evidence/ beside the store).",
+)
 @global_options
 @pass_app
-def show(app: App, claim_id: str) -> None:
-    """Show one claim and the git commits that touched it."""
+def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
+    """Show one claim, the git commits that touched it, and the cases behind it."""
     from kb.store.audit import claim_history
-    from kb.views import format_claim, format_history
+    from kb.views import claim_evidence, format_claim, format_history
 
     claim = app.store.read().get(claim_id)
     if claim is None:
         raise ConfigError("show", f"no claim with id {claim_id!r}")
     click.echo(format_claim(claim, app.as_of))
     click.echo(format_history(claim_history(app.store, claim_id)))
+    click.echo(claim_evidence(app.store, claim, evidence_dir))
+
+
+DIFF_EPILOG = """\b
+Examples:
+  kb diff                          the last commit: HEAD~1 vs HEAD
+  kb diff main                     main vs the work tree
+  kb diff v12 HEAD --markdown      for a pull-request comment or $GITHUB_STEP_SUMMARY
+"""
+
+
+@cli.command(epilog=DIFF_EPILOG)
+@click.argument("rev_a", required=False)
+@click.argument("rev_b", required=False)
+@click.option("--markdown", is_flag=True, help="Markdown for a PR comment or step summary.")
+@json_option("Print the changes as JSON.")
+@global_options
+@pass_app
+def diff(app: App, rev_a: str | None, rev_b: str | None, markdown: bool, as_json: bool) -> None:
+    """What changed in the store between two revisions (claims added, retired, expired)."""
+    from kb.store.audit import diff_revisions
+    from kb.store.diff import diff_json, diff_markdown
+    from kb.views import format_diff
+
+    changes = diff_revisions(app.store, rev_a, rev_b, app.as_of)
+    if as_json:
+        echo_json(diff_json(changes))
+    elif markdown:
+        click.echo(diff_markdown(changes), nl=False)
+    else:
+        click.echo(format_diff(changes))
 
 
 @cli.command()

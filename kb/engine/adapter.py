@@ -24,14 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kb.engine.providers.local import LocalModel
 from kb.engine.providers.scripted import ScriptedFault, ScriptedModel
-from kb.engine.requests import ModelSpec, ProviderRequest, secret_values
+from kb.engine.requests import ModelSpec, ProviderRequest, scrub_secrets, secret_values
 from kb.engine.runs import Usage
 from kb.errors import ConfigError
 
@@ -168,24 +167,6 @@ def _api_key(spec: ModelSpec) -> str | None:
     return value
 
 
-_SECRET_ENV = re.compile(r"(_API_KEY|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
-_SECRET_SHAPES = re.compile(r"(Bearer\s+)\S+|\b(sk|pk|rk)-[A-Za-z0-9_\-]{8,}", re.IGNORECASE)
-
-
-def _scrub(text: str, secrets: list[str]) -> str:
-    """Cut known secrets, key-shaped tokens and the environment's credentials.
-
-    Providers read ``*_API_KEY`` variables on their own, so those values are
-    cut even when the spec never named them.
-    """
-    known = [s for s in secrets if s] + [
-        value for name, value in os.environ.items() if _SECRET_ENV.search(name) and len(value) >= 8
-    ]
-    for secret in sorted(set(known), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return _SECRET_SHAPES.sub(lambda m: (m.group(1) or "") + "***", text)
-
-
 def _retry_after(error: BaseException) -> float | None:
     headers: Any = getattr(error, "litellm_response_headers", None)
     response = getattr(error, "response", None)
@@ -203,7 +184,7 @@ def _retry_after(error: BaseException) -> float | None:
 def classify(error: BaseException, secrets: list[str]) -> ProviderFailure:
     """Turn any exception from a call into a :class:`ProviderFailure`."""
     litellm = load_litellm()
-    message = _scrub(f"{type(error).__name__}: {error}", secrets).strip()
+    message = scrub_secrets(f"{type(error).__name__}: {error}", secrets).strip()
     if len(message) > 500:
         message = message[:497] + "..."
     if isinstance(error, asyncio.TimeoutError | TimeoutError | litellm.Timeout):
@@ -296,7 +277,7 @@ class LiteLLMAdapter:
             )
         except (AttributeError, IndexError, TypeError, ValueError) as error:
             raise ProviderFailure(
-                _scrub(f"malformed reply: {error}", secrets), retryable=True
+                scrub_secrets(f"malformed reply: {error}", secrets), retryable=True
             ) from None
         cost = declared_cost(spec, usage)
         if cost is None and spec.provider not in ("scripted", "local"):

@@ -5,7 +5,7 @@ A cassette is JSONL, one line per settled provider call::
     {"key": "<sha256 of the canonical request>", "occurrence": 0, "seq": 12,
      "request": {"model": ..., "messages": [...], "params": {...}},
      "status": "ok" | "error", "output": "...", "usage": {...},
-     "costUsd": 0.0012, "error": null}
+     "costUsd": 0.0012, "error": null, "attempts": 1}
 
 ``key`` hashes the request as the adapter will send it (resolved litellm
 model, params and messages; secrets are never part of a request).
@@ -48,6 +48,8 @@ class Exchange:
     usage: Usage
     cost_usd: float
     error: str | None
+    attempts: int = 1
+    """Provider calls the recorded run took (a replay reports the same)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSONL object."""
@@ -64,6 +66,7 @@ class Exchange:
             },
             "costUsd": self.cost_usd,
             "error": self.error,
+            "attempts": self.attempts,
         }
 
 
@@ -81,6 +84,7 @@ def _parse_line(line: str, where: str) -> Exchange:
             usage=Usage(usage["promptTokens"], usage["completionTokens"]),
             cost_usd=float(data["costUsd"]),
             error=data["error"],
+            attempts=data.get("attempts", 1),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(where, f"corrupt cassette line: {type(exc).__name__}: {exc}") from None
@@ -98,8 +102,8 @@ def _exchange_problem(e: Exchange) -> str | None:
 
     if e.status not in ("ok", "error") or not isinstance(e.key, str):
         return "bad status or key"
-    if not counts(e.occurrence, e.seq):
-        return "occurrence and seq must be nonnegative integers"
+    if not counts(e.occurrence, e.seq, e.attempts):
+        return "occurrence, seq and attempts must be nonnegative integers"
     if not counts(e.usage.prompt_tokens, e.usage.completion_tokens):
         return "usage must be nonnegative integers"
     if not (math.isfinite(e.cost_usd) and e.cost_usd >= 0):

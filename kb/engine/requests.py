@@ -243,3 +243,22 @@ def credential_issues(models: Sequence[ModelSpec]) -> list[str]:
                 f"{spec.key}: params.api_key_env names {name}, which is not set in the environment"
             )
     return issues
+
+
+_SECRET_ENV = re.compile(r"(_API_KEY|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
+_SECRET_SHAPES = re.compile(r"(Bearer\s+)\S+|\b(sk|pk|rk)-[A-Za-z0-9_\-]{8,}", re.IGNORECASE)
+
+
+def scrub_secrets(text: str, secrets: Sequence[str] = ()) -> str:
+    """Cut known secrets, key-shaped tokens and the environment's credentials from ``text``.
+
+    Providers read ``*_API_KEY`` variables on their own, so those values are
+    cut even when no spec named them. Used on every provider error and on
+    everything kb writes as evidence.
+    """
+    known = [s for s in secrets if s] + [
+        value for name, value in os.environ.items() if _SECRET_ENV.search(name) and len(value) >= 8
+    ]
+    for secret in sorted(set(known), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _SECRET_SHAPES.sub(lambda m: (m.group(1) or "") + "***", text)

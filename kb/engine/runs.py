@@ -47,7 +47,8 @@ class RunResult:
     cost_usd: float = 0.0
     error: str | None = None
     attempts: int = 0
-    """Provider calls made (retries included); 0 for refused or replayed runs."""
+    """Provider calls made (retries included); 0 for a refused run; a replay repeats the
+    recorded count."""
     replayed: bool = False
     started_at: float | None = None
     """Monotonic seconds when the run started (``None`` when it never started)."""

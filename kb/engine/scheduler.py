@@ -234,6 +234,7 @@ class Engine:
                     usage=result.usage,
                     cost_usd=result.cost_usd,
                     error=None if result.status in ("ok", "exhausted") else result.error,
+                    attempts=result.attempts,
                 )
             )
         return result
@@ -258,6 +259,7 @@ class Engine:
                 usage=exchange.usage,
                 cost_usd=exchange.cost_usd,
                 error=exchange.error,
+                attempts=exchange.attempts,
                 replayed=True,
                 started_at=now,
                 ended_at=now,
@@ -319,7 +321,8 @@ class Engine:
         )
         delay: float = exponential * random.uniform(0.5, 1.0)
         if retry_after is not None:
-            delay = max(delay, min(retry_after, self.config.backoff_max_s * 4))
+            # Honour the provider, up to a bound: a retry-after of hours is a refusal.
+            delay = max(delay, min(retry_after, max(self.config.backoff_max_s * 4, 120.0)))
         return delay
 
     def _live_adapter(self) -> LiteLLMAdapter:

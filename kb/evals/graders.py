@@ -41,6 +41,9 @@ class Grade:
     grader_id: str
     passed: bool
     detail: str
+    """Why, in a few words a reviewer can check against the output."""
+    score: float | None = None
+    """A rubric's fraction of criteria met."""
 
 
 def normalize(text: str) -> str:
@@ -65,7 +68,11 @@ def grade_golden(grader: GoldenGrader, output: str) -> Grade:
             passed = json_equal(json.loads(output), target)
         except (ValueError, RecursionError):
             passed = False  # not JSON, or nested past what we parse: a wrong answer
-    return Grade(grader.grader_id, passed, f"match {grader.match}")
+    shown = expected if isinstance(expected, str) else json.dumps(expected)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    verdict = "matches" if passed else "does not match"
+    return Grade(grader.grader_id, passed, f"{verdict} {grader.match} {shown!r}")
 
 
 def json_equal(left: Any, right: Any) -> bool:
@@ -117,9 +124,13 @@ def criterion_met(criterion: Criterion, output: str) -> bool:
 def grade_rubric(grader: RubricGrader, output: str) -> Grade:
     """Score = fraction of criteria met; passes at ``pass_threshold``."""
     met = [criterion.name for criterion in grader.criteria if criterion_met(criterion, output)]
+    missed = [c.name for c in grader.criteria if c.name not in met]
     score = len(met) / len(grader.criteria)
     passed = score >= grader.pass_threshold - 1e-12
-    return Grade(grader.grader_id, passed, f"score {score:.2f} ({len(met)}/{len(grader.criteria)})")
+    detail = f"score {score:.2f} ({len(met)}/{len(grader.criteria)})"
+    if missed:
+        detail += "; missed: " + ", ".join(missed)
+    return Grade(grader.grader_id, passed, detail, score)
 
 
 def grade(grader: GoldenGrader | RubricGrader, output: str, case_name: str) -> Grade:

@@ -53,6 +53,8 @@ class CaseVerdict:
     judge_incomplete: bool
     passed: bool
     repeat: int | None = None
+    judge_models: tuple[ModelSpec, ...] = ()
+    """The judge behind each of ``judges``, in the same order."""
 
     @property
     def measured(self) -> bool:
@@ -191,11 +193,13 @@ def _verdict(
         return CaseVerdict(name, case.task_class, target, (), (), False, False, pair.repeat)
     grades: list[Grade] = []
     judges: list[RunResult] = []
+    judge_models: list[ModelSpec] = []
     incomplete = False
     for g_index, grader in enumerate(case.graders):
         if isinstance(grader, JudgeGrader):
             run = judge_runs[(index, g_index)]
             judges.append(run)
+            judge_models.append(judge_spec(grader))
             verdict = parse_verdict(grader, run.output or "") if run.status == "ok" else None
             if verdict is None:
                 incomplete = True
@@ -205,5 +209,13 @@ def _verdict(
             grades.append(grade(grader, target.output or "", name))
     passed = not incomplete and all(g.passed for g in grades)
     return CaseVerdict(
-        name, case.task_class, target, tuple(grades), tuple(judges), incomplete, passed, pair.repeat
+        name,
+        case.task_class,
+        target,
+        tuple(grades),
+        tuple(judges),
+        incomplete,
+        passed,
+        pair.repeat,
+        tuple(judge_models),
     )

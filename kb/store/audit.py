@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.errors import ConfigError
-from kb.store.filestore import KnowledgeStore
+from kb.store.diff import Side, StoreDiff, diff_snapshots
+from kb.store.filestore import ARCHIVED_TRAILER, KnowledgeStore
 from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store
 
 
@@ -130,3 +131,43 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
         raise ConfigError(str(store.path), issues)
     assert current is not None
     return VerifyReport(current.version, len(current.claims), checked)
+
+
+def snapshot_at(store: KnowledgeStore, rev: str) -> tuple[Snapshot, Side, str]:
+    """The store as commit ``rev`` holds it, with its side and the commit (read from git)."""
+    git = store.git
+    if git is None:
+        raise ConfigError("diff", f"{store.path} is not in a git work tree; no revision {rev!r}")
+    commit = git.resolve(rev)
+    if commit is None:
+        raise ConfigError("diff", f"no commit {rev!r}")
+    blob = git.blob_in(commit)
+    snapshot = (
+        parse_store(git.read_blob(blob).decode("utf-8"), f"{rev}:{git.rel}")
+        if blob
+        else EMPTY_SNAPSHOT
+    )
+    return snapshot, Side(rev, snapshot.version, git.commit_seconds(commit) * 1000), commit
+
+
+def diff_revisions(
+    store: KnowledgeStore, rev_a: str | None, rev_b: str | None, as_of: int
+) -> StoreDiff:
+    """``kb diff``: ``HEAD~1`` vs ``HEAD`` by default; with one revision, it vs the work tree.
+
+    Archive reasons come from the ``Kb-Archived`` trailers of the commits in between.
+    """
+    before, before_side, commit_a = snapshot_at(store, rev_a or "HEAD~1")
+    if rev_a is not None and rev_b is None:
+        after = _read_fully(store) or EMPTY_SNAPSHOT
+        after_side = Side("work tree", after.version, as_of)
+        commit_b = "HEAD"
+    else:
+        after, after_side, commit_b = snapshot_at(store, rev_b or "HEAD")
+    git = store.git
+    assert git is not None
+    reasons = {}
+    for value in git.trailer_values(ARCHIVED_TRAILER, commit_a, commit_b):
+        claim_id, _, reason = value.rpartition(" ")
+        reasons[claim_id] = reason
+    return diff_snapshots(before, after, before_side, after_side, reasons)

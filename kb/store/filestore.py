@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from kb.atomicfile import replace_with, temp_files_beside, write_temp_beside
 from kb.errors import CasAttemptsExhausted, ConfigError, GitError, KnowledgeCasError
 from kb.store import verified
-from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, Op, OpCounts, apply_ops
+from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, ArchiveClaim, Op, OpCounts, apply_ops
 from kb.store.snapshot import (
     EMPTY_SNAPSHOT,
     Snapshot,
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from kb.store.git import GitStoreRepo, PushTarget
 
 DEFAULT_STORE_NAME = "rulvar.models.json"
+#: One per archived claim, ``<claim id> <reason>``: the reason is not a claim field.
+ARCHIVED_TRAILER = "Kb-Archived"
 DEFAULT_ATTEMPTS = 3
 
 HeadRef = tuple[str, str | None]
@@ -114,6 +116,8 @@ class CommitResult:
     change: Change = field(default_factory=lambda: Change())
     """What was committed (as the rebase loop built it on its last attempt)."""
     attempts: int = 1
+    base: Snapshot | None = None
+    """The snapshot the change was applied to."""
 
     @property
     def ops(self) -> tuple[Op, ...]:
@@ -400,10 +404,13 @@ class KnowledgeStore:
         else:
             snapshot, counts, text = current, OpCounts(), None
         message = context.subject(counts, snapshot.version, change.note)
-        commit_oid = self._publish(
-            text, change.files, head, message, context.trailers(snapshot.version)
-        )
-        return CommitResult(snapshot, counts, commit_oid, message, change)
+        trailers = context.trailers(snapshot.version) + [
+            (ARCHIVED_TRAILER, f"{op.claim_id} {op.reason}")
+            for op in change.ops
+            if isinstance(op, ArchiveClaim)
+        ]
+        commit_oid = self._publish(text, change.files, head, message, trailers)
+        return CommitResult(snapshot, counts, commit_oid, message, change, base=current)
 
     def _publish(
         self,

@@ -181,6 +181,43 @@ class GitStoreRepo:
         assert isinstance(out, bytes)
         return out
 
+    def resolve(self, rev: str) -> str | None:
+        """The commit ``rev`` names (``None`` when it names none)."""
+        out = self._try("rev-parse", "-q", "--verify", f"{rev}^{{commit}}")
+        return out.strip() if out else None
+
+    def commit_seconds(self, commit: str) -> int:
+        """When ``commit`` was made (committer time, seconds since the epoch)."""
+        return int(self._run("show", "-s", "--format=%ct", commit).strip())
+
+    def trailer_values(self, key: str, since: str | None, until: str) -> list[str]:
+        """Every ``key:`` trailer value in commits after ``since`` up to ``until``."""
+        span = f"{since}..{until}" if since else until
+        status, out, _ = self._call(
+            "log", "--first-parent", "--format=%(trailers:only,unfold)", span
+        )
+        prefix = f"{key}: "
+        return [
+            line[len(prefix) :].strip()
+            for line in (out.splitlines() if status == 0 else [])
+            if line.startswith(prefix)
+        ]
+
+    def last_version_of(self, path: Path) -> tuple[str, bytes] | None:
+        """The newest commit on ``HEAD``'s history that holds ``path``, and its bytes there.
+
+        Finds a file that was later removed from the work tree (or compacted away).
+        """
+        rel = self.rel_of(path)
+        if rel is None or self.head()[1] is None:
+            return None
+        status, out, _ = self._call("log", "--format=%H", "HEAD", "--", rel)
+        for commit in out.split() if status == 0 else []:
+            blob = self.blob_in_path(commit, rel)
+            if blob is not None:
+                return commit, self.read_blob(blob)
+        return None
+
     def store_history(self) -> list[StoreCommit]:
         """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first."""
         if self.head()[1] is None:

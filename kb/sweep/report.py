@@ -1,18 +1,17 @@
-"""Sweep reports: the ``--json`` object, the human summary, and the HTML heatmap.
+"""Sweep reports as text: the plan block, the ``--json`` object, the human summary.
 
 Views return strings; printing is the CLI's job.
 """
 
 from __future__ import annotations
 
-import html
+from collections.abc import Mapping
 from typing import Any
 
 from kb.store.canonical import to_fixed_2
-from kb.store.models import claim_to_wire
 from kb.store.ttl import format_instant
-from kb.sweep.cells import SweepCell
-from kb.sweep.pool import PoolMember
+from kb.sweep.html import subject_key_of
+from kb.sweep.report_json import report_body
 from kb.sweep.run import SweepPlan, SweepReport
 
 
@@ -59,247 +58,116 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     return "\n".join(lines)
 
 
-def cell_json(cell: SweepCell, outcome: str, claim_id: str | None) -> dict[str, Any]:
-    """One ``cells[]`` entry (camelCase; optional keys only when they apply)."""
-    entry: dict[str, Any] = cell.member.subject.to_wire()
-    entry.update(
-        taskClass=cell.task_class,
-        passRate=cell.pass_rate,
-        n=cell.n,
-        plannedN=cell.planned_n,
-        totalCostUsd=cell.total_cost_usd,
-        caseNames=cell.case_names,
-    )
-    if cell.exhausted_runs:
-        entry["exhaustedRuns"] = cell.exhausted_runs
-    if cell.non_ok_runs:
-        entry["nonOkRuns"] = cell.non_ok_runs
-    if cell.judge_incomplete_runs:
-        entry["judgeIncompleteRuns"] = cell.judge_incomplete_runs
-    if cell.refused_run_label is not None:
-        entry["envelopeExhausted"] = True
-        entry["refusedRunLabel"] = cell.refused_run_label
-    if cell.incomplete_reason is not None:
-        entry["incompleteReason"] = cell.incomplete_reason
-    if cell.first_error is not None:
-        entry["firstError"] = cell.first_error
-    entry["wilson95"] = list(cell.wilson95)
-    if cell.repeats > 1:
-        entry["repeats"] = cell.repeats
-        entry["cases"] = [
-            {
-                "name": case.name,
-                "passes": case.passes,
-                "runs": len(case.verdicts),
-                "stability": case.stability,
-            }
-            for case in cell.cases
-        ]
-    entry["outcome"] = outcome
-    if claim_id is not None:
-        entry["claimId"] = claim_id
-    return entry
-
-
-def pool_json(member: PoolMember) -> dict[str, Any]:
-    """One ``pool[]`` entry: who, why, and whether it was measured."""
-    entry: dict[str, Any] = {
-        "model": member.spec.key,
-        "origin": member.origin,
-        "measured": member.measured,
-    }
-    if member.skipped:
-        entry["skipped"] = member.skipped
-    return entry
-
-
 def report_json(report: SweepReport) -> dict[str, Any]:
-    """The ``--json`` report."""
-    plan = report.plan
-    gate = plan.spec.gate
-    body: dict[str, Any] = {
-        "reportId": plan.report_id,
-        "observedAt": format_instant(plan.observed_at),
-        "gate": {"kind": gate.kind, "tolerance": gate.tolerance},
-        "pool": [pool_json(member) for member in plan.pool],
-        "worstCaseUsd": plan.worst_case_usd,
-        "spentUsd": report.spent_usd,
-        "cells": [
-            cell_json(cell, cell.outcome(gate), claim.id if claim else None)
-            for cell, claim in report.cells
-        ],
-        "claims": [claim_to_wire(claim) for claim in report.claims],
-        "retired": [r.to_json() for r in report.retired],
-        "canary": report.canary,
-    }
-    if report.committed_version is not None:
-        body["committedVersion"] = report.committed_version
+    """The ``--json`` report: the report body and every run's evidence record."""
+    body = report_body(
+        report.plan,
+        report.cells,
+        retired=report.retired,
+        canary=report.canary,
+        spent_usd=report.spent_usd,
+        committed_version=report.committed_version,
+    )
+    body["runs"] = report.runs
     return body
 
 
-def _count(cell: SweepCell) -> str:
+def _count(cell: Mapping[str, Any]) -> str:
     """``7/8 of 8`` cases passed of measured of planned; with repeats, the flaky count too."""
-    if cell.repeats == 1:
-        return f"{int(cell.passed)}/{cell.n} of {cell.planned_n}"
-    flaky = sum(1 for case in cell.cases if case.stability == "flaky")
-    return f"{cell.n} of {cell.planned_n} cases x{cell.repeats}, {flaky} flaky"
+    n, planned = int(cell["n"]), int(cell["plannedN"])
+    if "repeats" not in cell:
+        return f"{round(float(cell['passRate']) * n)}/{n} of {planned}"
+    flaky = sum(1 for case in cell.get("cases", []) if case["stability"] == "flaky")
+    return f"{n} of {planned} cases x{cell['repeats']}, {flaky} flaky"
 
 
-def incomplete_summary(report: SweepReport) -> str | None:
-    """The failing line of a sweep with incomplete cells (``None``: every cell complete)."""
-    broken = [cell for cell, _ in report.cells if not cell.complete]
+def incomplete_summary(body: Mapping[str, Any]) -> str | None:
+    """The failing line of a report with incomplete cells (``None``: every cell complete)."""
+    cells = body["cells"]
+    broken = [cell for cell in cells if cell["outcome"] == "incomplete"]
     if not broken:
         return None
     first = broken[0]
-    cause = first.incomplete_reason or "nothing measured"
-    if first.first_error:
-        cause += f"; first error: {first.first_error}"
+    cause = first.get("incompleteReason") or "nothing measured"
+    if first.get("firstError"):
+        cause += f"; first error: {first['firstError']}"
     committed = (
-        f"the {len(report.cells) - len(broken)} complete cells are committed (store "
-        f"v{report.committed_version})"
-        if report.committed_version is not None
+        f"the {len(cells) - len(broken)} complete cells are committed (store "
+        f"v{body['committedVersion']})"
+        if "committedVersion" in body
         else "nothing was committed"
     )
     return (
-        f"{len(broken)} of {len(report.cells)} cells incomplete, e.g. {first.member.key} "
-        f"{first.task_class}: {cause}; {committed}"
+        f"{len(broken)} of {len(cells)} cells incomplete, e.g. {subject_key_of(first)} "
+        f"{first['taskClass']}: {cause}; {committed}"
     )
 
 
-def summary_text(report: SweepReport) -> str:
-    """The human summary: cells, claims, retirements, commit, spend."""
-    gate = report.plan.spec.gate
+def summary_text(body: Mapping[str, Any], git_commit: str | None = None) -> str:
+    """The human summary of a report body: cells, claims, retirements, commit, spend."""
     lines = ["cells:"]
-    for cell, _claim in report.cells:
-        outcome = cell.outcome(gate)
-        low, high = cell.wilson95
+    for cell in body["cells"]:
+        low, high = cell["wilson95"]
         line = (
-            f"  {cell.member.key:<28} {cell.task_class:<22} {_count(cell)}  passRate "
-            f"{to_fixed_2(cell.pass_rate)} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
-            f"${cell.total_cost_usd:.4f}  {outcome}"
+            f"  {subject_key_of(cell):<28} {cell['taskClass']:<22} {_count(cell)}  passRate "
+            f"{to_fixed_2(cell['passRate'])} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
+            f"${float(cell['totalCostUsd']):.4f}  {cell['outcome']}"
         )
-        if cell.incomplete_reason:
-            line += f" ({cell.incomplete_reason})"
+        if cell.get("incompleteReason"):
+            line += f" ({cell['incompleteReason']})"
         lines.append(line)
-        if cell.first_error:
-            lines.append(f"    first error: {cell.first_error}")
-    lines.append(f"claims: {len(report.claims)}")
-    lines += [f"  + {claim.id}: {claim.statement}" for claim in report.claims]
-    lines.append(f"retired: {len(report.retired)}")
-    for retired in report.retired:
-        how = f"superseded by {retired.by}" if retired.by else f"archived ({retired.reason})"
-        lines.append(f"  - {retired.claim_id}: {how}")
-    for entry in report.canary:
-        lines.append(f"canary {entry['model']}: {entry['status']}")
-    if report.committed_version is not None:
-        git = f" [git {report.git_commit[:12]}]" if report.git_commit else ""
-        lines.append(f"committed: store v{report.committed_version}{git}")
-    elif report.claims or report.retired:
+        if cell.get("firstError"):
+            lines.append(f"    first error: {cell['firstError']}")
+    claims, retired = body["claims"], body["retired"]
+    lines.append(f"claims: {len(claims)}")
+    lines += [f"  + {claim['id']}: {claim['statement']}" for claim in claims]
+    lines.append(f"retired: {len(retired)}")
+    for entry in retired:
+        how = (
+            f"superseded by {entry['by']}"
+            if entry.get("by")
+            else f"archived ({entry.get('reason')})"
+        )
+        lines.append(f"  - {entry['claimId']}: {how}")
+    for entry in body.get("canary", []):
+        lines.append(f"canary {subject_key_of(entry)}: {entry['status']}")
+    if "committedVersion" in body:
+        git = f" [git {git_commit[:12]}]" if git_commit else ""
+        lines.append(f"committed: store v{body['committedVersion']}{git}")
+    elif claims or retired:
         lines.append("not committed")
     else:
         lines.append("nothing to commit")
     lines.append(
-        f"spend: ${report.spent_usd:.4f} debited; worst case authorized "
-        f"{_money(report.plan.worst_case_usd)}"
+        f"spend: ${float(body['spentUsd']):.4f} debited; worst case authorized "
+        f"{_money(body.get('worstCaseUsd'))}"
     )
     return "\n".join(lines)
 
 
-_OUTCOME_COLOURS = {
-    "strength": "#1a7f37",
-    "weakness": "#cf222e",
-    "none": "#6e7781",
-    "incomplete": "#9a6700",
-}
+def sweep_markdown(body: Mapping[str, Any], store_changes: str | None) -> str:
+    """``kb sweep --summary``: the cells as a table, then what the commit changed.
 
-
-def _heat(rate: float) -> str:
-    """Red (0) through amber to green (1), as an HSL background."""
-    return f"hsl({round(rate * 120)}, 70%, 85%)"
-
-
-def report_html(report: SweepReport) -> str:
-    """One self-contained HTML page (no scripts, no fetches): the model × task-class heatmap."""
-    plan = report.plan
-    thresholds = plan.spec.thresholds
-    gate = plan.spec.gate
-    esc = html.escape
-    classes = list(dict.fromkeys(cell.task_class for cell, _ in report.cells))
-    members = list(dict.fromkeys(cell.member.key for cell, _ in report.cells))
-    by_key = {(cell.member.key, cell.task_class): (cell, claim) for cell, claim in report.cells}
-    rows = []
-    for member in members:
-        tds = [f'<th scope="row">{esc(member)}</th>']
-        for task_class in classes:
-            found = by_key.get((member, task_class))
-            if found is None:
-                tds.append('<td class="empty">–</td>')
-                continue
-            cell, claim = found
-            outcome = cell.outcome(gate)
-            low, high = cell.wilson95
-            why = (
-                f'<div class="why">{esc(cell.incomplete_reason)}</div>'
-                if (cell.incomplete_reason)
-                else ""
-            )
-            claim_line = f'<div class="claim">{esc(claim.id)}</div>' if claim else ""
-            tds.append(
-                f'<td style="background:{_heat(cell.pass_rate) if cell.n else "#eee"}" '
-                f'data-outcome="{outcome}">'
-                f'<div class="rate">{cell.pass_rate:.2f}</div>'
-                f"<div>n={cell.n}/{cell.planned_n} · 95% [{low:.2f}, {high:.2f}]</div>"
-                f"<div>${cell.total_cost_usd:.4f}</div>"
-                f'<div class="outcome" style="color:{_OUTCOME_COLOURS[outcome]}">{outcome}</div>'
-                f"{why}{claim_line}</td>"
-            )
-        rows.append("<tr>" + "".join(tds) + "</tr>")
-    header = "".join(f'<th scope="col">{esc(c)}</th>' for c in classes)
-    pool = "".join(f"<li><code>{esc(m.spec.key)}</code> — {esc(m.origin)}</li>" for m in plan.pool)
-    retired = (
-        "".join(
-            f"<li><code>{esc(r.claim_id)}</code> — "
-            + (
-                f"superseded by <code>{esc(r.by)}</code>"
-                if r.by
-                else f"archived ({esc(r.reason or '')})"
-            )
-            + "</li>"
-            for r in report.retired
+    ``store_changes`` is ``kb diff --markdown`` of the sweep's own commit
+    (``None`` when nothing was committed).
+    """
+    lines = [
+        f"## kb sweep `{body['reportId']}`",
+        "",
+        f"Observed {body['observedAt']}; spent ${float(body['spentUsd']):.4f}.",
+        "",
+        "| model | task class | pass rate | 95% interval | n | outcome |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for cell in body["cells"]:
+        low, high = cell["wilson95"]
+        outcome = str(cell["outcome"])
+        if outcome == "incomplete":
+            outcome += f": {cell.get('incompleteReason', '')}".replace("|", "\\|")
+        lines.append(
+            f"| {subject_key_of(cell)} | {cell['taskClass']} | {to_fixed_2(cell['passRate'])} | "
+            f"{to_fixed_2(low)}–{to_fixed_2(high)} | {cell['n']}/{cell['plannedN']} | {outcome} |"
         )
-        or "<li>none</li>"
-    )
-    canary = "".join(
-        f"<li><code>{esc(str(e['model']))}</code> — {esc(str(e['status']))}, fingerprint "
-        f"<code>{esc(str(e['fingerprint'])[:16])}</code></li>"
-        for e in report.canary
-    )
-    canary_block = f"<h2>Canary</h2><ul>{canary}</ul>" if report.canary else ""
-    committed = (
-        f"store v{report.committed_version}"
-        if report.committed_version is not None
-        else "not committed"
-    )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>kb sweep {esc(plan.report_id)}</title>
-<style>
-body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #1f2328; }}
-table {{ border-collapse: collapse; }}
-th, td {{ border: 1px solid #d0d7de; padding: .5em .8em; vertical-align: top; }}
-td .rate {{ font-size: 1.4em; font-weight: 600; }}
-td .outcome {{ font-weight: 600; text-transform: uppercase; font-size: .85em; }}
-td .why, td .claim {{ font-size: .8em; color: #57606a; max-width: 22em; }}
-</style></head><body>
-<h1>kb sweep <code>{esc(plan.report_id)}</code></h1>
-<p>observed {esc(format_instant(plan.observed_at))} · thresholds strength ≥ {thresholds.strength},
-weakness ≤ {thresholds.weakness} · spent ${report.spent_usd:.4f} of worst case
-{esc(_money(plan.worst_case_usd))} · {esc(committed)}</p>
-<h2>Pass rate by model and task class</h2>
-<table id="heatmap"><thead><tr><th>model</th>{header}</tr></thead>
-<tbody>{"".join(rows)}</tbody></table>
-<h2>Pool</h2><ul>{pool}</ul>
-<h2>Retired</h2><ul>{retired}</ul>
-{canary_block}
-</body></html>
-"""
+    lines.append("")
+    lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
+    return "\n".join(lines)

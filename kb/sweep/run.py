@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kb.canary import CanaryChange, CanaryResult, canary_change, classified, measure_canaries
@@ -21,15 +22,28 @@ from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
 from kb.evals.cases import JudgeGrader, unique_names
+from kb.evals.graders import judge_spec
 from kb.evals.suite import CaseRun, CaseVerdict, run_pairs, target_run
-from kb.store.filestore import CommitContext, KnowledgeStore, validate_attempts
+from kb.store.audit import diff_revisions
+from kb.store.diff import Side, StoreDiff, diff_snapshots
+from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, validate_attempts
 from kb.store.models import ModelClaim
 from kb.store.ops import EvalCommitterGate
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant
 from kb.sweep.cells import SweepCell, cell_claim, claim_id, group_cells
+from kb.sweep.evidence import (
+    DEFAULT_EVIDENCE_DIR,
+    EvidenceContext,
+    canary_records,
+    cell_records,
+    evidence_paths,
+    render_report,
+    render_runs,
+)
 from kb.sweep.falsify import Retirement, retirements, sweep_ops
 from kb.sweep.pool import PoolMember, build_pool
+from kb.sweep.report_json import report_body
 from kb.sweep.spec import SweepSpec
 
 
@@ -68,6 +82,11 @@ class SweepPlan:
             raise ConfigError("budgets.max_total_usd", self.forecast.refusal())
 
     @property
+    def pool_specs(self) -> list[ModelSpec]:
+        """Every pool member's model spec."""
+        return [member.spec for member in self.pool]
+
+    @property
     def members(self) -> list[ModelSpec]:
         """The pool members with at least one cell in this sweep (or shard)."""
         keys = {pair.member.key for pair in self.pairs}
@@ -86,6 +105,12 @@ class SweepReport:
     committed_version: int | None = None
     git_commit: str | None = None
     commit_message: str | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """Every run's evidence record (``runs[]`` of ``--json``, the evidence file's lines)."""
+    evidence_files: list[Path] = field(default_factory=list)
+    """Where the evidence was written (empty when not committed or turned off)."""
+    store_diff: StoreDiff | None = None
+    """What the sweep's commit changed in the store (``None``: nothing committed)."""
 
     @property
     def claims(self) -> list[ModelClaim]:
@@ -203,12 +228,14 @@ def execute_sweep(
     commit: bool = True,
     attempts: int = 3,
     push: bool = False,
+    evidence: bool = True,
 ) -> SweepReport:
     """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``).
 
-    The canary's flips and the claims go into one commit, flips first, and
-    only when at least one cell was measured completely: a sweep that
-    measured nothing changes nothing.
+    The canary's flips and the claims go into one commit, flips first, with
+    the evidence files (unless ``evidence`` is off or ``[sweep] evidence =
+    false``), and only when at least one cell was measured completely: a
+    sweep that measured nothing changes nothing.
     """
     spec = plan.spec
     if commit:
@@ -238,21 +265,43 @@ def execute_sweep(
     fingerprints = {c.member.key: c.fingerprint for c in canaries if c.may_flip}
     report.cells = measured_cells(plan, verdicts, fingerprints)
     report.spent_usd = usd(envelope.debited)
+    context = EvidenceContext.of([*plan.pool_specs, *judge_models(spec)])
+    report.runs = canary_records(canaries, context) + [
+        record for cell, _ in report.cells for record in cell_records(cell, context)
+    ]
     gate = EvalCommitterGate(committer_id=spec.sweep.committer, report_id=plan.report_id)
     baselines = baselines_path(store.path)
+    evidence_dir = _evidence_dir(spec, store, evidence)
 
     def build(snapshot: Snapshot) -> CanaryChange:
         found = canary_change(canaries, snapshot, baselines, prompts)
         ops = (*found.ops, *sweep_ops(snapshot, report.cells, gate, spec.gate))
-        return CanaryChange(ops, found.files, found.note, found.outcomes)
+        version = snapshot.version + 1 if ops else snapshot.version
+        files = dict(found.files)
+        notes = [found.note] if found.note else []
+        if evidence_dir is not None:
+            body = report_body(
+                plan,
+                report.cells,
+                retired=retirements(ops),
+                canary=[c.to_json() for c in classified(canaries, found, version)],
+                spent_usd=report.spent_usd,
+                committed_version=version,
+            )
+            runs_file, report_file = evidence_paths(evidence_dir, plan.report_id)
+            files[str(runs_file)] = render_runs(report.runs)
+            files[str(report_file)] = render_report(body)
+            if not ops:
+                notes.append("evidence only")
+        return CanaryChange(ops, files, ", ".join(notes) or None, found.outcomes)
 
     measured = any(cell.complete for cell, _ in report.cells)
     result = None
     if commit and measured:
-        context = CommitContext(
+        context_ = CommitContext(
             "sweep", spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
         )
-        result = store.commit_with_rebase(build, context, attempts=attempts, push=push)
+        result = store.commit_with_rebase(build, context_, attempts=attempts, push=push)
     change = result.change if result is not None else build(plan.snapshot)
     assert isinstance(change, CanaryChange)
     version = result.snapshot.version if result is not None else None
@@ -262,7 +311,48 @@ def execute_sweep(
         report.committed_version = version
         report.git_commit = result.git_commit
         report.commit_message = result.message
+        if evidence_dir is not None:
+            report.evidence_files = list(evidence_paths(evidence_dir, plan.report_id))
+        report.store_diff = commit_diff(store, result, plan)
     return report
+
+
+def commit_diff(store: KnowledgeStore, result: CommitResult, plan: SweepPlan) -> StoreDiff:
+    """``kb diff`` of the sweep's own commit (outside git: before and after, no expiries)."""
+    git = store.git
+    if git is not None and result.git_commit is not None and git.resolve(f"{result.git_commit}~1"):
+        commit = result.git_commit[:12]
+        return diff_revisions(store, f"{commit}~1", commit, plan.observed_at)
+    assert result.base is not None
+    before = Side("before", result.base.version, plan.observed_at)
+    after = Side(plan.report_id, result.snapshot.version, plan.observed_at)
+    return diff_snapshots(result.base, result.snapshot, before, after)
+
+
+def report_history_dir(spec: SweepSpec, store: KnowledgeStore) -> Path:
+    """Where earlier reports of this spec's sweeps are (for deltas and trends)."""
+    found = _evidence_dir(spec, store, True)
+    return found if found is not None else store.path.parent / DEFAULT_EVIDENCE_DIR
+
+
+def _evidence_dir(spec: SweepSpec, store: KnowledgeStore, evidence: bool) -> Path | None:
+    """Where this sweep's evidence goes (``None``: turned off)."""
+    if not evidence or not spec.sweep.evidence:
+        return None
+    if spec.sweep.evidence_dir is None:
+        return store.path.parent / DEFAULT_EVIDENCE_DIR
+    chosen = Path(spec.sweep.evidence_dir).expanduser()
+    return chosen if chosen.is_absolute() else spec.path.resolve().parent / chosen
+
+
+def judge_models(spec: SweepSpec) -> list[ModelSpec]:
+    """The judges the spec's cases call."""
+    return [
+        judge_spec(grader)
+        for case in spec.cases
+        for grader in case.graders
+        if isinstance(grader, JudgeGrader)
+    ]
 
 
 def measured_cells(

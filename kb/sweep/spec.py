@@ -92,6 +92,10 @@ class SweepSection(StrictModel):
     allow_unbounded: bool = False
     allow_partial: bool = False
     """Run even when the envelope cannot pay for every run (the overflow is refused)."""
+    evidence: bool = True
+    """Write every run's evidence beside the store, in the sweep's commit."""
+    evidence_dir: str | None = Field(default=None, min_length=1)
+    """Where evidence goes (relative to this spec); outside the work tree it is not committed."""
     timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
     max_retries: int = Field(default=3, ge=0)
     include: list[str] = Field(default_factory=list)

@@ -1,0 +1,192 @@
+"""What changed in the store between two versions: the review a pull request needs.
+
+``diff_snapshots(before, after, …)`` lists claims added, superseded (with the
+pass-rate change), archived (with the reason, from the commits' ``Kb-Archived``
+trailers), flipped stale, and expired between the two instants. Pure: the
+caller reads the snapshots (from git or the work tree) and supplies the
+instants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kb.store.canonical import to_fixed_2
+from kb.store.models import ModelClaim
+from kb.store.snapshot import Snapshot
+from kb.store.ttl import format_instant, parse_instant
+
+
+@dataclass(frozen=True)
+class Side:
+    """One end of a diff: a label (``HEAD~1``, ``work tree``), a version and an instant."""
+
+    label: str
+    version: int
+    at: int
+
+
+@dataclass(frozen=True)
+class StoreDiff:
+    """The changes from ``before`` to ``after``."""
+
+    before: Side
+    after: Side
+    added: tuple[ModelClaim, ...]
+    """New claims that replace nothing (a replacement is listed with what it superseded)."""
+    superseded: tuple[tuple[ModelClaim, ModelClaim | None], ...]
+    """(the old claim, the claim that replaced it)."""
+    archived: tuple[tuple[ModelClaim, str | None], ...]
+    """(the claim, the reason when a commit recorded it)."""
+    staled: tuple[ModelClaim, ...]
+    expired: tuple[ModelClaim, ...]
+    """Active claims whose lifetime ended between the two instants."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing changed."""
+        return not (self.added or self.superseded or self.archived or self.staled or self.expired)
+
+
+def diff_snapshots(
+    before: Snapshot,
+    after: Snapshot,
+    before_side: Side,
+    after_side: Side,
+    archive_reasons: Mapping[str, str] | None = None,
+) -> StoreDiff:
+    """Compare two snapshots of one store (``archive_reasons``: claim id → reason)."""
+    reasons = archive_reasons or {}
+    old = before.by_id
+    replaced_by = {claim.supersedes: claim for claim in after.claims if claim.supersedes}
+    added, superseded, archived, staled, expired = [], [], [], [], []
+    for claim in after.claims:
+        prior = old.get(claim.id)
+        if prior is None:
+            if claim.supersedes not in old:  # a replacement is told with what it superseded
+                added.append(claim)
+        elif prior.status != claim.status:
+            if claim.status == "superseded":
+                superseded.append((claim, replaced_by.get(claim.id)))
+            elif claim.status == "archived":
+                archived.append((claim, reasons.get(claim.id)))
+            elif claim.status == "stale":
+                staled.append(claim)
+        if claim.status == "active":
+            ends = parse_instant(claim.expires_at)
+            if before_side.at < ends <= after_side.at:
+                expired.append(claim)
+    return StoreDiff(
+        before_side,
+        after_side,
+        tuple(added),
+        tuple(superseded),
+        tuple(archived),
+        tuple(staled),
+        tuple(expired),
+    )
+
+
+def _rate(claim: ModelClaim | None) -> str:
+    if claim is None or claim.metrics is None:
+        return "—"
+    return to_fixed_2(claim.metrics["passRate"])
+
+
+def diff_json(diff: StoreDiff) -> dict[str, Any]:
+    """The ``--json`` form."""
+
+    def side(s: Side) -> dict[str, Any]:
+        return {"label": s.label, "version": s.version, "at": format_instant(s.at)}
+
+    def brief(claim: ModelClaim) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "id": claim.id,
+            "subject": dict(claim.subject),
+            "taskClass": claim.task_class,
+            "polarity": claim.polarity,
+            "class": claim.claim_class,
+        }
+        if claim.metrics is not None:
+            entry["passRate"] = claim.metrics["passRate"]
+            entry["n"] = claim.metrics["n"]
+        return entry
+
+    return {
+        "from": side(diff.before),
+        "to": side(diff.after),
+        "added": [brief(c) for c in diff.added],
+        "superseded": [
+            {**brief(old), "by": new.id if new else None, "newPassRate": _number(new)}
+            for old, new in diff.superseded
+        ],
+        "archived": [{**brief(c), "reason": reason} for c, reason in diff.archived],
+        "stale": [brief(c) for c in diff.staled],
+        "expired": [{**brief(c), "expiresAt": c.expires_at} for c in diff.expired],
+    }
+
+
+def _number(claim: ModelClaim | None) -> float | None:
+    return claim.metrics["passRate"] if claim is not None and claim.metrics else None
+
+
+def diff_markdown(diff: StoreDiff) -> str:
+    """A pull-request comment or ``$GITHUB_STEP_SUMMARY`` block."""
+    before, after = diff.before, diff.after
+    lines = [
+        f"### kb: store v{before.version} → v{after.version}",
+        "",
+        f"`{before.label}` ({format_instant(before.at)[:16]}Z) → `{after.label}` "
+        f"({format_instant(after.at)[:16]}Z)",
+        "",
+    ]
+    if diff.empty:
+        return "\n".join([*lines, "No claim changed."]) + "\n"
+
+    def table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        if not rows:
+            return
+        lines.extend([f"**{title}** ({len(rows)})", "", "| " + " | ".join(header) + " |"])
+        lines.append("|" + "|".join("---" for _ in header) + "|")
+        lines.extend("| " + " | ".join(_cell(value) for value in row) + " |" for row in rows)
+        lines.append("")
+
+    def who(claim: ModelClaim) -> str:
+        return f"{claim.subject_key} · {claim.task_class}"
+
+    table(
+        "Added",
+        ["subject", "claim", "pass rate", "n"],
+        [[who(c), f"{c.polarity} ({c.claim_class})", _rate(c), _n(c)] for c in diff.added],
+    )
+    table(
+        "Superseded",
+        ["subject", "claim", "pass rate"],
+        [[who(old), old.polarity, f"{_rate(old)} → {_rate(new)}"] for old, new in diff.superseded],
+    )
+    table(
+        "Archived",
+        ["subject", "claim", "reason"],
+        [[who(c), c.polarity, reason or "—"] for c, reason in diff.archived],
+    )
+    table(
+        "Flipped stale (canary drift)",
+        ["subject", "claim"],
+        [[who(c), c.polarity] for c in diff.staled],
+    )
+    table(
+        "Expired",
+        ["subject", "claim", "expired at"],
+        [[who(c), c.polarity, c.expires_at] for c in diff.expired],
+    )
+    return "\n".join(lines)
+
+
+def _n(claim: ModelClaim) -> str:
+    return str(claim.metrics["n"]) if claim.metrics else "—"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,363 @@
+"""The HTML report: one self-contained page a reviewer can open, click and share.
+
+Rendered from the report as data (the ``--json`` body with its ``runs``), so
+a sweep's page and ``kb report``'s page of the same night are the same page.
+No script and no fetch: clicking a heatmap cell follows an in-page link and
+CSS ``:target`` reveals that cell's cases (verdict, grader reasons, output,
+error). Each cell shows its change since the previous report of the same
+cell and a trend over up to ten earlier reports (``history``), and an
+incomplete cell shows its cause, never a bare 0.00.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kb.store.canonical import to_fixed_2
+
+OUTCOME_COLOURS = {
+    "strength": "#1a7f37",
+    "weakness": "#cf222e",
+    "none": "#57606a",
+    "incomplete": "#9a6700",
+}
+TREND_POINTS = 10
+
+
+@dataclass(frozen=True)
+class CellPoint:
+    """One earlier report's figure for a cell (for deltas and trends)."""
+
+    observed_at: str
+    report_id: str
+    pass_rate: float
+    complete: bool
+
+
+History = Mapping[tuple[str, str], Sequence[CellPoint]]
+"""(subject key, task class) → earlier points, oldest first."""
+
+
+def subject_key_of(entry: Mapping[str, Any]) -> str:
+    """``model`` or ``model@effort`` of a cell or run record."""
+    effort = entry.get("effort")
+    return f"{entry['model']}@{effort}" if effort else str(entry["model"])
+
+
+def _heat(rate: float) -> str:
+    """Red (0) through amber to green (1)."""
+    return f"hsl({round(rate * 120)}, 65%, 86%)"
+
+
+def _sparkline(points: Sequence[float]) -> str:
+    """An inline SVG of pass rates over time (the last point is tonight)."""
+    if len(points) < 2:
+        return ""
+    width, height = 80, 18
+    step = width / (len(points) - 1)
+    coords = " ".join(
+        f"{i * step:.1f},{height - 2 - rate * (height - 4):.1f}" for i, rate in enumerate(points)
+    )
+    last_x, last_y = coords.split()[-1].split(",")
+    return (
+        f'<svg class="trend" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'role="img" aria-label="trend over {len(points)} reports">'
+        f'<polyline points="{coords}" fill="none" stroke="#57606a" stroke-width="1.5"/>'
+        f'<circle cx="{last_x}" cy="{last_y}" r="2.5" fill="#1f2328"/></svg>'
+    )
+
+
+def _delta(cell: Mapping[str, Any], earlier: Sequence[CellPoint]) -> str:
+    measured = [p for p in earlier if p.complete]
+    if not measured:
+        return '<div class="delta new">first measurement</div>'
+    previous = measured[-1]
+    change = float(cell["passRate"]) - previous.pass_rate
+    arrow = "▲" if change > 1e-9 else "▼" if change < -1e-9 else "="
+    sign = "+" if change > 1e-9 else "−" if change < -1e-9 else "±"
+    kind = "up" if change > 1e-9 else "down" if change < -1e-9 else "same"
+    return (
+        f'<div class="delta {kind}" title="previous: {html.escape(previous.report_id)}">'
+        f"{arrow} {sign}{to_fixed_2(abs(change))} vs {html.escape(previous.observed_at[:10])}</div>"
+    )
+
+
+def _short_claim(claim_id: str) -> str:
+    """``…/local:smollm2/extraction``: the report id is the page's title already."""
+    parts = claim_id.split("/", 1)
+    return "…/" + parts[1] if len(parts) == 2 else claim_id
+
+
+def _cell_td(index: int, cell: Mapping[str, Any], earlier: Sequence[CellPoint]) -> str:
+    esc = html.escape
+    outcome = str(cell["outcome"])
+    n, planned = int(cell["n"]), int(cell["plannedN"])
+    low, high = cell["wilson95"]
+    if outcome == "incomplete":
+        figure = (
+            f'<div class="rate muted">{to_fixed_2(cell["passRate"])}</div>'
+            f'<div class="note">on {n} of {planned} cases: incomplete</div>'
+            if n
+            else '<div class="rate muted">no result</div>'
+        )
+        style = ' class="cell incomplete"'
+        why = f'<div class="why">{esc(str(cell.get("incompleteReason", "")))}</div>'
+    else:
+        figure = (
+            f'<div class="rate">{to_fixed_2(cell["passRate"])}</div>'
+            f'<div class="note">n={n} · 95% [{to_fixed_2(low)}, {to_fixed_2(high)}]</div>'
+        )
+        style = f' class="cell" style="background:{_heat(float(cell["passRate"]))}"'
+        why = ""
+    trend = (
+        _sparkline(
+            [p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [float(cell["passRate"])]
+        )
+        if outcome != "incomplete"
+        else ""
+    )
+    delta = _delta(cell, earlier) if outcome != "incomplete" else ""
+    claim = cell.get("claimId")
+    claim_line = (
+        f'<div class="claim" title="{esc(str(claim))}">claim {esc(_short_claim(str(claim)))}</div>'
+        if claim
+        else ""
+    )
+    colour = OUTCOME_COLOURS.get(outcome, "#57606a")
+    return (
+        f'<td{style} data-outcome="{esc(outcome)}" data-cell="cell-{index}">'
+        f'<a href="#cell-{index}" aria-label="cases of {esc(subject_key_of(cell))} '
+        f'{esc(str(cell["taskClass"]))}">{figure}'
+        f'<div class="outcome" style="color:{colour}">{esc(outcome)}</div>'
+        f"{delta}{trend}{why}{claim_line}</a></td>"
+    )
+
+
+def _case_rows(cell: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
+    esc = html.escape
+    key, task_class = subject_key_of(cell), cell["taskClass"]
+    mine = [
+        r
+        for r in runs
+        if r.get("kind") == "target"
+        and subject_key_of(r) == key
+        and r.get("taskClass") == task_class
+    ]
+    judges = {
+        (r.get("case"), r.get("repeat")): r
+        for r in runs
+        if r.get("kind") == "judge"
+        and r.get("taskClass") == task_class
+        and r.get("label", "").startswith(f"judge:{key}/")
+    }
+    stability = {c["name"]: c["stability"] for c in cell.get("cases", [])}
+    if not mine:
+        return '<p class="none">No evidence for these cases (written with --no-evidence?).</p>'
+    rows = []
+    for run in mine:
+        passed = (
+            run["status"] == "ok"
+            and bool(run["verdicts"])
+            and all(v["passed"] for v in run["verdicts"])
+        )
+        if run["status"] != "ok":
+            verdict, kind = run["status"].upper(), "error"
+        else:
+            verdict, kind = ("PASS", "pass") if passed else ("FAIL", "fail")
+        reasons = "".join(
+            f'<li class="{"ok" if v["passed"] else "no"}">{esc(str(v["grader"]))}: '
+            f"{esc(str(v.get('reason', '')))}</li>"
+            for v in run["verdicts"]
+        )
+        judge = judges.get((run["case"], run["repeat"]))
+        if judge is not None:
+            reasons += f'<li class="judge">judge said: {esc(str(judge.get("output", "")))}</li>'
+        output = str(run.get("output", ""))
+        cut = " (cut at 4,000 characters)" if run.get("outputSha256") else ""
+        error = (
+            f'<div class="error">error: {esc(str(run["error"]))}</div>' if run.get("error") else ""
+        )
+        repeat = f" #{int(run['repeat']) + 1}" if stability else ""
+        label = stability.get(run["case"], "")
+        rows.append(
+            f'<tr class="{kind}"><td class="case">{esc(str(run["case"]))}{repeat}'
+            + (f'<div class="stability {label}">{label}</div>' if label else "")
+            + f'</td><td class="verdict">{verdict}</td><td><ul class="reasons">{reasons}</ul>'
+            f'{error}</td><td><pre class="output">{esc(output)}</pre>{cut}</td></tr>'
+        )
+    return (
+        '<table class="cases-table"><thead><tr><th>case</th><th>verdict</th>'
+        "<th>graders</th><th>output</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+STYLE = """
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5em;
+       color: #1f2328; max-width: 1400px; }
+h1 { font-size: 1.4em; margin: 0 0 .2em; overflow-wrap: anywhere; }
+h2 { font-size: 1.1em; margin: 1.6em 0 .5em; }
+.meta { color: #57606a; margin: 0 0 1em; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid #d0d7de; padding: 0; vertical-align: top; text-align: left; }
+#heatmap th { padding: .5em .7em; background: #f6f8fa; white-space: nowrap; }
+#heatmap td a { display: block; padding: .5em .7em; color: inherit; text-decoration: none;
+                min-width: 10em; }
+#heatmap td a:hover, #heatmap td a:focus { outline: 2px solid #0969da; outline-offset: -2px; }
+td.incomplete { background: repeating-linear-gradient(45deg, #f6f8fa, #f6f8fa 6px,
+                #eaeef2 6px, #eaeef2 12px); }
+td.empty { padding: .5em .7em; color: #8c959f; }
+.rate { font-size: 1.45em; font-weight: 600; }
+.rate.muted { color: #57606a; font-size: 1.1em; }
+.note, .why, .claim, .delta { font-size: .82em; color: #424a53; }
+.why { color: #9a6700; max-width: 22em; }
+.claim { overflow-wrap: anywhere; max-width: 22em; }
+.outcome { font-weight: 700; text-transform: uppercase; font-size: .8em; letter-spacing: .03em; }
+.delta.up { color: #1a7f37; } .delta.down { color: #cf222e; }
+.trend { display: block; margin: .2em 0; }
+.legend { display: flex; flex-wrap: wrap; gap: .4em 1.4em; font-size: .85em; color: #424a53;
+          margin: .6em 0 0; padding: 0; list-style: none; }
+.swatch { display: inline-block; width: .9em; height: .9em; vertical-align: -.1em;
+          border: 1px solid #d0d7de; margin-right: .3em; }
+section.cases { display: none; border: 1px solid #d0d7de; border-radius: 6px;
+                padding: .8em 1em; margin: 1em 0; }
+section.cases:target { display: block; }
+.hint { color: #57606a; font-size: .9em; }
+.cases-table td, .cases-table th { padding: .35em .5em; }
+.cases-table tr.pass .verdict { color: #1a7f37; font-weight: 700; }
+.cases-table tr.fail .verdict { color: #cf222e; font-weight: 700; }
+.cases-table tr.error .verdict { color: #9a6700; font-weight: 700; }
+.reasons { margin: 0; padding-left: 1.1em; }
+.reasons li.no { color: #cf222e; }
+.output { margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; max-width: 40em;
+          max-height: 12em; overflow: auto; font-size: .88em; }
+.error { color: #9a6700; overflow-wrap: anywhere; }
+.stability { font-size: .78em; } .stability.flaky { color: #9a6700; font-weight: 600; }
+code { overflow-wrap: anywhere; }
+@media (max-width: 700px) {
+  body { margin: .8em; font-size: 13px; }
+  #heatmap td a { min-width: 8em; }
+  #heatmap th[scope=row] { white-space: normal; overflow-wrap: anywhere; max-width: 7em; }
+  .output { max-width: 70vw; }
+}
+"""
+
+
+def report_html(body: Mapping[str, Any], history: History | None = None) -> str:
+    """The page for a report body with its ``runs`` (``history``: earlier points per cell)."""
+    esc = html.escape
+    history = history or {}
+    cells = list(body["cells"])
+    runs = list(body.get("runs", []))
+    classes = list(dict.fromkeys(str(c["taskClass"]) for c in cells))
+    members = list(dict.fromkeys(subject_key_of(c) for c in cells))
+    index_of = {(subject_key_of(c), str(c["taskClass"])): i for i, c in enumerate(cells)}
+    rows = []
+    for member in members:
+        tds = [f'<th scope="row">{esc(member)}</th>']
+        for task_class in classes:
+            found = index_of.get((member, task_class))
+            if found is None:
+                tds.append('<td class="empty">not measured</td>')
+                continue
+            earlier = history.get((member, task_class), ())
+            tds.append(_cell_td(found, cells[found], earlier))
+        rows.append("<tr>" + "".join(tds) + "</tr>")
+    sections = "".join(
+        f'<section class="cases" id="cell-{i}"><h3>{esc(subject_key_of(c))} · '
+        f"{esc(str(c['taskClass']))}: {esc(str(c['outcome']))}</h3>"
+        + (
+            f'<p class="why">{esc(str(c["incompleteReason"]))}'
+            + (f" — first error: {esc(str(c['firstError']))}" if c.get("firstError") else "")
+            + "</p>"
+            if c.get("incompleteReason")
+            else ""
+        )
+        + _case_rows(c, runs)
+        + '<p><a href="#heatmap">↑ back to the heatmap</a></p></section>'
+        for i, c in enumerate(cells)
+    )
+    gate = body.get("gate", {})
+    strength, weakness = gate.get("strength", 0.9), gate.get("weakness", 0.5)
+    tolerance = gate.get("tolerance", 0.1)
+    if gate.get("kind") == "point":
+        rule = f"point gate: strength at pass rate ≥ {strength}, weakness ≤ {weakness}"
+    else:
+        rule = (
+            f"interval gate: strength when the 95% interval's lower bound ≥ "
+            f"{to_fixed_2(strength - tolerance)}, weakness when its upper bound ≤ "
+            f"{to_fixed_2(weakness + tolerance)}"
+        )
+    legend = (
+        '<ul class="legend">'
+        + "".join(
+            f'<li><span class="swatch" style="background:{colour}"></span>{name}</li>'
+            for name, colour in OUTCOME_COLOURS.items()
+        )
+        + '<li><span class="swatch" style="background:linear-gradient(90deg,'
+        f'{_heat(0)},{_heat(0.5)},{_heat(1)})"></span>background: pass rate 0 → 1</li>'
+        '<li><span class="swatch" style="background:repeating-linear-gradient(45deg,#f6f8fa,'
+        '#f6f8fa 3px,#eaeef2 3px,#eaeef2 6px)"></span>incomplete: no claim, cause shown</li>'
+        "<li>▲/▼ change since the previous report · line: up to 10 earlier reports</li>"
+        f"<li>{esc(rule)}</li></ul>"
+    )
+    retired = (
+        "".join(
+            f"<li><code>{esc(str(r['claimId']))}</code> — "
+            + (
+                f"superseded by <code>{esc(str(r['by']))}</code>"
+                if r.get("by")
+                else f"archived ({esc(str(r.get('reason', '')))})"
+            )
+            + "</li>"
+            for r in body.get("retired", [])
+        )
+        or "<li>none</li>"
+    )
+    claims = (
+        "".join(
+            f"<li><code>{esc(str(c['id']))}</code> — {esc(str(c['statement']))}</li>"
+            for c in body.get("claims", [])
+        )
+        or "<li>none</li>"
+    )
+    canary = "".join(
+        f"<li><code>{esc(subject_key_of(e))}</code> — {esc(str(e['status']))}"
+        + (f", flipped {len(e['flipped'])} stale" if e.get("flipped") else "")
+        + f", fingerprint <code>{esc(str(e['fingerprint'])[:16])}</code></li>"
+        for e in body.get("canary", [])
+    )
+    pool = "".join(
+        f"<li><code>{esc(str(m['model']))}</code> — {esc(str(m['origin']))}"
+        + (f" <em>(skipped: {esc(str(m['skipped']))})</em>" if m.get("skipped") else "")
+        + "</li>"
+        for m in body.get("pool", [])
+    )
+    committed = (
+        f"store v{body['committedVersion']}" if "committedVersion" in body else "not committed"
+    )
+    header = "<th>model</th>" + "".join(f'<th scope="col">{esc(c)}</th>' for c in classes)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>kb sweep {esc(str(body["reportId"]))}</title>
+<style>{STYLE}</style></head><body>
+<h1>kb sweep <code>{esc(str(body["reportId"]))}</code></h1>
+<p class="meta">observed {esc(str(body["observedAt"]))} · spent ${float(body["spentUsd"]):.4f}
+· {esc(committed)}</p>
+<h2>Pass rate by model and task class</h2>
+<p class="hint">Click a cell to see its cases: verdicts, grader reasons, outputs, errors.</p>
+<div class="scroll"><table id="heatmap"><thead><tr>{header}</tr></thead>
+<tbody>{"".join(rows)}</tbody></table></div>
+{legend}
+{sections}
+<h2>Claims</h2><ul>{claims}</ul>
+<h2>Retired</h2><ul>{retired}</ul>
+{f"<h2>Canary</h2><ul>{canary}</ul>" if canary else ""}
+<h2>Pool</h2><ul>{pool}</ul>
+</body></html>
+"""
