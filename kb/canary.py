@@ -381,4 +381,15 @@ def canary_line(result: CanaryResult) -> str:
     if result.status == "incomplete":
         failed = [f"{i + 1}: {p.status}" for i, p in enumerate(result.probes) if p.status != "ok"]
         return head + f"incomplete (probe {'; '.join(failed)})"
+    if result.status == "rebaselined":
+        return head + "rebaselined (a new probe set: its baseline recorded, nothing flipped)"
     return head + "no drift"
+
+
+STATUS_WORDS = {
+    "no-drift": "no drift",
+    "drift": "DRIFT",
+    "rebaselined": "rebaselined (new probe set)",
+    "incomplete": "incomplete",
+    "unstable": "unstable",
+}

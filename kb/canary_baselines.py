@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from kb.errors import ConfigError
 from kb.store.canonical import js_stringify, sha256_hex
+from kb.store.filestore import canary_baselines_path
 
 BaselineStatus = Literal["no-drift", "drift", "rebaselined"]
 FORMAT_VERSION = 1
@@ -47,7 +48,7 @@ FORMAT_VERSION = 1
 
 def baselines_path(store_path: Path) -> Path:
     """``rulvar.models.canary.json`` beside ``rulvar.models.json``."""
-    return store_path.with_name(store_path.name.removesuffix(".json") + ".canary.json")
+    return canary_baselines_path(store_path)
 
 
 def probe_set_id(prompts: Sequence[str]) -> str:

@@ -127,7 +127,7 @@ def test_a_refused_connection_is_named(runner: CliRunner, repo: Path) -> None:
             "models[0].model: provider 'opnai' is neither kb's own (scripted, local) "
             "nor known to litellm; did you mean 'openai'?",
         ),
-        ("scripted:m", "scripted:m: params.api_key_env names KB_TEST_UNSET_KEY, which is not set"),
+        ("scripted:m", "models[0].params.api_key_env: KB_TEST_UNSET_KEY is not set"),
     ],
 )
 def test_validation_refuses_before_the_plan(
@@ -170,7 +170,7 @@ def test_concurrency_and_timeouts_are_checked_first(runner: CliRunner, repo: Pat
     spec = write_spec(repo / "s.toml", [scripted_model("m", 10)])
     result = sweep(runner, spec, "--concurrency", "-3")
     assert result.exit_code == 2 and result.stdout == ""
-    assert "concurrency: must be a positive integer, got -3" in result.stderr
+    assert "--concurrency: must be a positive integer, got -3" in result.stderr
     long = write_spec(repo / "t.toml", [scripted_model("m", 10)], extra_sweep="timeout_s = 1e300")
     result = sweep(runner, long, "--dry-run")
     assert result.exit_code == 2 and "sweep.timeout_s" in result.stderr
@@ -339,3 +339,99 @@ def test_a_signal_mid_sweep_commits_nothing_and_says_what_was_spent(
     assert "Traceback" not in err and "Warning" not in err and out == ""
     assert stopped < 5  # not the 30 s the hanging calls would take
     assert state(repo) == before
+
+
+# -- 8. what a newcomer tripped over ------------------------------------------------
+
+
+def test_a_backdated_committing_sweep_is_refused(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 2)])
+    assert sweep(runner, spec, "--quiet").exit_code == 0
+    before = state(repo)
+    old = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", "2026-10-15T02:00:00Z")
+    assert old.exit_code == 2
+    assert "--observed-at: 2026-10-15T02:00:00.000Z is older than 1 live claim" in old.stderr
+    assert state(repo) == before
+    replay = kb(
+        runner,
+        "sweep",
+        str(spec),
+        "--quiet",
+        "--no-commit",
+        "--observed-at",
+        "2026-10-15T02:00:00Z",
+    )
+    assert replay.exit_code == 0  # an old night may be measured again without committing
+
+
+def test_note_evidence_keeps_the_colons_of_a_report_id(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    result = kb(
+        runner, "note", "--model", "a:b", "--task-class", "t", "--polarity", "weakness",
+        "--statement", "s", "--approver", "x", "--ruled-out", "prompt",
+        "--evidence", "eval:kb-sweep-2026-11-02T02:00:00.000Z#capitals-1,capitals-2",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    stored = json.loads((repo / STORE).read_text())["claims"][0]["evidence"][0]
+    assert stored == {
+        "kind": "eval",
+        "reportId": "kb-sweep-2026-11-02T02:00:00.000Z",
+        "caseIds": ["capitals-1", "capitals-2"],
+    }
+
+
+def test_typos_in_model_names_are_refused(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 2)])
+    assert sweep(runner, spec, "--quiet").exit_code == 0
+    before = state(repo)
+    typo = kb(runner, "deprecate", "scripted:nonexistent")
+    assert typo.exit_code == 2 and "no claim in the store is about 'scripted:nonexistent'" in (
+        typo.stderr
+    )
+    assert kb(runner, "list", "--model", "scripted:m@").exit_code == 2
+    assert kb(runner, "list", "--model", "gpt").exit_code == 2
+    assert state(repo) == before
+
+
+def test_show_names_why_a_claim_was_archived(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 2)])
+    (claim,) = json.loads(sweep(runner, spec, "--quiet", "--json").stdout)["claims"]
+    assert kb(runner, "archive", claim["id"], "--reason", "rejected").exit_code == 0
+    shown = kb(runner, "show", claim["id"]).stdout
+    assert "status active → archived (rejected)" in shown
+    again = kb(runner, "archive", claim["id"], "--reason", "rejected")
+    assert again.exit_code == 2 and f"claim {claim['id']!r} is already archived" in again.stderr
+
+
+def test_verify_checks_the_canary_baselines_file(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    (repo / "rulvar.models.canary.json").write_text("{broken")
+    result = kb(runner, "verify")
+    assert result.exit_code == 2 and "rulvar.models.canary.json: not valid JSON" in result.stderr
+
+
+def test_dry_run_json_shows_every_rendered_prompt(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 2)])
+    result = sweep(runner, spec, "--dry-run", "--json")
+    assert result.exit_code == 0
+    plan = json.loads(result.stdout)
+    assert len(plan["runs"]) == 10 and plan["refusedRuns"] == 0
+    assert plan["runs"][0] == {
+        "label": "target:scripted:m/case-00",
+        "model": "scripted:m",
+        "ceilingUsd": 0.01,
+        "messages": [{"role": "user", "content": "Question 0?"}],
+    }
+
+
+def test_a_cell_that_measured_nothing_says_so(runner: CliRunner, repo: Path) -> None:
+    init(runner)
+    broken = scripted_model("broken", 10, errors=[prompt for _, prompt, _ in CASES])
+    spec = write_spec(repo / "s.toml", [broken], extra_sweep="max_retries = 0")
+    result = sweep(runner, spec, "--quiet")
+    assert "no result (0 of 10 measured)" in result.stdout
+    assert "passRate 0.00" not in result.stdout.split("first error")[0]

@@ -92,6 +92,9 @@ def test_hysteresis_keeps_a_belief_through_an_uncertain_night(
     for night, (correct, outcome, retired) in enumerate(nights, start=1):
         report = sweep(runner, spec30(isolated / f"n{night}.toml", [model("m", correct)]), night)
         assert report["cells"][0]["outcome"] == outcome
+        if night == 2:  # the report says why the model still holds a strength
+            (stands,) = report["cells"][0]["priorStands"]
+            assert stands["polarity"] == "strength" and stands["status"] == "active"
         assert [r["action"] for r in report["retired"]] == retired
         active = [c for c in KnowledgeStore(STORE).read().claims if c.status == "active"]
         held.append(active[0].polarity if active else "none")
@@ -200,12 +203,15 @@ def test_a_new_probe_set_rebaselines_then_real_drift_is_drift(
     spec_b = spec30(
         repo / "b.toml", [canary_model(old)], budgets=budgets, extra=canary_table(edited)
     )
+    text = kb(runner, "canary", str(spec_b), "--no-commit").stdout
+    assert "rebaselined (a new probe set: its baseline recorded, nothing flipped)" in text
     result = kb(runner, "canary", str(spec_b), "--json")
     (entry,) = json.loads(result.stdout)
     assert entry["status"] == "rebaselined" and entry["flipped"] == []
     assert KnowledgeStore(STORE).read().get(claim["id"]).status == "active"  # type: ignore[union-attr]
     assert (
-        git(repo, "log", "-1", "--format=%s").strip() == "kb: canary: canary baselines (store v1)"
+        git(repo, "log", "-1", "--format=%s").strip()
+        == "kb: canary: canary baselines (store v1, claims unchanged)"
     )
     again = json.loads(kb(runner, "canary", str(spec_b), "--json").stdout)
     assert again[0]["status"] == "no-drift"

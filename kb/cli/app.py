@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,6 +86,11 @@ class KbClickError(click.ClickException):
         self.exit_code = exit_code_for(error)  # type: ignore[misc]
 
 
+def _quiet_after_interrupt() -> None:
+    """Calls cut short leave coroutines behind; their warnings at exit are not news."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
+
+
 class KbGroup(click.Group):
     """The root group: converts core errors in one place."""
 
@@ -93,6 +99,7 @@ class KbGroup(click.Group):
         try:
             return super().invoke(ctx)
         except SignalReceived as received:
+            _quiet_after_interrupt()
             app = ctx.find_object(App)
             spent = app.engine.spent_usd if app is not None and app.engine is not None else 0.0
             raise KbClickError(JobInterrupted(received.signal_name, spent)) from None
@@ -101,6 +108,8 @@ class KbGroup(click.Group):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             ctx.exit(0)
         except KbError as error:
+            if isinstance(error, JobInterrupted):
+                _quiet_after_interrupt()
             if os.environ.get("KB_DEBUG") == "1":
                 raise
             raise KbClickError(error) from error

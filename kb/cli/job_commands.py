@@ -49,23 +49,10 @@ def sweep_engine_config(
 
 
 def load_job_spec(spec_path: Path, flags: EngineFlags) -> SweepSpec:
-    """The sweep spec, its warnings on stderr, and its keys checked unless replaying."""
-    from kb.engine.requests import credential_issues
-    from kb.evals.cases import JudgeGrader
-    from kb.evals.graders import judge_spec
+    """The sweep spec, its keys checked unless replaying (a replay needs none)."""
     from kb.sweep.spec import load_spec
 
-    spec = load_spec(spec_path)
-    for warning in spec.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    if flags.replay is None:
-        judges = [
-            judge_spec(g) for case in spec.cases for g in case.graders if isinstance(g, JudgeGrader)
-        ]
-        issues = credential_issues([*spec.models, *judges])
-        if issues:
-            raise ConfigError(str(spec_path), list(dict.fromkeys(issues)))
-    return spec
+    return load_spec(spec_path, credentials=flags.replay is None)
 
 
 def _output_dir_exists(path: Path | None, flag: str) -> None:
@@ -155,6 +142,7 @@ def sweep(
     from kb.sweep.html import report_html
     from kb.sweep.report import (
         incomplete_summary,
+        plan_json,
         plan_text,
         report_json,
         summary_text,
@@ -167,6 +155,8 @@ def sweep(
     _output_dir_exists(summary_path, "--summary")
     _output_dir_exists(engine_flags.record, "--record")
     spec = load_job_spec(spec_path, engine_flags)
+    for warning in spec.warnings:
+        click.echo(f"warning: {warning}", err=True)
     engine = build_engine(app, sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
     plan = prepare_sweep(
         spec,
@@ -176,7 +166,9 @@ def sweep(
         shard=parse_shard(shard) if shard else None,
         commit=not no_commit,
     )
-    if not quiet or dry_run:
+    if dry_run and as_json:
+        echo_json(plan_json(plan))
+    elif not quiet or dry_run:
         click.echo(plan_text(plan, list_runs=dry_run), err=as_json)
     plan.check_budget(allow_partial=allow_partial)
     if dry_run:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from kb.cli.app import EngineFlags
+from kb.errors import ConfigError
 from kb.schema import ARCHIVE_REASONS, CLAIM_STATUSES, CONFIDENCES, POLARITIES, RULED_OUT_VALUES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,6 +88,8 @@ def engine_options(func: F) -> F:
         replay_path: Path | None,
         **kwargs: Any,
     ) -> Any:
+        if concurrency is not None and concurrency < 1:
+            raise ConfigError("--concurrency", f"must be a positive integer, got {concurrency}")
         flags = EngineFlags(concurrency, record_path, replay_path)
         return func(*args, engine_flags=flags, **kwargs)
 

@@ -67,9 +67,11 @@ def list_command(
     as_json: bool,
 ) -> None:
     """List claims with their status, lifetime, evidence and metrics."""
-    from kb.store.query import ClaimFilter, select
+    from kb.store.query import ClaimFilter, check_model_filter, select
     from kb.views import claims_json, format_claims
 
+    if model is not None:
+        check_model_filter(model)
     snapshot = app.store.read()
     claim_filter = ClaimFilter(model, task_class, frozenset(statuses) or None, expired)
     indexes = list(select(snapshot, claim_filter, app.as_of))
@@ -191,7 +193,7 @@ Example:
     "evidence_texts",
     multiple=True,
     required=True,
-    help="eval:REPORT[:case1,case2] or journal:RUN:ENTRY (repeatable).",
+    help="eval:REPORT_ID[#case1,case2] or journal:RUN_ID:ENTRY (repeatable).",
 )
 @click.option("--confidence", type=confidence_choice, default="low")
 @click.option("--id", "claim_id", default=None, help="Claim id (default note/<subject>/...).")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,11 @@ _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "ht
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
 _litellm: Any = None
+_NO_CREDENTIALS = re.compile(
+    r"missing credentials|api[_ ]key (must|is|was) (be set|required|not (set|provided))|"
+    r"invalid api key|incorrect api key",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,13 @@ def classify(error: BaseException, secrets: list[str]) -> ProviderFailure:
         message = message[:497] + "..."
     if isinstance(error, asyncio.TimeoutError | TimeoutError | litellm.Timeout):
         return ProviderFailure(message, retryable=True)
+    if isinstance(error, litellm.AuthenticationError) or _NO_CREDENTIALS.search(message):
+        # A missing or refused key does not come back on a retry, whatever status wraps it.
+        return ProviderFailure(
+            message + " (no usable API key: set params.api_key_env to the variable holding it)",
+            retryable=False,
+            status_code=getattr(error, "status_code", None),
+        )
     status = getattr(error, "status_code", None)
     if isinstance(error, litellm.APIConnectionError):
         return ProviderFailure(message, retryable=True, status_code=status)

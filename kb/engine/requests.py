@@ -239,9 +239,7 @@ def credential_issues(models: Sequence[ModelSpec]) -> list[str]:
     for spec in models:
         name = spec.params.get("api_key_env")
         if name is not None and not os.environ.get(str(name)):
-            issues.append(
-                f"{spec.key}: params.api_key_env names {name}, which is not set in the environment"
-            )
+            issues.append(f"{spec.key}: {name} is not set in the environment")
     return issues
 
 

@@ -161,8 +161,8 @@ def _jsonl(text: str, where: str, issues: list[str]) -> Iterator[Record]:
             continue
         try:
             value = json.loads(line)
-        except ValueError as exc:
-            issues.append(f"{where}:{number}: not valid JSON: {exc}")
+        except json.JSONDecodeError as exc:
+            issues.append(f"{where}:{number}: not valid JSON: {exc.msg} at column {exc.colno}")
             continue
         if not isinstance(value, dict):
             issues.append(f"{where}:{number}: a record must be a JSON object")
@@ -202,6 +202,39 @@ def _csv(text: str, where: str, issues: list[str]) -> Iterator[Record]:
         start = reader.line_num + 1
 
 
+def placeholders(text: str) -> list[str]:
+    """The ``{field}`` names a template uses, in order."""
+    return [m.group(1) for m in _PLACEHOLDER.finditer(text) if m.group(1)]
+
+
+def fields_used(spec: DatasetSpec) -> list[str]:
+    """Every record field a dataset's mapping, templates and graders read."""
+    names: list[str] = []
+    mapped = spec.fields
+    for field in (mapped.name, mapped.system, mapped.expected, spec.task_class_field):
+        if field:
+            names.append(field)
+    if spec.prompt_template is not None:
+        names += placeholders(spec.prompt_template)
+    else:
+        names.append(mapped.prompt or "prompt")
+    if spec.system_template is not None:
+        names += placeholders(spec.system_template)
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            names.extend(placeholders(value))
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+
+    walk(spec.graders or [])
+    return list(dict.fromkeys(names))
+
+
 def sample_key(seed: int, name: str) -> str:
     """The order a ``sample`` keeps records in: sha256 of the seed and the case name."""
     return hashlib.sha256(f"{seed}\0{name}".encode()).hexdigest()
@@ -215,15 +248,20 @@ def load_dataset(spec: DatasetSpec, base: Path, issues: list[str]) -> list[Locat
     built: list[LocatedCase] = []
     # The same problem on every record (a grader typo) is said once, with a count.
     found: dict[str, list[str]] = {}
+    used = fields_used(spec)
     for record in read_records(path, issues, where):
         at = f"{where}:{record.line}"
+        missing = [name for name in used if name not in record.values]
+        if missing:
+            names = ", ".join(repr(name) for name in missing)
+            fields = ", ".join(record.values) or "none"
+            plural = "s" if len(missing) > 1 else ""
+            found.setdefault(f"no field{plural} {names} (the record has: {fields})", []).append(at)
+            continue
         try:
             case = _case(spec, record, path.stem)
-        except KeyError as missing:
-            fields = ", ".join(record.values) or "none"
-            found.setdefault(f"no field {missing.args[0]!r} (the record has: {fields})", []).append(
-                at
-            )
+        except KeyError as missing_field:  # pragma: no cover - fields_used names every field
+            found.setdefault(f"no field {missing_field.args[0]!r}", []).append(at)
             continue
         except ValidationError as exc:  # before ValueError: pydantic's is one
             for issue in validation_issues("", exc):

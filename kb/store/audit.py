@@ -11,7 +11,7 @@ from typing import Any
 
 from kb.errors import ConfigError
 from kb.store.diff import Side, StoreDiff, diff_snapshots
-from kb.store.filestore import ARCHIVED_TRAILER, KnowledgeStore
+from kb.store.filestore import ARCHIVED_TRAILER, KnowledgeStore, canary_baselines_path
 from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store
 
 
@@ -37,11 +37,24 @@ def claim_history(store: KnowledgeStore, claim_id: str) -> list[ClaimEvent] | No
         blob = git.blob_in(commit.oid)
         current = _find_claim(git.read_blob(blob), claim_id) if blob else None
         if current != previous:
-            events.append(
-                ClaimEvent(commit.oid, commit.date, commit.subject, _describe(previous, current))
-            )
+            change = _describe(previous, current)
+            if current is not None and current.get("status") == "archived" and "→" in change:
+                reason = _archive_reason(commit.body, claim_id)
+                change += f" ({reason})" if reason else ""
+            elif current is not None and current.get("status") == "stale" and "→" in change:
+                change += " (canary-drift)"
+            events.append(ClaimEvent(commit.oid, commit.date, commit.subject, change))
         previous = current
     return events
+
+
+def _archive_reason(body: str, claim_id: str) -> str | None:
+    """The reason a commit's ``Kb-Archived`` trailer gives for ``claim_id``."""
+    prefix = f"{ARCHIVED_TRAILER}: {claim_id} "
+    for line in body.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix) :].strip()
+    return None
 
 
 def _find_claim(data: bytes, claim_id: str) -> dict[str, Any] | None:
@@ -127,10 +140,25 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
                     f"{last_version} (must rise by exactly 1)"
                 )
             last_version = snapshot.version
+    issues.extend(_beside_issues(store))
     if issues:
         raise ConfigError(str(store.path), issues)
     assert current is not None
     return VerifyReport(current.version, len(current.claims), checked)
+
+
+def _beside_issues(store: KnowledgeStore) -> list[str]:
+    """The canary baselines file beside the store must be one kb can read."""
+    path = canary_baselines_path(store.path)
+    if not path.exists():
+        return []
+    try:
+        document = json.loads(path.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return [f"{path.name}: not valid JSON: {exc}"]
+    if not isinstance(document, dict) or not isinstance(document.get("subjects"), dict):
+        return [f"{path.name}: not a canary baselines file (no subjects table)"]
+    return []
 
 
 def snapshot_at(store: KnowledgeStore, rev: str) -> tuple[Snapshot, Side, str]:

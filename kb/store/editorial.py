@@ -23,19 +23,24 @@ from kb.store.ttl import claim_expiry, format_instant
 
 
 def parse_evidence(text: str) -> EvalEvidence | JournalEvidence:
-    """``eval:REPORT_ID[:case1,case2]`` or ``journal:RUN_ID:ENTRY_REF`` → evidence."""
+    """``eval:REPORT_ID[#case1,case2]`` or ``journal:RUN_ID:ENTRY_REF`` → evidence.
+
+    A report id keeps its colons (kb's own ids hold an ISO instant); the
+    case names follow a ``#``.
+    """
     kind, _, rest = text.partition(":")
     if kind == "eval" and rest:
-        report, _, cases = rest.partition(":")
+        report, _, cases = rest.partition("#")
         case_ids = [case for case in cases.split(",") if case] if cases else []
-        return EvalEvidence(kind="eval", reportId=report, caseIds=case_ids)
+        if report:
+            return EvalEvidence(kind="eval", reportId=report, caseIds=case_ids)
     if kind == "journal" and rest:
         run_id, _, entry = rest.rpartition(":")
         if run_id and entry.isdigit():
             return JournalEvidence(kind="journal", runId=run_id, entryRef=int(entry))
     raise ConfigError(
         "--evidence",
-        f"{text!r} must be 'eval:REPORT_ID[:case1,case2]' or 'journal:RUN_ID:ENTRY_REF'",
+        f"{text!r} must be 'eval:REPORT_ID[#case1,case2]' or 'journal:RUN_ID:ENTRY_REF'",
     )
 
 
@@ -94,7 +99,12 @@ def human_gate(
 
 
 def deprecate_ops(snapshot: Snapshot, model: str) -> list[Op]:
-    """Archive (``deprecated``) every active or stale claim about ``model``, any effort."""
+    """Archive (``deprecated``) every active or stale claim about ``model``, any effort.
+
+    A model no claim has ever been about is refused: most likely a typo.
+    """
+    if not any(claim.model == model for claim in snapshot.claims):
+        raise ConfigError("deprecate", f"no claim in the store is about {model!r}")
     return [
         ArchiveClaim(claim.id, "deprecated")
         for claim in snapshot.claims
@@ -103,7 +113,10 @@ def deprecate_ops(snapshot: Snapshot, model: str) -> list[Op]:
 
 
 def archive_ops(snapshot: Snapshot, claim_id: str, reason: ArchiveReason) -> list[Op]:
-    """One archive op, after checking the claim exists (a clear error otherwise)."""
-    if snapshot.get(claim_id) is None:
+    """One archive op, after checking the claim can be archived (a clear error otherwise)."""
+    claim = snapshot.get(claim_id)
+    if claim is None:
         raise ConfigError("archive", f"no claim with id {claim_id!r}")
+    if claim.status in ("archived", "superseded"):
+        raise ConfigError("archive", f"claim {claim_id!r} is already {claim.status}")
     return [ArchiveClaim(claim_id, reason)]

@@ -75,7 +75,9 @@ class CommitContext:
         head = f"kb: {self.action}" + (f" {self.label}" if self.label else "")
         what = counts.describe() if counts is not None else "empty store"
         if note:
-            what = note if what == "no changes" else f"{what}, {note}"
+            if what == "no changes":
+                return f"{head}: {note} (store v{version}, claims unchanged)"
+            what = f"{what}, {note}"
         return f"{head}: {what} (store v{version})"
 
     def trailers(self, version: int) -> list[tuple[str, str]]:
@@ -123,6 +125,11 @@ class CommitResult:
     def ops(self) -> tuple[Op, ...]:
         """The ops this commit applied."""
         return self.change.ops
+
+
+def canary_baselines_path(store_path: Path) -> Path:
+    """``rulvar.models.canary.json`` beside ``rulvar.models.json``."""
+    return store_path.with_name(store_path.name.removesuffix(".json") + ".canary.json")
 
 
 def validate_attempts(attempts: object) -> int:

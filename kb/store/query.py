@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kb.errors import ConfigError
+from kb.schema import ModelRef, ModelRefError
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expired
@@ -34,6 +36,17 @@ class ClaimFilter:
         if self.expired is not None and claim_expired(claim, as_of) != self.expired:
             return False
         return True
+
+
+def check_model_filter(text: str) -> None:
+    """``provider:model`` or ``provider:model@effort``; anything else is refused."""
+    ref, at, effort = text.partition("@")
+    try:
+        ModelRef.parse(ref)
+    except ModelRefError as exc:
+        raise ConfigError("--model", str(exc)) from None
+    if at and not effort:
+        raise ConfigError("--model", f"{text!r}: an effort must follow '@'")
 
 
 def ttl_state(claim: ModelClaim, as_of: int) -> str:

@@ -208,7 +208,8 @@ def _parse_store(text: str, source: str) -> Snapshot:
         if computed != stored_hash:
             issues.append(
                 f"hash: does not match the claims (stored {stored_hash}, computed {computed}); "
-                "the file was edited without rehashing"
+                "the file was edited by hand: restore it (git restore FILE) and change claims "
+                "through kb (note, archive, deprecate)"
             )
     if issues:
         raise ConfigError(source, issues)

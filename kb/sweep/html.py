@@ -126,6 +126,17 @@ def _cell_td(index: int, cell: Mapping[str, Any], earlier: Sequence[CellPoint]) 
         if claim
         else ""
     )
+    for prior in cell.get("priorStands", []):
+        claim_line += (
+            f'<div class="claim" title="{esc(str(prior["claimId"]))}">prior '
+            f"{esc(str(prior['polarity']))} stands"
+            + (" (hysteresis)" if outcome != "incomplete" else "")
+            + "</div>"
+        )
+    repeats = cell.get("repeats")
+    if repeats:
+        flaky = sum(1 for case in cell.get("cases", []) if case["stability"] == "flaky")
+        claim_line = f'<div class="note">x{repeats} repeats · {flaky} flaky</div>' + claim_line
     colour = OUTCOME_COLOURS.get(outcome, "#57606a")
     return (
         f'<td{style} data-outcome="{esc(outcome)}" data-cell="cell-{index}">'

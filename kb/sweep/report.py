@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kb.canary import STATUS_WORDS
 from kb.store.canonical import to_fixed_2
 from kb.store.ttl import format_instant
 from kb.sweep.html import subject_key_of
-from kb.sweep.report_json import report_body
+from kb.sweep.report_json import pool_json, report_body
 from kb.sweep.run import SweepPlan, SweepReport
 
 
@@ -29,9 +30,9 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
         for member in plan.pool
     ]
     cap = plan.spec.budgets.max_total_usd
+    judges = f", up to {plan.judge_runs_max} judge runs" if plan.judge_runs_max else ""
     lines.append(
-        f"planned: {len(plan.target_runs)} target runs, up to {plan.judge_runs_max} judge runs, "
-        f"{plan.canary_probes} canary probes"
+        f"planned: {len(plan.target_runs)} target runs{judges}, {plan.canary_probes} canary probes"
     )
     forecast = plan.forecast
     line = f"worst-case authorized spend: ${forecast.worst_usd:.4f} (cap {_money(cap)})"
@@ -58,6 +59,30 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     return "\n".join(lines)
 
 
+def plan_json(plan: SweepPlan) -> dict[str, Any]:
+    """``--dry-run --json``: every run the sweep would make, with its rendered prompt."""
+    forecast = plan.forecast
+    return {
+        "reportId": plan.report_id,
+        "observedAt": format_instant(plan.observed_at),
+        "pool": [pool_json(member) for member in plan.pool],
+        "worstCaseUsd": forecast.worst_usd,
+        "capUsd": plan.spec.budgets.max_total_usd,
+        "refusedRuns": forecast.refused,
+        "runs": [
+            {
+                "label": run.label,
+                "model": run.spec.key,
+                "ceilingUsd": run.ceiling_usd,
+                "messages": [dict(message) for message in run.request.messages],
+            }
+            for run in plan.target_runs
+        ],
+        "judgeRunsMax": plan.judge_runs_max,
+        "canaryProbes": plan.canary_probes,
+    }
+
+
 def report_json(report: SweepReport) -> dict[str, Any]:
     """The ``--json`` report: the report body and every run's evidence record."""
     body = report_body(
@@ -75,6 +100,8 @@ def report_json(report: SweepReport) -> dict[str, Any]:
 def _count(cell: Mapping[str, Any]) -> str:
     """``7/8 of 8`` cases passed of measured of planned; with repeats, the flaky count too."""
     n, planned = int(cell["n"]), int(cell["plannedN"])
+    if n == 0:
+        return f"no result (0 of {planned} measured)"
     if "repeats" not in cell:
         return f"{round(float(cell['passRate']) * n)}/{n} of {planned}"
     flaky = sum(1 for case in cell.get("cases", []) if case["stability"] == "flaky")
@@ -108,13 +135,19 @@ def summary_text(body: Mapping[str, Any], git_commit: str | None = None) -> str:
     lines = ["cells:"]
     for cell in body["cells"]:
         low, high = cell["wilson95"]
+        rate = (
+            f"passRate {to_fixed_2(cell['passRate'])} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
+            if int(cell["n"])
+            else ""
+        )
         line = (
-            f"  {subject_key_of(cell):<28} {cell['taskClass']:<22} {_count(cell)}  passRate "
-            f"{to_fixed_2(cell['passRate'])} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
+            f"  {subject_key_of(cell):<28} {cell['taskClass']:<22} {_count(cell)}  {rate}"
             f"${float(cell['totalCostUsd']):.4f}  {cell['outcome']}"
         )
         if cell.get("incompleteReason"):
             line += f" ({cell['incompleteReason']})"
+        for prior in cell.get("priorStands", []):
+            line += f"; prior {prior['polarity']} stands: {prior['claimId']}"
         lines.append(line)
         if cell.get("firstError"):
             lines.append(f"    first error: {cell['firstError']}")
@@ -130,7 +163,9 @@ def summary_text(body: Mapping[str, Any], git_commit: str | None = None) -> str:
         )
         lines.append(f"  - {entry['claimId']}: {how}")
     for entry in body.get("canary", []):
-        lines.append(f"canary {subject_key_of(entry)}: {entry['status']}")
+        flipped = f", {len(entry['flipped'])} claims flipped stale" if entry.get("flipped") else ""
+        words = STATUS_WORDS.get(str(entry["status"]), str(entry["status"]))
+        lines.append(f"canary {subject_key_of(entry)}: {words}{flipped}")
     if "committedVersion" in body:
         git = f" [git {git_commit[:12]}]" if git_commit else ""
         lines.append(f"committed: store v{body['committedVersion']}{git}")

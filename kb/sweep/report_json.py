@@ -13,15 +13,21 @@ from typing import TYPE_CHECKING, Any
 from kb.store.models import ModelClaim, claim_to_wire
 from kb.store.ttl import format_instant
 from kb.sweep.cells import SweepCell
-from kb.sweep.falsify import Retirement
+from kb.sweep.falsify import Retirement, live_eval_claims
 from kb.sweep.pool import PoolMember
 
 if TYPE_CHECKING:
     from kb.sweep.run import SweepPlan
 
 
-def cell_json(cell: SweepCell, outcome: str, claim_id: str | None) -> dict[str, Any]:
-    """One ``cells[]`` entry (camelCase; optional keys only when they apply)."""
+def cell_json(
+    cell: SweepCell, outcome: str, claim_id: str | None, stands: Sequence[ModelClaim] = ()
+) -> dict[str, Any]:
+    """One ``cells[]`` entry (camelCase; optional keys only when they apply).
+
+    ``stands``: earlier claims of the cell that this sweep left in place (the
+    interval gate's hysteresis, or an incomplete cell).
+    """
     entry: dict[str, Any] = cell.member.subject.to_wire()
     entry.update(
         taskClass=cell.task_class,
@@ -59,6 +65,11 @@ def cell_json(cell: SweepCell, outcome: str, claim_id: str | None) -> dict[str, 
     entry["outcome"] = outcome
     if claim_id is not None:
         entry["claimId"] = claim_id
+    if stands:
+        entry["priorStands"] = [
+            {"claimId": claim.id, "polarity": claim.polarity, "status": claim.status}
+            for claim in stands
+        ]
     return entry
 
 
@@ -85,6 +96,13 @@ def report_body(
 ) -> dict[str, Any]:
     """The report without its runs: what ``--json`` prints and the evidence report file holds."""
     gate = plan.spec.gate
+    live = live_eval_claims(plan.snapshot)
+    gone = {r.claim_id for r in retired}
+
+    def stands(cell: SweepCell) -> list[ModelClaim]:
+        key = (cell.member.ref, cell.member.effort, cell.task_class)
+        return [claim for _, claim in live.get(key, []) if claim.id not in gone]
+
     body: dict[str, Any] = {
         "reportId": plan.report_id,
         "observedAt": format_instant(plan.observed_at),
@@ -98,7 +116,7 @@ def report_body(
         "worstCaseUsd": plan.worst_case_usd,
         "spentUsd": spent_usd,
         "cells": [
-            cell_json(cell, cell.outcome(gate), claim.id if claim else None)
+            cell_json(cell, cell.outcome(gate), claim.id if claim else None, stands(cell))
             for cell, claim in cells
         ],
         "claims": [claim_to_wire(claim) for _, claim in cells if claim is not None],

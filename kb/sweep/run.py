@@ -30,7 +30,7 @@ from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, vali
 from kb.store.models import ModelClaim
 from kb.store.ops import EvalCommitterGate
 from kb.store.snapshot import Snapshot
-from kb.store.ttl import format_instant
+from kb.store.ttl import format_instant, parse_instant
 from kb.sweep.cells import SweepCell, cell_claim, claim_id, group_cells
 from kb.sweep.evidence import (
     DEFAULT_EVIDENCE_DIR,
@@ -41,7 +41,7 @@ from kb.sweep.evidence import (
     render_report,
     render_runs,
 )
-from kb.sweep.falsify import Retirement, retirements, sweep_ops
+from kb.sweep.falsify import Retirement, live_eval_claims, retirements, sweep_ops
 from kb.sweep.pool import PoolMember, build_pool
 from kb.sweep.report_json import report_body
 from kb.sweep.spec import SweepSpec
@@ -143,6 +143,31 @@ def shard_of(member_key: str, task_class: str, total: int) -> int:
     return int(digest, 16) % total + 1
 
 
+def _refuse_backdating(snapshot: Snapshot, pairs: Sequence[CaseRun], observed_at: int) -> None:
+    """A committing sweep may not be older than the live claims it would retire.
+
+    Otherwise a replayed old night would supersede newer knowledge with an
+    older, possibly expired, measurement.
+    """
+    live = live_eval_claims(snapshot)
+    cells = {(p.member.ref, p.member.effort, p.case.task_class) for p in pairs}
+    newer = [
+        claim
+        for key in cells
+        for _, claim in live.get(key, [])
+        if parse_instant(claim.observed_at) > observed_at
+    ]
+    if newer:
+        first = min(newer, key=lambda claim: claim.id)
+        raise ConfigError(
+            "--observed-at",
+            f"{format_instant(observed_at)} is older than {len(newer)} live claim"
+            f"{'s' if len(newer) != 1 else ''} this sweep would retire (e.g. {first.id}, "
+            f"observed {first.observed_at}); measure at a later instant, or replay the old "
+            "night with --no-commit",
+        )
+
+
 def plan_case_runs(
     spec: SweepSpec, pool: Sequence[PoolMember], shard: tuple[int, int] | None = None
 ) -> list[CaseRun]:
@@ -205,6 +230,8 @@ def prepare_sweep(
             f"{report_id!r} was already used: claim {taken[0]!r} exists; pass a new "
             "--report-id or --observed-at",
         )
+    if commit:
+        _refuse_backdating(snapshot, pairs, observed_at)
     return SweepPlan(
         spec=spec,
         report_id=report_id,

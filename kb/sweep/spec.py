@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from kb.engine.providers.scripted import ScriptedModel
-from kb.engine.requests import ModelSpec, provider_issue
+from kb.engine.requests import ModelSpec, credential_issues, provider_issue
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
@@ -199,8 +199,12 @@ def load_canary_file(path: Path) -> CanarySection:
 _TOP_LEVEL = ("sweep", "budgets", "models", "cases", "datasets", "include", "canary")
 
 
-def load_spec(path: Path | str) -> SweepSpec:
-    """Load and validate a sweep spec; raise one ``ConfigError`` listing every problem."""
+def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
+    """Load and validate a sweep spec; raise one ``ConfigError`` listing every problem.
+
+    With ``credentials`` every ``api_key_env`` (of a model or a judge) must name a
+    variable that is set (a replay needs no key, so callers choose).
+    """
     path = Path(path)
     raw = read_toml(path, "spec")
     base = path.resolve().parent
@@ -234,9 +238,31 @@ def load_spec(path: Path | str) -> SweepSpec:
         issues.extend(_budget_issues(sweep, budgets, cases, canary))
     if not cases and not issues:
         issues.append("cases: the spec (with its includes) has no cases")
+    if credentials:
+        issues.extend(_credential_issues(raw, cases))
     if issues or sweep is None:
         raise ConfigError(str(path), issues)
     return SweepSpec(path, sweep, budgets or Budgets(), tuple(models), tuple(cases), canary)
+
+
+def _credential_issues(raw: Mapping[str, Any], cases: Sequence[Case]) -> list[str]:
+    entries = raw.get("models", [])
+    where = [
+        (f"models[{index}].params.api_key_env", item.get("params", {}))
+        for index, item in enumerate(entries if isinstance(entries, list) else [])
+        if isinstance(item, dict) and isinstance(item.get("params", {}), dict)
+    ]
+    where += [
+        (f"cases {case.name!r}: judge {grader.model} params.api_key_env", grader.params)
+        for case in cases
+        for grader in case.graders
+        if isinstance(grader, JudgeGrader)
+    ]
+    found = []
+    for path, params in where:
+        for issue in credential_issues([ModelSpec("a:b", None, params)]):
+            found.append(f"{path}: {issue.split(': ', 1)[1]}")
+    return list(dict.fromkeys(found))
 
 
 def _table_list(raw: Mapping[str, Any], key: str, issues: list[str]) -> list[Any]:
