@@ -13,12 +13,15 @@ store publishes its git commit between the two steps.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 TEMP_SUFFIX = ".kb-tmp"
 
@@ -52,18 +55,48 @@ def _target_named(temp: Path, path: Path) -> Iterator[None]:
 
 def write_temp_beside(path: Path, data: bytes) -> Path:
     """``data`` in a new, fsynced temp file next to ``path`` with ``path``'s mode."""
+    temp, _ = stream_temp_beside(path, lambda handle: handle.write(data))
+    return temp
+
+
+class _Digesting(io.RawIOBase):
+    """A write-only stream that hashes what passes through it."""
+
+    def __init__(self, target: IO[bytes]) -> None:
+        self._target = target
+        self.sha256 = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = bytes(data)
+        self.sha256.update(view)
+        self._target.write(view)
+        return len(view)
+
+
+def stream_temp_beside(path: Path, fill: Callable[[IO[bytes]], object]) -> tuple[Path, str]:
+    """A new, fsynced temp file next to ``path`` (with its mode) that ``fill`` writes.
+
+    Returns the temp file and the sha256 of what was written, so a large file
+    is never held in memory to be written or hashed.
+    """
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     temp = Path(name)
     with _target_named(temp, path):
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        with os.fdopen(fd, "wb") as raw:
+            digesting = _Digesting(raw)
+            with io.BufferedWriter(digesting, buffer_size=1 << 20) as buffered:
+                fill(buffered)
+                buffered.flush()
+            raw.flush()
+            os.fsync(raw.fileno())
         os.chmod(temp, _mode_for(path))
-    return temp
+    return temp, digesting.sha256.hexdigest()
 
 
 def replace_with(temp: Path, path: Path) -> None:

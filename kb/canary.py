@@ -36,9 +36,8 @@ from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
-from kb.store.models import ModelClaim
 from kb.store.ops import MarkStale, Op
-from kb.store.snapshot import Snapshot
+from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.sweep.pool import build_pool
 from kb.sweep.spec import SweepSpec
 
@@ -210,11 +209,11 @@ def measure_canaries(
     return canaries
 
 
-def _fingerprinted(snapshot: Snapshot, member: ModelSpec) -> list[ModelClaim]:
+def _fingerprinted(snapshot: Snapshot, member: ModelSpec) -> list[ClaimEntry]:
     """Active eval-measured claims of the member that recorded a canary fingerprint."""
     return [
         claim
-        for claim in snapshot.claims
+        for claim in snapshot.entries
         if claim.status == "active"
         and claim.claim_class == "eval-measured"
         and claim.model == member.ref

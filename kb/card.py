@@ -37,7 +37,7 @@ from pydantic import Field, ValidationError, model_validator
 from kb.errors import ConfigError
 from kb.schema import ModelRefText, StrictModel, subject_key, validation_issues
 from kb.store.models import ModelClaim
-from kb.store.ttl import claim_expired, format_instant, parse_instant
+from kb.store.ttl import claim_expired, format_instant, stored_instant
 from kb.tomlfile import read_toml
 
 CARD_BUDGET_CHARS = 4096
@@ -272,7 +272,7 @@ def _note_lines(
         ]
         if not places:
             continue
-        observed = parse_instant(claim.observed_at)
+        observed = stored_instant(claim.observed_at)
         lines = (
             f"- {format_instant(observed)[:10]}, {', '.join(places)}, {claim.task_class}: "
             f"{claim.polarity} — {tier_relative(claim.statement, ladders)} ({EDITORIAL_MARK})"

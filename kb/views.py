@@ -115,8 +115,8 @@ def claims_json(snapshot: Snapshot, indexes: Iterable[int], as_of: int, *, plain
     """
     items: list[dict[str, Any]] = []
     for index in indexes:
-        item = dict(snapshot.wire[index])
-        item["ttl"] = ttl_state(snapshot.claims[index], as_of)
+        item = snapshot.wire_at(index)
+        item["ttl"] = ttl_state(snapshot.entries[index], as_of)
         items.append(item)
     if plain:
         return json.dumps(items, indent=2, ensure_ascii=False)

@@ -125,7 +125,9 @@ plain_scalars = (
     | st.booleans()
     | st.integers(-(2**53), 2**53)
     | finite.filter(lambda x: not x.is_integer() and "e" not in repr(x))
-    | st.text(st.characters(exclude_categories=["Cs"]))
+    # Astral characters take the slow path anywhere: stores keep unknown keys of any
+    # character, and Python and JCS sort keys differently only around them.
+    | st.text(st.characters(exclude_categories=["Cs"], max_codepoint=0xFFFF))
 )
 plain_values = json_trees(plain_scalars, ASCII_KEYS)
 
@@ -145,8 +147,6 @@ ascii_keyed_values = json_trees(json_scalars, ASCII_KEYS)
 @given(ascii_keyed_values)
 @settings(max_examples=300)
 def test_parse_json_flags_every_value_the_fast_path_would_misprint(value: Any) -> None:
-    # Keys are the one thing parse_json does not vet: the store only takes the fast
-    # path after its schema has accepted every key (all ASCII field names).
     parsed, plain = parse_json(js_stringify(value))
     if plain:
         assert fast_canonical_json(parsed) == canonical_json(parsed)

@@ -78,8 +78,8 @@ def list_command(
     if as_json:
         click.echo(claims_json(snapshot, indexes, app.as_of, plain=snapshot.js_plain))
     else:
-        chosen = [snapshot.claims[i] for i in indexes]
-        click.echo(format_claims(chosen, len(snapshot.claims), app.as_of))
+        chosen = [snapshot.claim_at(i) for i in indexes]
+        click.echo(format_claims(chosen, len(snapshot), app.as_of))
 
 
 @cli.command()
@@ -158,7 +158,7 @@ def queue(app: App) -> None:
     """List the remeasurement queue: active eval-measured claims that have expired."""
     from kb.store.ttl import remeasurement_queue
 
-    due = remeasurement_queue(app.store.read().claims, app.as_of)
+    due = remeasurement_queue(app.store.read().entries, app.as_of)
     for claim in due:
         fields = (claim.subject_key, claim.task_class, claim.id, f"expired {claim.expires_at}")
         click.echo("\t".join(fields))

@@ -16,7 +16,7 @@ from typing import Any
 from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
-from kb.store.ttl import format_instant, parse_instant
+from kb.store.ttl import format_instant, stored_instant
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def diff_snapshots(
             elif claim.status == "stale":
                 staled.append(claim)
         if claim.status == "active":
-            ends = parse_instant(claim.expires_at)
+            ends = stored_instant(claim.expires_at)
             if before_side.at < ends <= after_side.at:
                 expired.append(claim)
     return StoreDiff(

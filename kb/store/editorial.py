@@ -103,11 +103,11 @@ def deprecate_ops(snapshot: Snapshot, model: str) -> list[Op]:
 
     A model no claim has ever been about is refused: most likely a typo.
     """
-    if not any(claim.model == model for claim in snapshot.claims):
+    if not any(claim.model == model for claim in snapshot.entries):
         raise ConfigError("deprecate", f"no claim in the store is about {model!r}")
     return [
         ArchiveClaim(claim.id, "deprecated")
-        for claim in snapshot.claims
+        for claim in snapshot.entries
         if claim.model == model and claim.status in ("active", "stale")
     ]
 

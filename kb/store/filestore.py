@@ -31,16 +31,21 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kb.atomicfile import replace_with, temp_files_beside, write_temp_beside
+from kb.atomicfile import (
+    replace_with,
+    stream_temp_beside,
+    temp_files_beside,
+    write_temp_beside,
+)
 from kb.errors import CasAttemptsExhausted, ConfigError, GitError, KnowledgeCasError
 from kb.store import verified
 from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, ArchiveClaim, Op, OpCounts, apply_ops
 from kb.store.snapshot import (
     EMPTY_SNAPSHOT,
     Snapshot,
+    index_store,
     parse_store,
-    parse_verified_store,
-    render_store,
+    write_store,
 )
 
 if TYPE_CHECKING:
@@ -139,6 +144,18 @@ def validate_attempts(attempts: object) -> int:
     return attempts
 
 
+FileStamp = tuple[int, int, int] | None
+"""(inode, size, mtime in ns) of the store file as read; ``None`` when it did not exist."""
+
+
+def _stamp(path: Path) -> FileStamp:
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
+
+
 def read_store_file(path: Path) -> Snapshot:
     """Read and validate the store at ``path``; a missing file is version 0."""
     try:
@@ -147,14 +164,10 @@ def read_store_file(path: Path) -> Snapshot:
         return EMPTY_SNAPSHOT
     except IsADirectoryError:
         raise ConfigError(str(path), "is a directory, not a store file") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), f"not UTF-8 text: {exc}") from None
     content = verified.digest(data)
     if verified.is_verified(content):
-        return parse_verified_store(text)
-    snapshot = parse_store(text, str(path))
+        return index_store(data)
+    snapshot = parse_store(data, str(path))
     verified.remember(content)
     return snapshot
 
@@ -223,6 +236,11 @@ class KnowledgeStore:
         """The current snapshot (validated; a missing file is version 0)."""
         return read_store_file(self.path)
 
+    def _read_with_stamp(self) -> tuple[Snapshot, FileStamp]:
+        # The stamp first: a change between the two is then seen at commit time.
+        stamp = _stamp(self.path)
+        return self.read(), stamp
+
     def read_only(self) -> ReadOnlyStore:
         """A handle for code that must not write (runs, graders)."""
         return ReadOnlyStore(self.path)
@@ -273,12 +291,14 @@ class KnowledgeStore:
                     head = self._prepare()
                     if target is not None and (head is None or head[0] != target.local_ref):
                         raise GitError(f"--push: HEAD is no longer {target.local_ref}")
-                    snapshot = self.read()
+                    snapshot, stamp = self._read_with_stamp()
                     built = build_ops(snapshot)
                     change = built if isinstance(built, Change) else Change(tuple(built))
                     if not change:
                         return None
-                    result = self._commit_locked(change, snapshot.version, context, head)
+                    result = self._commit_locked(
+                        change, snapshot.version, context, head, current=(snapshot, stamp)
+                    )
                     if target is not None:
                         self._push_or_catch_up(target, result, final=attempt == attempts)
                     return replace(result, attempts=attempt)
@@ -345,7 +365,7 @@ class KnowledgeStore:
             if self.path.exists():
                 raise ConfigError(str(self.path), "a store already exists here")
             self._publish(
-                render_store(EMPTY_SNAPSHOT),
+                EMPTY_SNAPSHOT,
                 {},
                 head,
                 context.subject(None, 0),
@@ -392,42 +412,49 @@ class KnowledgeStore:
         expected_version: int,
         context: CommitContext,
         head: HeadRef | None,
+        current: tuple[Snapshot, FileStamp] | None = None,
     ) -> CommitResult:
+        """Apply and publish ``change``.
+
+        ``current`` is the store as read under this lock, with its file stamp:
+        the file is read once per commit, and a writer that went around the
+        lock meanwhile (a hand edit) is caught by the stamp, not overwritten.
+        """
         if not isinstance(change, Change):
             change = Change(tuple(change))
-        current = self.read()
-        if current.version != expected_version:
+        base, stamp = current if current is not None else self._read_with_stamp()
+        if _stamp(self.path) != stamp:
+            raise KnowledgeCasError("the store file changed since it was read", expected_version)
+        if base.version != expected_version:
             raise KnowledgeCasError(
-                f"expected version {expected_version}, the store is at {current.version}",
+                f"expected version {expected_version}, the store is at {base.version}",
                 expected_version,
             )
+        snapshot: Snapshot | None = None
         if change.ops:
-            applied = apply_ops(current, change.ops, active_claims_cap=self.active_claims_cap)
-            snapshot, counts, text = (
-                applied.snapshot,
-                applied.counts,
-                render_store(applied.snapshot),
-            )
+            applied = apply_ops(base, change.ops, active_claims_cap=self.active_claims_cap)
+            snapshot, counts = applied.snapshot, applied.counts
         else:
-            snapshot, counts, text = current, OpCounts(), None
-        message = context.subject(counts, snapshot.version, change.note)
-        trailers = context.trailers(snapshot.version) + [
+            counts = OpCounts()
+        version = (snapshot or base).version
+        message = context.subject(counts, version, change.note)
+        trailers = context.trailers(version) + [
             (ARCHIVED_TRAILER, f"{op.claim_id} {op.reason}")
             for op in change.ops
             if isinstance(op, ArchiveClaim)
         ]
-        commit_oid = self._publish(text, change.files, head, message, trailers)
-        return CommitResult(snapshot, counts, commit_oid, message, change, base=current)
+        commit_oid = self._publish(snapshot, change.files, head, message, trailers)
+        return CommitResult(snapshot or base, counts, commit_oid, message, change, base=base)
 
     def _publish(
         self,
-        text: str | None,
+        snapshot: Snapshot | None,
         files: Mapping[str, bytes],
         head: HeadRef | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
     ) -> str | None:
-        """Make ``text`` the store and write ``files`` beside it.
+        """Make ``snapshot`` the store (``None``: unchanged) and write ``files`` beside it.
 
         Inside git the commit (a compare-and-swap on ``head``) is published
         first, then the files beside the store, then the store file itself;
@@ -436,11 +463,13 @@ class KnowledgeStore:
         """
         temps: dict[Path, Path] = {}
         try:
-            if text is not None:
-                data = text.encode("utf-8", "surrogatepass")
-                temps[self.path] = write_temp_beside(self.path, data)
+            if snapshot is not None:
+                temp, written = stream_temp_beside(
+                    self.path, lambda handle: write_store(snapshot, handle)
+                )
+                temps[self.path] = temp
                 # Built from validated claims with a hash kb computed: as good as a full read.
-                verified.remember(verified.digest(data))
+                verified.remember(written)
             for name, content in files.items():
                 target = self.path.parent / name
                 target.parent.mkdir(parents=True, exist_ok=True)

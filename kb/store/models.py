@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import AfterValidator, ConfigDict, Field, model_validator, with_config
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator, with_config
 from typing_extensions import TypedDict
 
 from kb.schema import (
@@ -36,7 +36,7 @@ from kb.schema import (
     subject_key,
     utf16_length,
 )
-from kb.store.ttl import InstantError, parse_instant
+from kb.store.ttl import InstantError, parse_instant, read_stored_instant
 
 __all__ = [
     "ArchiveReason",
@@ -227,3 +227,54 @@ def claim_to_wire(claim: ModelClaim) -> dict[str, Any]:
 def claim_from_wire(data: Any) -> ModelClaim:
     """Validate one wire object as a claim (raises pydantic's ``ValidationError``)."""
     return ModelClaim.model_validate(data, strict=True)
+
+
+def _stored_instant(value: str) -> str:
+    try:
+        read_stored_instant(value)
+    except InstantError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+def _has_colon(value: str) -> str:
+    if ":" not in value:
+        raise ValueError(f"model {value!r} must contain ':' (provider:model)")
+    return value
+
+
+_OPEN = ConfigDict(extra="allow", strict=True)
+
+
+@with_config(_OPEN)
+class _LenientSubject(TypedDict):
+    model: Annotated[str, AfterValidator(_has_colon)]
+
+
+@with_config(_OPEN)
+class _LenientAuthor(TypedDict):
+    kind: AuthorKind
+    id: NonEmpty
+
+
+class LenientClaim(BaseModel):
+    """What rulvar's reader checks of a claim, and no more (unknown keys are kept).
+
+    A stored claim that passes this but not :class:`ModelClaim` is read, with
+    the differences reported as warnings by ``kb verify``; kb never writes one.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, populate_by_name=True)
+
+    id: NonEmpty
+    subject: _LenientSubject
+    task_class: NonEmpty = Field(alias="taskClass")
+    polarity: Polarity
+    statement: NonEmpty
+    claim_class: ClaimClass = Field(alias="class")
+    status: ClaimStatus
+    evidence: Annotated[list[Any], Field(min_length=1)]
+    confidence: Confidence
+    observed_at: Annotated[str, AfterValidator(_stored_instant)] = Field(alias="observedAt")
+    expires_at: Annotated[str, AfterValidator(_stored_instant)] = Field(alias="expiresAt")
+    author: _LenientAuthor

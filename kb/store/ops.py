@@ -28,14 +28,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from kb.errors import ConfigError
 from kb.schema import ARCHIVE_REASONS, LIVE_STATUSES, RULED_OUT_VALUES, ArchiveReason, RuledOut
 from kb.store.models import ModelClaim, claim_to_wire
-from kb.store.snapshot import Snapshot, build_snapshot
-from kb.store.ttl import parse_instant
+from kb.store.snapshot import (
+    PatchedTexts,
+    Snapshot,
+    claims_hash_of,
+    entry_of,
+    js_plain_value,
+)
+from kb.store.ttl import stored_instant
 
 DEFAULT_ACTIVE_CLAIMS_CAP = 8
 
@@ -175,7 +181,7 @@ def _new_claim_issues(where: str, claim: ModelClaim) -> list[str]:
     issues = []
     if claim.status != "active":
         issues.append(f"{where}: a new claim must be active, not {claim.status!r}")
-    if parse_instant(claim.expires_at) <= parse_instant(claim.observed_at):
+    if stored_instant(claim.expires_at) <= stored_instant(claim.observed_at):
         issues.append(f"{where}: expiresAt must be after observedAt")
     return issues
 
@@ -185,37 +191,71 @@ class _Batch:
 
     Each op is first checked against this state (its issues collected) and
     applied only when it has none, so later ops see earlier ones: a claim
-    added in the batch can be archived in the same batch.
+    added in the batch can be archived in the same batch. Only what changes
+    is held: new statuses by position, and the appended claims.
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
-        self.wire: list[Mapping[str, Any]] = list(snapshot.wire)
-        self.claims: list[ModelClaim] = list(snapshot.claims)
-        self.index: dict[str, int] = {claim.id: i for i, claim in enumerate(snapshot.claims)}
+        self.statuses: dict[int, str] = {}
+        self.appended: list[ModelClaim] = []
+        self.appended_at: dict[str, int] = {}
         self.issues: list[str] = []
         self.added = self.superseded = self.staled = 0
         self.archived: Counter[str] = Counter()
 
     def status(self, claim_id: str) -> str | None:
-        found = self.index.get(claim_id)
-        return None if found is None else self.claims[found].status
+        position = self.appended_at.get(claim_id)
+        if position is not None:
+            return self.appended[position].status
+        found = self.snapshot.index.get(claim_id)
+        if found is None:
+            return None
+        return self.statuses.get(found, self.snapshot.entries[found].status)
 
     def append(self, claim: ModelClaim) -> None:
-        self.index[claim.id] = len(self.claims)
-        self.claims.append(claim)
-        self.wire.append(claim_to_wire(claim))
+        self.appended_at[claim.id] = len(self.appended)
+        self.appended.append(claim)
         self.added += 1
 
     def set_status(self, claim_id: str, value: str) -> None:
-        at = self.index[claim_id]
-        self.claims[at] = self.claims[at].model_copy(update={"status": value})
-        changed = dict(self.wire[at])
-        changed["status"] = value  # in place: the key keeps its position, as rulvar writes it
-        self.wire[at] = changed
+        position = self.appended_at.get(claim_id)
+        if position is not None:
+            self.appended[position] = self.appended[position].model_copy(update={"status": value})
+        else:
+            self.statuses[self.snapshot.index[claim_id]] = value
 
     def counts(self) -> OpCounts:
         return OpCounts(self.added, self.superseded, dict(self.archived), self.staled)
+
+    def active_pairs(self) -> Counter[tuple[str, str]]:
+        """Active claims per (model, task class) once the batch is applied."""
+        pairs: Counter[tuple[str, str]] = Counter()
+        for position, entry in enumerate(self.snapshot.entries):
+            if self.statuses.get(position, entry.status) == "active":
+                pairs[(entry.model, entry.task_class)] += 1
+        for claim in self.appended:
+            if claim.status == "active":
+                pairs[(claim.model, claim.task_class)] += 1
+        return pairs
+
+    def result(self) -> Snapshot:
+        """The next snapshot: the base with its changes, rendered and hashed incrementally."""
+        base = self.snapshot
+        entries = list(base.entries)
+        for position, status in self.statuses.items():
+            entries[position] = replace(entries[position], status=status)
+        wires = [claim_to_wire(claim) for claim in self.appended]
+        entries += [entry_of(wire) for wire in wires]
+        texts = PatchedTexts(base.texts, self.statuses, wires)
+        return Snapshot(
+            base.version + 1,
+            claims_hash_of(texts),
+            js_plain=base.js_plain and all(map(js_plain_value, wires)),
+            texts=texts,
+            entries=entries,
+            extra=base.extra,
+        )
 
 
 def _add(batch: _Batch, where: str, op: AddClaim) -> None:
@@ -296,20 +336,23 @@ def apply_ops(
         else:
             _mark_stale(batch, where, op)
     if not batch.issues:
-        batch.issues += _cap_issues(snapshot.claims, batch.claims, active_claims_cap)
+        batch.issues += _cap_issues(
+            _active_pairs(snapshot), batch.active_pairs(), active_claims_cap
+        )
     if batch.issues:
         raise ConfigError("ops", batch.issues)
-    next_snapshot = build_snapshot(snapshot.version + 1, batch.wire, batch.claims)
-    return AppliedBatch(snapshot=next_snapshot, counts=batch.counts())
+    return AppliedBatch(snapshot=batch.result(), counts=batch.counts())
 
 
-def _active_pairs(claims: Sequence[ModelClaim]) -> Counter[tuple[str, str]]:
-    return Counter((claim.model, claim.task_class) for claim in claims if claim.status == "active")
+def _active_pairs(snapshot: Snapshot) -> Counter[tuple[str, str]]:
+    return Counter(
+        (entry.model, entry.task_class) for entry in snapshot.entries if entry.status == "active"
+    )
 
 
-def _cap_issues(before: Sequence[ModelClaim], after: Sequence[ModelClaim], cap: int) -> list[str]:
-    old = _active_pairs(before)
-    new = _active_pairs(after)
+def _cap_issues(
+    old: Counter[tuple[str, str]], new: Counter[tuple[str, str]], cap: int
+) -> list[str]:
     return [
         f"cap: {count} active claims for ({model}, {task_class}) exceed the cap of {cap}; "
         "archive or supersede older ones in the same batch"

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from kb.errors import ConfigError
 from kb.schema import ModelRef, ModelRefError
-from kb.store.models import ModelClaim
-from kb.store.snapshot import Snapshot
+from kb.store.snapshot import ClaimView, Snapshot
 from kb.store.ttl import claim_expired
 
 
@@ -23,7 +22,7 @@ class ClaimFilter:
     expired: bool | None = None
     """``True`` only expired, ``False`` only unexpired, at the filter's instant."""
 
-    def matches(self, claim: ModelClaim, as_of: int) -> bool:
+    def matches(self, claim: ClaimView, as_of: int) -> bool:
         """Whether ``claim`` passes every constraint at instant ``as_of`` (ms)."""
         if self.model is not None:
             target = claim.subject_key if "@" in self.model else claim.model
@@ -49,13 +48,13 @@ def check_model_filter(text: str) -> None:
         raise ConfigError("--model", f"{text!r}: an effort must follow '@'")
 
 
-def ttl_state(claim: ModelClaim, as_of: int) -> str:
+def ttl_state(claim: ClaimView, as_of: int) -> str:
     """``holds`` or ``expired`` at ``as_of``."""
     return "expired" if claim_expired(claim, as_of) else "holds"
 
 
 def select(snapshot: Snapshot, claim_filter: ClaimFilter, as_of: int) -> Iterator[int]:
-    """Indexes (into ``snapshot.claims`` and ``snapshot.wire``) of the matching claims."""
-    for index, claim in enumerate(snapshot.claims):
-        if claim_filter.matches(claim, as_of):
+    """Positions of the matching claims (decided on the light entries, nothing parsed)."""
+    for index, entry in enumerate(snapshot.entries):
+        if claim_filter.matches(entry, as_of):
             yield index

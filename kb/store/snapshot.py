@@ -1,71 +1,67 @@
 """Reading and writing the store file: one immutable :class:`Snapshot` per version.
 
-The read boundary refuses anything rulvar could not have written — not JSON,
-a bad version, a malformed hash, any malformed claim, duplicate ids, or a
-hash that does not match the claims — with one :class:`ConfigError` that
-lists every issue with its path. The snapshot keeps each claim twice: the
-validated :class:`ModelClaim` for logic, and the wire object exactly as read
-(key order included) so that rewriting an untouched claim changes no byte of
-it, as rulvar's own writer does.
+**What is refused.** Exactly what rulvar's reader refuses — not JSON, a bad
+version, a malformed hash, a claim without the fields rulvar checks (id,
+subject with a ``provider:model``, task class, the enums, a non-empty evidence
+list, readable instants, an author), or a hash that does not match the
+claims — with one :class:`ConfigError` listing every issue with its path.
+What rulvar accepts but kb would never write (unknown keys, a pass rate above
+1, an empty effort, a long statement, duplicate ids, an instant in a V8-only
+form …) is read, and reported as ``warnings`` (``kb verify`` prints them).
+
+**Cost independent of history.** A store file written by kb or rulvar
+(``JSON.stringify(store, null, 2)``) is read as spans: each claim's bytes are
+located with one scan, parsed one at a time (never the whole document at
+once), and kept as bytes. Logic reads a light :class:`ClaimEntry` per claim;
+a full :class:`ModelClaim` is built only when asked for. A commit re-renders
+and re-hashes only what it changed: unchanged claims are copied byte for
+byte — their unknown keys and exact integers included — and a status change
+patches one line. A file in any other layout (compact, tabs, CRLF) is read
+whole and rewritten in kb's layout.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
+import io
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 from pydantic import ValidationError
 
 from kb.errors import ConfigError
 from kb.schema import validation_issues
-from kb.store.canonical import (
-    canonical_json,
-    claims_hash,
-    fast_canonical_json,
-    js_stringify,
-    sha256_hex,
-)
-from kb.store.models import ModelClaim, claim_from_wire
+from kb.store.canonical import canonical_json, fast_canonical_json, js_stringify
+from kb.store.models import LenientClaim, ModelClaim, claim_from_wire, claim_to_wire
+from kb.store.ttl import read_stored_instant
 
 EMPTY_HASH = "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
 _HASH_FORMAT = re.compile(r"[0-9a-f]{64}")
-# A surrogate escape (\udXXX) in the text: a lone surrogate may follow, which the C
-# encoder would print raw. Conservative: escaped pairs also take the slow path.
-_NOT_PLAIN_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
 _MAX_SAFE = 2**53
+# Text a plain ``json.loads`` would read differently from ``JSON.parse`` + JCS: an
+# exponent, an integral float (``3.0``), a float below 1e-4 (Python prints 1e-05), a
+# long integer (beyond 2**53?), a surrogate escape (a lone surrogate may follow).
+# Matched only where a number can start (after ``:``, ``,``, ``[`` or a line break), so
+# the ``.000Z`` of every instant string does not count; a false alarm costs only speed.
+_NEEDS_CARE = re.compile(
+    rb"(?:^|[:,\[]|\n) *-?(?:[0-9]+\.0+|[0-9.]+[eE][+-]?[0-9]+|0\.0000[0-9]*|[0-9]{16,}[0-9.]*)"
+    rb"(?=[ \n,\]}]|$)|\\u[dD][89a-fA-F]"
+)
+_NOT_PLAIN_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+# A character beyond the BMP: Python sorts keys by code point, JCS by UTF-16 units, and
+# the two orders differ only around such characters, so their claims take the slow path.
+_ASTRAL = re.compile(rb"[\xf0-\xf4]")
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """One version of the store: what a reader sees and what a commit replaces."""
-
-    version: int
-    hash: str
-    claims: tuple[ModelClaim, ...]
-    wire: tuple[Mapping[str, Any], ...] = field(repr=False)
-    """Each claim's JSON object as stored (same order as ``claims``)."""
-    js_plain: bool = field(default=False, repr=False, compare=False)
-    """The wire data prints the same through Python's C encoder as through JavaScript."""
-
-    @cached_property
-    def by_id(self) -> dict[str, ModelClaim]:
-        """Claims indexed by id."""
-        return {claim.id: claim for claim in self.claims}
-
-    def get(self, claim_id: str) -> ModelClaim | None:
-        """The claim with this id, or ``None``."""
-        return self.by_id.get(claim_id)
-
-
-EMPTY_SNAPSHOT = Snapshot(version=0, hash=EMPTY_HASH, claims=(), wire=(), js_plain=True)
+# -- numbers as JavaScript reads them ---------------------------------------------------------
 
 
 class _NumberWatch:
@@ -105,8 +101,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def parse_json(text: str) -> tuple[Any, bool]:
-    """Parse like ``JSON.parse``; also say whether the data is JS-plain (see canonical)."""
+def parse_json(text: str | bytes) -> tuple[Any, bool]:
+    """Parse like ``JSON.parse``; also say whether the data is JS-plain (see canonical).
+
+    JS-plain data prints the same through Python's C encoder as through
+    JavaScript (and its keys sort the same), so the hash may use the former.
+    """
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if _NEEDS_CARE.search(raw) is None:
+        data = json.loads(text, parse_constant=_refuse_constant)
+        return data, _ASTRAL.search(raw) is None
     watch = _NumberWatch()
     data = json.loads(
         text,
@@ -114,8 +118,371 @@ def parse_json(text: str) -> tuple[Any, bool]:
         parse_int=watch.parse_int,
         parse_constant=_refuse_constant,
     )
-    plain = watch.js_plain and _NOT_PLAIN_TEXT.search(text) is None
-    return data, plain
+    decoded = text if isinstance(text, str) else text.decode("utf-8", "surrogatepass")
+    plain = watch.js_plain and _NOT_PLAIN_TEXT.search(decoded) is None
+    return data, plain and _ASTRAL.search(raw) is None
+
+
+def _jcs(value: Any, plain: bool) -> str:
+    return fast_canonical_json(value) if plain else canonical_json(value)
+
+
+def js_plain_value(value: Any) -> bool:
+    """Whether kb-built data prints the same through the C encoder as in JavaScript."""
+    if isinstance(value, str):
+        return not any(ord(c) > 0xFFFF or 0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return abs(value) <= _MAX_SAFE
+    if isinstance(value, float):
+        return math.isfinite(value) and not value.is_integer() and "e" not in repr(value)
+    if isinstance(value, Mapping):
+        return all(js_plain_value(k) and js_plain_value(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(js_plain_value(v) for v in value)
+    return False
+
+
+# -- the light view of a claim ----------
+
+_INTERNED: dict[str, str] = {}
+
+
+def _shared(text: str) -> str:
+    """One object per repeated string (models, task classes, a night's instants)."""
+    return _INTERNED.setdefault(text, text) if len(_INTERNED) < 200_000 else text
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimEntry:
+    """The fields logic reads, without building the whole claim."""
+
+    id: str
+    status: str
+    model: str
+    effort: str | None
+    task_class: str
+    polarity: str
+    claim_class: str
+    observed_at: str
+    expires_at: str
+    canary_fingerprint: str | None
+
+    @property
+    def subject_key(self) -> str:
+        """``model`` or ``model@effort``."""
+        return f"{self.model}@{self.effort}" if self.effort else self.model
+
+
+def entry_of(wire: Mapping[str, Any]) -> ClaimEntry:
+    """The entry of a claim's wire object (one that passed the read boundary)."""
+    subject = wire["subject"]
+    effort = subject.get("effort")
+    epoch = wire.get("modelEpoch")
+    fingerprint = epoch.get("canaryFingerprint") if isinstance(epoch, dict) else None
+    return ClaimEntry(
+        wire["id"],
+        _shared(wire["status"]),
+        _shared(subject["model"]),
+        _shared(effort) if isinstance(effort, str) and effort else None,
+        _shared(wire["taskClass"]),
+        _shared(wire["polarity"]),
+        _shared(wire["class"]),
+        _shared(wire["observedAt"]),
+        _shared(wire["expiresAt"]),
+        _shared(fingerprint) if isinstance(fingerprint, str) else None,
+    )
+
+
+class ClaimView(Protocol):
+    """What both a :class:`ClaimEntry` and a :class:`ModelClaim` tell about a claim."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def effort(self) -> str | None: ...
+    @property
+    def task_class(self) -> str: ...
+    @property
+    def polarity(self) -> str: ...
+    @property
+    def claim_class(self) -> str: ...
+    @property
+    def observed_at(self) -> str: ...
+    @property
+    def expires_at(self) -> str: ...
+    @property
+    def canary_fingerprint(self) -> str | None: ...
+    @property
+    def subject_key(self) -> str: ...
+
+
+_FIELD_OF_ALIAS = {(info.alias or name): name for name, info in ModelClaim.model_fields.items()}
+
+
+def construct_claim(wire: Mapping[str, Any]) -> ModelClaim:
+    """A :class:`ModelClaim` of a wire object that passed the read boundary (no re-check)."""
+    fields = {_FIELD_OF_ALIAS[k]: v for k, v in wire.items() if k in _FIELD_OF_ALIAS}
+    return ModelClaim.model_construct(**fields)
+
+
+# -- where each claim's text is --------------------------------------------------------------------
+
+
+class ClaimTexts(Protocol):
+    """The claims of one snapshot, by position: wire object, file text, canonical form."""
+
+    def __len__(self) -> int: ...
+
+    def wire(self, index: int) -> dict[str, Any]:
+        """The claim's JSON object as stored (key order kept)."""
+        ...
+
+    def text(self, index: int) -> bytes:
+        """The claim as it stands in the file (nested lines indented 4 more spaces)."""
+        ...
+
+    def jcs(self, index: int) -> str:
+        """RFC 8785 canonical form of the claim."""
+        ...
+
+
+def _claim_text(wire: Mapping[str, Any]) -> bytes:
+    rendered = js_stringify(wire, indent=2).replace("\n", "\n    ")
+    return rendered.encode("utf-8", "surrogatepass")
+
+
+class WireTexts:
+    """Claims held as wire objects (small stores, new claims, any file layout)."""
+
+    def __init__(self, wires: Sequence[Mapping[str, Any]]) -> None:
+        self._wires = list(wires)
+
+    def __len__(self) -> int:
+        return len(self._wires)
+
+    def wire(self, index: int) -> dict[str, Any]:
+        return dict(self._wires[index])
+
+    def text(self, index: int) -> bytes:
+        return _claim_text(self._wires[index])
+
+    def jcs(self, index: int) -> str:
+        value = self._wires[index]
+        return _jcs(value, js_plain_value(value))
+
+
+class SpanTexts:
+    """Claims held as the bytes of the file they were read from."""
+
+    def __init__(self, data: bytes, spans: Sequence[tuple[int, int]]) -> None:
+        self._data = data
+        self._spans = spans
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def wire(self, index: int) -> dict[str, Any]:
+        value, _ = parse_json(self.text(index))
+        return dict(value)
+
+    def text(self, index: int) -> bytes:
+        start, end = self._spans[index]
+        return self._data[start:end]
+
+    def jcs(self, index: int) -> str:
+        value, plain = parse_json(self.text(index))
+        return _jcs(value, plain)
+
+
+_STATUS_LINE = re.compile(rb'(\n      "status": ")([a-z]+)(")')
+
+
+class PatchedTexts:
+    """A snapshot's claims with some statuses changed and new claims appended."""
+
+    def __init__(
+        self,
+        base: ClaimTexts,
+        statuses: Mapping[int, str],
+        appended: Sequence[Mapping[str, Any]],
+    ) -> None:
+        self._base = base
+        self._statuses = dict(statuses)
+        self._appended = WireTexts(appended)
+        self._size = len(base)
+
+    def __len__(self) -> int:
+        return self._size + len(self._appended)
+
+    def wire(self, index: int) -> dict[str, Any]:
+        if index >= self._size:
+            return self._appended.wire(index - self._size)
+        value = self._base.wire(index)
+        if index in self._statuses:
+            value["status"] = self._statuses[index]  # in place: the key keeps its position
+        return value
+
+    def text(self, index: int) -> bytes:
+        if index >= self._size:
+            return self._appended.text(index - self._size)
+        text = self._base.text(index)
+        status = self._statuses.get(index)
+        if status is None:
+            return text
+        patched, count = _STATUS_LINE.subn(
+            lambda m: m.group(1) + status.encode() + m.group(3), text, count=1
+        )
+        return patched if count else _claim_text(self.wire(index))
+
+    def jcs(self, index: int) -> str:
+        if index >= self._size:
+            return self._appended.jcs(index - self._size)
+        if index not in self._statuses:
+            return self._base.jcs(index)
+        raw = self._base.text(index) if isinstance(self._base, SpanTexts) else None
+        value = self.wire(index)
+        plain = parse_json(raw)[1] if raw is not None else js_plain_value(value)
+        return _jcs(value, plain)
+
+
+def claims_hash_of(texts: ClaimTexts) -> str:
+    """sha256 of JCS(claims), streamed claim by claim (never the whole array in memory)."""
+    digest = hashlib.sha256(b"[")
+    for index in range(len(texts)):
+        if index:
+            digest.update(b",")
+        digest.update(_utf8_as_js(texts.jcs(index)))
+    digest.update(b"]")
+    return digest.hexdigest()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _utf8_as_js(text: str) -> bytes:
+    # Node's crypto (like TextEncoder) encodes a lone surrogate as U+FFFD.
+    if _SURROGATE.search(text) is not None:
+        text = _SURROGATE.sub("\ufffd", text)
+    return text.encode("utf-8")
+
+
+# -- the snapshot ----------
+
+
+class Snapshot:
+    """One version of the store: what a reader sees and what a commit replaces.
+
+    Built eagerly from claims or wire objects (``Snapshot(version, hash,
+    claims, wire)``), or by the reader over the file's bytes. Either way
+    ``entries`` is the cheap view logic uses; ``claims`` and ``wire`` build
+    every claim on first use.
+    """
+
+    def __init__(
+        self,
+        version: int,
+        hash: str,
+        claims: Sequence[ModelClaim] | None = None,
+        wire: Sequence[Mapping[str, Any]] | None = None,
+        js_plain: bool = False,
+        *,
+        texts: ClaimTexts | None = None,
+        entries: Sequence[ClaimEntry] | None = None,
+        warnings: Sequence[str] = (),
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.version = version
+        self.hash = hash
+        self.js_plain = js_plain
+        """Every claim prints the same through Python's C encoder as through JavaScript."""
+        self.warnings = tuple(warnings)
+        """What rulvar accepts but kb would never write (``kb verify`` prints them)."""
+        self.extra = dict(extra or {})
+        """Unknown top-level keys of a file read whole (kept on rewrite)."""
+        if texts is None:
+            if wire is None:
+                wire = [claim_to_wire(claim) for claim in claims or ()]
+            texts = WireTexts(wire)
+        self.texts = texts
+        self._claims = tuple(claims) if claims is not None else None
+        self._entries = tuple(entries) if entries is not None else None
+
+    def __repr__(self) -> str:
+        return f"Snapshot(version={self.version}, hash={self.hash[:12]}…, claims={len(self)})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return (self.version, self.hash, self.wire) == (other.version, other.hash, other.wire)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @cached_property
+    def entries(self) -> tuple[ClaimEntry, ...]:
+        """Each claim's light view, in file order."""
+        if self._entries is not None:
+            return self._entries
+        if self._claims is not None:
+            return tuple(entry_of(claim_to_wire(claim)) for claim in self._claims)
+        return tuple(entry_of(self.texts.wire(i)) for i in range(len(self.texts)))
+
+    @cached_property
+    def claims(self) -> tuple[ModelClaim, ...]:
+        """Every claim, built on first use."""
+        if self._claims is not None:
+            return self._claims
+        with _collector_paused():
+            return tuple(construct_claim(self.texts.wire(i)) for i in range(len(self.texts)))
+
+    @cached_property
+    def wire(self) -> tuple[dict[str, Any], ...]:
+        """Every claim's JSON object as stored (key order included)."""
+        with _collector_paused():
+            return tuple(self.texts.wire(i) for i in range(len(self.texts)))
+
+    def wire_at(self, index: int) -> dict[str, Any]:
+        """One claim's JSON object, parsed on its own."""
+        return self.texts.wire(index)
+
+    def claim_at(self, index: int) -> ModelClaim:
+        """One claim, built on its own."""
+        if self._claims is not None:
+            return self._claims[index]
+        return construct_claim(self.texts.wire(index))
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Position of each claim id (the first, if a hand edit duplicated one)."""
+        found: dict[str, int] = {}
+        for position, entry in enumerate(self.entries):
+            found.setdefault(entry.id, position)
+        return found
+
+    def get(self, claim_id: str) -> ModelClaim | None:
+        """The claim with this id, or ``None``."""
+        position = self.index.get(claim_id)
+        return None if position is None else self.claim_at(position)
+
+    def has(self, claim_id: str) -> bool:
+        """Whether a claim with this id exists."""
+        return claim_id in self.index
+
+    @cached_property
+    def by_id(self) -> dict[str, ModelClaim]:
+        """Claims indexed by id (builds every claim)."""
+        return {claim.id: claim for claim in self.claims}
+
+
+EMPTY_SNAPSHOT = Snapshot(version=0, hash=EMPTY_HASH, claims=(), wire=(), js_plain=True)
 
 
 @contextmanager
@@ -135,12 +502,13 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def parse_store(text: str, source: str) -> Snapshot:
-    """Validate a store file's text; raise one ``ConfigError`` listing every issue."""
-    with _collector_paused():
-        return _parse_store(text, source)
+# -- reading ----------
 
-
+_HEADER = re.compile(
+    rb'\{\n  "version": (0|[1-9][0-9]{0,15}),\n  "hash": "([0-9a-f]{64})",\n  "claims": \['
+)
+_CLAIM_START = re.compile(rb"\n    \{\n")
+_CLAIM_END = re.compile(rb"\n    \}")
 _CONFLICT = re.compile(r"^(<{7}|>{7})( |$)", re.MULTILINE)
 
 
@@ -149,7 +517,137 @@ def conflict_lines(text: str) -> list[int]:
     return [text.count("\n", 0, match.start()) + 1 for match in _CONFLICT.finditer(text)]
 
 
-def _parse_store(text: str, source: str) -> Snapshot:
+@dataclass(frozen=True)
+class _Layout:
+    version: int
+    hash: str
+    spans: list[tuple[int, int]]
+
+
+def _layout(data: bytes) -> _Layout | None:
+    """The spans of a file in ``JSON.stringify(store, null, 2)`` layout (``None``: another)."""
+    header = _HEADER.match(data)
+    if header is None:
+        return None
+    at = header.end()
+    if data[at:] == b"]\n}\n":
+        return _Layout(int(header.group(1)), header.group(2).decode(), [])
+    starts = [m.start() + 5 for m in _CLAIM_START.finditer(data, at)]
+    ends = [m.start() + 6 for m in _CLAIM_END.finditer(data, at)]
+    if not starts or len(starts) != len(ends) or data[at : starts[0]] != b"\n    ":
+        return None
+    for end, next_start in zip(ends, starts[1:], strict=False):
+        if data[end:next_start] != b",\n    ":
+            return None
+    if data[ends[-1] :] != b"\n  ]\n}\n" or any(s > e for s, e in zip(starts, ends, strict=True)):
+        return None
+    return _Layout(
+        int(header.group(1)), header.group(2).decode(), list(zip(starts, ends, strict=True))
+    )
+
+
+def parse_store(data: str | bytes, source: str) -> Snapshot:
+    """Validate a store file; raise one ``ConfigError`` listing every issue."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    with _collector_paused():
+        layout = _layout(raw)
+        if layout is None:
+            return _parse_whole(raw, source)
+        return _parse_spans(raw, layout, source)
+
+
+class _ClaimCheck:
+    """Checks claims one by one: issues (refusals) and warnings, with their paths."""
+
+    def __init__(self) -> None:
+        self.issues: list[str] = []
+        self.warnings: list[str] = []
+        self.seen: dict[str, int] = {}
+
+    def check(self, index: int, value: Any) -> ClaimEntry | None:
+        where = f"claims[{index}]"
+        if not isinstance(value, dict):
+            self.issues.append(f"{where}: must be an object, got {type(value).__name__}")
+            return None
+        try:
+            claim_from_wire(value)
+        except ValidationError as strict:
+            try:
+                LenientClaim.model_validate(value)
+            except ValidationError as lenient:
+                self.issues.extend(validation_issues(where, lenient))
+                return None
+            self.warnings.extend(
+                issue.replace(": unknown key", ": unknown key (kept)")
+                for issue in validation_issues(where, strict)
+            )
+        for field in ("observedAt", "expiresAt"):
+            note = read_stored_instant(value[field]).warning
+            if note:
+                self.warnings.append(f"{where}.{field}: {note}")
+        claim_id = value["id"]
+        if claim_id in self.seen:
+            self.warnings.append(
+                f"{where}.id: {claim_id!r} duplicates claims[{self.seen[claim_id]}].id"
+            )
+        else:
+            self.seen[claim_id] = index
+        return entry_of(value)
+
+
+def _parse_spans(raw: bytes, layout: _Layout, source: str) -> Snapshot:
+    check = _ClaimCheck()
+    entries: list[ClaimEntry] = []
+    digest = hashlib.sha256(b"[")
+    plain_all = True
+    for index, (start, end) in enumerate(layout.spans):
+        chunk = raw[start:end]
+        try:
+            value, plain = parse_json(chunk)
+        except (ValueError, RecursionError) as exc:
+            check.issues.append(f"claims[{index}]: not valid JSON: {exc}")
+            continue
+        plain_all = plain_all and plain
+        entry = check.check(index, value)
+        if entry is None:
+            continue
+        entries.append(entry)
+        if index:
+            digest.update(b",")
+        digest.update(_utf8_as_js(_jcs(value, plain)))
+    digest.update(b"]")
+    if not check.issues:
+        computed = digest.hexdigest()
+        if computed != layout.hash:
+            check.issues.append(_hash_issue(layout.hash, computed))
+    if check.issues:
+        raise ConfigError(source, check.issues)
+    return Snapshot(
+        layout.version,
+        layout.hash,
+        js_plain=plain_all,
+        texts=SpanTexts(raw, layout.spans),
+        entries=entries,
+        warnings=check.warnings,
+    )
+
+
+def _hash_issue(stored: str, computed: str) -> str:
+    return (
+        f"hash: does not match the claims (stored {stored}, computed {computed}); "
+        "the file was edited by hand: restore it (git restore FILE) and change claims "
+        "through kb (note, archive, deprecate)"
+    )
+
+
+def _parse_whole(raw: bytes, source: str) -> Snapshot:
+    """A file in another layout: read whole, as ``JSON.parse`` would."""
+    warnings: list[str] = []
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace")
+        warnings.append("the file holds bytes that are not UTF-8 (read as U+FFFD, as Node does)")
     try:
         data, plain = parse_json(text)
     except (ValueError, RecursionError) as exc:
@@ -166,13 +664,17 @@ def _parse_store(text: str, source: str) -> Snapshot:
     if not isinstance(data, dict):
         raise ConfigError(source, f"top level must be an object, got {type(data).__name__}")
     issues: list[str] = []
-    for key in data:
-        if key not in ("version", "hash", "claims"):
-            issues.append(f"{key}: unknown top-level key")
+    extra = {key: value for key, value in data.items() if key not in ("version", "hash", "claims")}
+    warnings += [f"{key}: unknown top-level key (kept)" for key in extra]
     version = data.get("version")
     if "version" not in data:
         issues.append("version: missing")
-    elif isinstance(version, bool) or not isinstance(version, int) or version < 0:
+    elif (
+        isinstance(version, bool)
+        or not isinstance(version, int | float)
+        or version < 0
+        or (isinstance(version, float) and not version.is_integer())
+    ):
         issues.append(f"version: must be a nonnegative integer, got {version!r}")
     stored_hash = data.get("hash")
     if "hash" not in data:
@@ -180,68 +682,62 @@ def _parse_store(text: str, source: str) -> Snapshot:
     elif not isinstance(stored_hash, str) or not _HASH_FORMAT.fullmatch(stored_hash):
         issues.append(f"hash: must be 64 lowercase hex characters, got {stored_hash!r}")
     raw_claims = data.get("claims")
-    claims: list[ModelClaim] = []
+    check = _ClaimCheck()
+    entries: list[ClaimEntry] = []
     if "claims" not in data:
         issues.append("claims: missing")
     elif not isinstance(raw_claims, list):
         issues.append(f"claims: must be an array, got {type(raw_claims).__name__}")
     else:
-        seen: dict[str, int] = {}
-        for index, raw in enumerate(raw_claims):
-            raw_id = raw.get("id") if isinstance(raw, dict) else None
-            if isinstance(raw_id, str) and raw_id:
-                if raw_id in seen:
-                    issues.append(
-                        f"claims[{index}].id: {raw_id!r} duplicates claims[{seen[raw_id]}].id"
-                    )
-                else:
-                    seen[raw_id] = index
-            try:
-                claims.append(claim_from_wire(raw))
-            except ValidationError as exc:
-                issues.extend(validation_issues(f"claims[{index}]", exc))
+        for index, value in enumerate(raw_claims):
+            entry = check.check(index, value)
+            if entry is not None:
+                entries.append(entry)
+    issues += check.issues
     if not issues:
         assert isinstance(raw_claims, list) and isinstance(stored_hash, str)
-        computed = sha256_hex(
-            fast_canonical_json(raw_claims) if plain else canonical_json(raw_claims)
-        )
+        computed = _whole_hash(raw_claims, plain)
         if computed != stored_hash:
-            issues.append(
-                f"hash: does not match the claims (stored {stored_hash}, computed {computed}); "
-                "the file was edited by hand: restore it (git restore FILE) and change claims "
-                "through kb (note, archive, deprecate)"
-            )
+            issues.append(_hash_issue(stored_hash, computed))
     if issues:
         raise ConfigError(source, issues)
-    assert isinstance(version, int) and isinstance(stored_hash, str)
+    assert isinstance(raw_claims, list) and isinstance(stored_hash, str)
     return Snapshot(
-        version=version,
-        hash=stored_hash,
-        claims=tuple(claims),
-        wire=tuple(raw_claims or ()),
+        int(version),  # type: ignore[arg-type]
+        stored_hash,
         js_plain=plain,
+        texts=WireTexts(raw_claims),
+        entries=entries,
+        warnings=warnings + check.warnings,
+        extra=extra,
     )
 
 
-def parse_verified_store(text: str) -> Snapshot:
-    """A snapshot of text that passed :func:`parse_store` before (see ``kb.store.verified``).
+def _whole_hash(claims: list[Any], plain: bool) -> str:
+    return hashlib.sha256(_utf8_as_js(_jcs(claims, plain))).hexdigest()
 
-    Parses with the same number semantics, but builds the claims without
-    re-validating them.
+
+def index_store(data: bytes) -> Snapshot:
+    """A snapshot of bytes that passed :func:`parse_store` before (``kb.store.verified``).
+
+    Locates and indexes the claims without re-validating or re-hashing them.
     """
     with _collector_paused():
-        data, plain = parse_json(text)
-        wire = tuple(data["claims"])
-        claims = tuple(
-            ModelClaim.model_construct(
-                **{_FIELD_OF_ALIAS[key]: value for key, value in raw.items()}
-            )
-            for raw in wire
+        layout = _layout(data)
+        if layout is None:
+            return parse_store(data, "store")
+        entries = [entry_of(json.loads(data[start:end])) for start, end in layout.spans]
+        plain = _NEEDS_CARE.search(data) is None and _ASTRAL.search(data) is None
+        return Snapshot(
+            layout.version,
+            layout.hash,
+            js_plain=plain,
+            texts=SpanTexts(data, layout.spans),
+            entries=entries,
         )
-        return Snapshot(data["version"], data["hash"], claims, wire, js_plain=plain)
 
 
-_FIELD_OF_ALIAS = {(info.alias or name): name for name, info in ModelClaim.model_fields.items()}
+# -- writing ----------
 
 
 def build_snapshot(
@@ -254,12 +750,40 @@ def build_snapshot(
     ``claims`` are the validated claims the wire objects render (validated
     here when not given).
     """
-    wire_tuple = tuple(wire)
-    built = tuple(claims) if claims is not None else tuple(map(claim_from_wire, wire_tuple))
-    return Snapshot(version=version, hash=claims_hash(wire_tuple), claims=built, wire=wire_tuple)
+    wire_list = list(wire)
+    built = tuple(claims) if claims is not None else tuple(map(claim_from_wire, wire_list))
+    texts = WireTexts(wire_list)
+    return Snapshot(version, claims_hash_of(texts), built, texts=texts)
+
+
+def write_store(snapshot: Snapshot, handle: IO[bytes]) -> None:
+    """Write the file: ``JSON.stringify(store, null, 2)`` plus a trailing newline.
+
+    Streams claim by claim; a claim read from a file is copied as it stood.
+    """
+    if snapshot.extra:
+        document = {
+            "version": snapshot.version,
+            "hash": snapshot.hash,
+            "claims": list(snapshot.wire),
+            **snapshot.extra,
+        }
+        handle.write((js_stringify(document, indent=2) + "\n").encode("utf-8", "surrogatepass"))
+        return
+    header = f'{{\n  "version": {snapshot.version},\n  "hash": "{snapshot.hash}",\n  "claims": ['
+    handle.write(header.encode())
+    texts = snapshot.texts
+    if not len(texts):
+        handle.write(b"]\n}\n")
+        return
+    for index in range(len(texts)):
+        handle.write(b"\n    " if index == 0 else b",\n    ")
+        handle.write(texts.text(index))
+    handle.write(b"\n  ]\n}\n")
 
 
 def render_store(snapshot: Snapshot) -> str:
-    """The file text: ``JSON.stringify(store, null, 2)`` plus a trailing newline."""
-    document = {"version": snapshot.version, "hash": snapshot.hash, "claims": list(snapshot.wire)}
-    return js_stringify(document, indent=2) + "\n"
+    """The file text (see :func:`write_store`)."""
+    buffer = io.BytesIO()
+    write_store(snapshot, buffer)
+    return buffer.getvalue().decode("utf-8", "surrogatepass")

@@ -23,12 +23,24 @@ from __future__ import annotations
 import calendar
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from kb.store.models import ModelClaim
+    from typing import Protocol
+
+    class _Expiring(Protocol):
+        @property
+        def status(self) -> str: ...
+        @property
+        def claim_class(self) -> str: ...
+        @property
+        def expires_at(self) -> str: ...
+
+
+E = TypeVar("E", bound=Any)
 
 MS_PER_DAY = 86_400_000
 #: 0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: what four-digit years can render.
@@ -116,7 +128,108 @@ def v8_millis(fraction: str) -> int:
     return value // int(10 ** (length - 3))
 
 
+#: What V8's ISO reader also takes: a 4-digit or signed 6-digit year, an optional
+#: month and day, ``T``/``t``/space, any fraction, ``Z``/``z``/``±HH:MM``/``±HHMM``.
+_V8_ISO = re.compile(
+    r"(?P<y>[+-]\d{6}|\d{4})(?:-(?P<mo>\d{2})(?:-(?P<d>\d{2}))?)?"
+    r"(?:[Tt ](?P<h>\d{2}):(?P<mi>\d{2})(?::(?P<s>\d{2})(?:\.(?P<f>\d+))?)?"
+    r"(?P<tz>[Zz]|[+-]\d{2}:?\d{2})?)?"
+)
+_MONTHS = {
+    name: index
+    for index, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_MONTH_DAY_YEAR = re.compile(r"(?P<mon>[A-Za-z]{3,9})\.? (?P<d>\d{1,2}), (?P<y>\d{4})")
+
+
+@dataclass(frozen=True)
+class StoredInstant:
+    """An instant as a stored claim wrote it, read the way V8's ``Date.parse`` reads it."""
+
+    ms: int
+    warning: str | None = None
+    """Why kb would never write it this way (``None``: kb's own form)."""
+
+
+@lru_cache(maxsize=8192)
+def read_stored_instant(text: str) -> StoredInstant:
+    """Read an instant from a store file as rulvar's reader (V8) would.
+
+    kb's own form first; then V8's ISO variants (``+0200``, lowercase
+    ``t``/``z``, a space, year-month, roll-over dates like ``2026-02-30``);
+    then the legacy forms rulvar accepts (``Wed, 01 Jul 2026 00:00:00 GMT``,
+    ``July 1, 2026``). A time without an offset is local time in JavaScript,
+    which depends on the machine: kb reads it as UTC and says so.
+    """
+    try:
+        return StoredInstant(parse_instant(text))
+    except InstantError:
+        pass
+    found = _v8_iso(text)
+    if found is None:
+        found = _v8_legacy(text)
+    if found is None:
+        raise InstantError(f"{text!r} is not an instant (JavaScript's Date.parse refuses it too)")
+    ms, local = found
+    if not MIN_INSTANT <= ms <= MAX_INSTANT:
+        raise InstantError(f"{text!r} is outside the years 0001-9999")
+    note = "has no UTC offset: JavaScript reads it in the machine's time zone, kb as UTC"
+    return StoredInstant(ms, f"{text!r} {note}" if local else f"{text!r} is not in kb's form")
+
+
+def stored_instant(text: str) -> int:
+    """Milliseconds of a stored claim's instant (see :func:`read_stored_instant`)."""
+    return read_stored_instant(text).ms
+
+
+def _v8_iso(text: str) -> tuple[int, bool] | None:
+    match = _V8_ISO.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day = int(match["y"]), int(match["mo"] or 1), int(match["d"] or 1)
+    hour, minute = int(match["h"] or 0), int(match["mi"] or 0)
+    second = int(match["s"] or 0)
+    if not 1 <= month <= 12 or not 1 <= day <= 31 or minute > 59 or second > 59:
+        return None
+    if hour > 24 or (hour == 24 and (minute or second or int(match["f"] or 0))):
+        return None
+    tz = match["tz"]
+    offset = 0
+    if tz and tz not in ("Z", "z"):
+        digits = tz[1:].replace(":", "")
+        offset = (int(digits[:2]) * 60 + int(digits[2:])) * 60_000 * (1 if tz[0] == "+" else -1)
+    # V8 rolls an impossible day into the next month (2026-02-30 is 2 March).
+    days = _days_from_civil(year, month, 1) + day - 1
+    clock = ((hour * 60 + minute) * 60 + second) * 1000 + v8_millis(match["f"] or "")
+    local = match["h"] is not None and not tz
+    return days * MS_PER_DAY + clock - offset, local
+
+
+def _v8_legacy(text: str) -> tuple[int, bool] | None:
+    from email.utils import parsedate_tz
+
+    parsed = parsedate_tz(text)
+    if parsed is not None and "," in text:
+        year, month, day, hour, minute, second, *_ = parsed
+        offset = parsed[9]
+        days = _days_from_civil(year, month, 1) + day - 1
+        ms = days * MS_PER_DAY + ((hour * 60 + minute) * 60 + second) * 1000
+        return ms - (offset or 0) * 1000, offset is None
+    match = _MONTH_DAY_YEAR.fullmatch(text)
+    if match is not None and match["mon"][:3].lower() in _MONTHS:
+        days = _days_from_civil(int(match["y"]), _MONTHS[match["mon"][:3].lower()], 1)
+        return (days + int(match["d"]) - 1) * MS_PER_DAY, True
+    if text.isdigit() and 1 <= int(text) <= 12:  # V8: a lone month number, in 2001
+        return _days_from_civil(2001, int(text), 1) * MS_PER_DAY, True
+    return None
+
+
 def _days_from_civil(year: int, month: int, day: int) -> int:
+    if not 1 <= year <= 9999:
+        raise InstantError(f"year {year} is outside 0001-9999")
     return (datetime(year, month, day, tzinfo=UTC).date().toordinal()) - 719_163
 
 
@@ -158,12 +271,12 @@ def claim_expiry(claim_class: str, polarity: str, observed_at: str) -> str:
     return format_instant(parse_instant(observed_at) + ttl_days(claim_class, polarity) * MS_PER_DAY)
 
 
-def claim_expired(claim: ModelClaim, at: int) -> bool:
+def claim_expired(claim: _Expiring, at: int) -> bool:
     """True when the claim has expired at instant ``at`` (ms): ``at >= expiresAt``."""
-    return at >= parse_instant(claim.expires_at)
+    return at >= stored_instant(claim.expires_at)
 
 
-def remeasurement_queue(claims: Iterable[ModelClaim], at: int) -> list[ModelClaim]:
+def remeasurement_queue(claims: Iterable[E], at: int) -> list[E]:
     """Active eval-measured claims that have expired at ``at``: what a sweep must re-measure."""
     return [
         claim

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from kb.schema import LIVE_STATUSES
 from kb.store.models import ModelClaim
 from kb.store.ops import AddClaim, ArchiveClaim, EvalCommitterGate, Op, SupersedeClaim
-from kb.store.snapshot import Snapshot
-from kb.store.ttl import parse_instant
+from kb.store.snapshot import ClaimEntry, Snapshot
+from kb.store.ttl import stored_instant
 from kb.sweep.cells import SweepCell
 from kb.sweep.gate import GatePolicy
 
@@ -66,10 +66,10 @@ PriorKey = tuple[str, str | None, str]
 """(model, effort, task class): whose prior claims a cell retires."""
 
 
-def live_eval_claims(snapshot: Snapshot) -> dict[PriorKey, list[tuple[int, ModelClaim]]]:
+def live_eval_claims(snapshot: Snapshot) -> dict[PriorKey, list[tuple[int, ClaimEntry]]]:
     """Active or stale eval-measured claims by (model, effort, task class), in file order."""
-    found: dict[PriorKey, list[tuple[int, ModelClaim]]] = {}
-    for index, claim in enumerate(snapshot.claims):
+    found: dict[PriorKey, list[tuple[int, ClaimEntry]]] = {}
+    for index, claim in enumerate(snapshot.entries):
         if claim.claim_class == "eval-measured" and claim.status in LIVE_STATUSES:
             key = (claim.model, claim.effort, claim.task_class)
             found.setdefault(key, []).append((index, claim))
@@ -89,10 +89,10 @@ def sweep_ops(
         if not cell.complete:
             continue
         priors = live.get((cell.member.ref, cell.member.effort, cell.task_class), [])
-        replaced: ModelClaim | None = None
+        replaced: ClaimEntry | None = None
         if claim is not None:
             same = [
-                (parse_instant(p.observed_at), i, p)
+                (stored_instant(p.observed_at), i, p)
                 for i, p in priors
                 if p.polarity == claim.polarity
             ]

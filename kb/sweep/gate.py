@@ -80,7 +80,7 @@ class GatePolicy:
             return "weakness"
         return "none"
 
-    def retires(self, prior: Band, estimate: CellEstimate) -> bool:
+    def retires(self, prior: str, estimate: CellEstimate) -> bool:
         """Whether a complete cell that earned no claim of ``prior``'s polarity retires it.
 
         The point gate retires every prior it does not renew (rulvar-style

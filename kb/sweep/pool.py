@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.engine.requests import ModelSpec
-from kb.store.models import ModelClaim
-from kb.store.snapshot import Snapshot
+from kb.store.snapshot import ClaimView, Snapshot
 from kb.store.ttl import claim_expired, remeasurement_queue
 
 
@@ -48,7 +47,7 @@ def build_pool(configured: Sequence[ModelSpec], snapshot: Snapshot, at: int) -> 
         pool.setdefault(spec.key, PoolMember(spec, "configured"))
         params_by_ref.setdefault(spec.ref, spec.params)
 
-    def add(claim: ModelClaim, origin: str) -> None:
+    def add(claim: ClaimView, origin: str) -> None:
         if claim.subject_key in pool:
             return
         params = params_by_ref.get(claim.model)
@@ -60,13 +59,13 @@ def build_pool(configured: Sequence[ModelSpec], snapshot: Snapshot, at: int) -> 
         spec = ModelSpec(claim.model, claim.effort, params or {})
         pool[spec.key] = PoolMember(spec, f"{origin} {claim.id}", skipped)
 
-    for claim in snapshot.claims:
+    for claim in snapshot.entries:
         if (
             claim.status == "active"
             and claim.polarity == "weakness"
             and not claim_expired(claim, at)
         ):
             add(claim, "active weakness claim")
-    for claim in remeasurement_queue(snapshot.claims, at):
+    for claim in remeasurement_queue(snapshot.entries, at):
         add(claim, "remeasurement queue")
     return list(pool.values())

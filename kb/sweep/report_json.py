@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kb.store.models import ModelClaim, claim_to_wire
+from kb.store.snapshot import ClaimEntry
 from kb.store.ttl import format_instant
 from kb.sweep.cells import SweepCell
 from kb.sweep.falsify import Retirement, live_eval_claims
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def cell_json(
-    cell: SweepCell, outcome: str, claim_id: str | None, stands: Sequence[ModelClaim] = ()
+    cell: SweepCell, outcome: str, claim_id: str | None, stands: Sequence[ClaimEntry] = ()
 ) -> dict[str, Any]:
     """One ``cells[]`` entry (camelCase; optional keys only when they apply).
 
@@ -99,7 +100,7 @@ def report_body(
     live = live_eval_claims(plan.snapshot)
     gone = {r.claim_id for r in retired}
 
-    def stands(cell: SweepCell) -> list[ModelClaim]:
+    def stands(cell: SweepCell) -> list[ClaimEntry]:
         key = (cell.member.ref, cell.member.effort, cell.task_class)
         return [claim for _, claim in live.get(key, []) if claim.id not in gone]
 

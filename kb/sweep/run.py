@@ -30,7 +30,7 @@ from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, vali
 from kb.store.models import ModelClaim
 from kb.store.ops import EvalCommitterGate
 from kb.store.snapshot import Snapshot
-from kb.store.ttl import format_instant, parse_instant
+from kb.store.ttl import format_instant, stored_instant
 from kb.sweep.cells import SweepCell, cell_claim, claim_id, group_cells
 from kb.sweep.evidence import (
     DEFAULT_EVIDENCE_DIR,
@@ -155,7 +155,7 @@ def _refuse_backdating(snapshot: Snapshot, pairs: Sequence[CaseRun], observed_at
         claim
         for key in cells
         for _, claim in live.get(key, [])
-        if parse_instant(claim.observed_at) > observed_at
+        if stored_instant(claim.observed_at) > observed_at
     ]
     if newer:
         first = min(newer, key=lambda claim: claim.id)
@@ -221,7 +221,7 @@ def prepare_sweep(
         {
             cid
             for pair in pairs
-            if (cid := claim_id(report_id, pair.member, pair.case.task_class)) in snapshot.by_id
+            if snapshot.has(cid := claim_id(report_id, pair.member, pair.case.task_class))
         }
     )
     if taken and commit:  # found now, before any money is spent, not at commit time
