@@ -17,7 +17,7 @@ from kb.store.diff import StoreDiff
 from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
-from kb.store.snapshot import Snapshot
+from kb.store.snapshot import Snapshot, js_plain_value
 
 _MAX_CASES_SHOWN = 5
 
@@ -106,10 +106,10 @@ def format_claims(claims: Sequence[ModelClaim], total: int, as_of: int) -> str:
     return "\n\n".join(blocks)
 
 
-def claims_json(snapshot: Snapshot, indexes: Iterable[int], as_of: int, *, plain: bool) -> str:
+def claims_json(snapshot: Snapshot, indexes: Iterable[int], as_of: int) -> str:
     """JSON array of the stored claims (exactly as stored) plus ``"ttl"``.
 
-    ``plain`` says the data prints identically through Python's C encoder
+    Python's C encoder prints them when they print the same as in JavaScript
     (see ``kb.store.canonical.fast_canonical_json``); otherwise the
     JavaScript-exact serializer runs.
     """
@@ -118,7 +118,7 @@ def claims_json(snapshot: Snapshot, indexes: Iterable[int], as_of: int, *, plain
         item = snapshot.wire_at(index)
         item["ttl"] = ttl_state(snapshot.entries[index], as_of)
         items.append(item)
-    if plain:
+    if js_plain_value(items):
         return json.dumps(items, indent=2, ensure_ascii=False)
     return js_stringify(items, indent=2)
 

@@ -185,3 +185,51 @@ def test_every_issue_is_listed_at_once() -> None:
 def test_duplicate_ids_are_a_warning() -> None:
     snapshot = parse_store(store_text([good_claim(), good_claim()]), "s")
     assert snapshot.warnings == (f"claims[1].id: {good_claim()['id']!r} duplicates claims[0].id",)
+
+
+def many_claims(count: int) -> list[dict[str, Any]]:
+    base = good_claim()
+    claims = []
+    for index in range(count):
+        claim = json.loads(json.dumps(base))
+        claim["id"] = f"claim-{index}"
+        claims.append(claim)
+    # Claims the fast path cannot print: astral text, a lone surrogate, a float that
+    # prints with an exponent, an integer beyond 2**53. Spread over several runs.
+    claims[3]["statement"] = "astral 😕 here"
+    claims[1200]["statement"] = "lone \ud800 surrogate"
+    claims[2100]["metrics"] = {**claims[2100]["metrics"], "cost": 1e-7}
+    claims[2400]["metrics"] = {**claims[2400]["metrics"], "n": 2**60}
+    return claims
+
+
+def test_runs_of_claims_hash_as_the_general_path_does() -> None:
+    claims = many_claims(2500)
+    text = store_text(claims)
+    canonical = render_store(parse_store(text, "whole"))  # the canonical layout, spans read
+    snapshot = parse_store(canonical, "spans")
+    assert snapshot.hash == claims_hash(claims)
+    assert render_store(snapshot) == canonical
+
+
+def test_one_broken_claim_in_a_run_is_named() -> None:
+    claims = many_claims(2500)
+    canonical = render_store(parse_store(store_text(claims), "whole"))
+    broken = canonical.replace('"id": "claim-1234",', '"id": "claim-1234",,', 1)
+    with pytest.raises(ConfigError) as caught:
+        parse_store(broken, "s")
+    assert [i for i in caught.value.issues if "not valid JSON" in i][0].startswith(
+        "claims[1234]: not valid JSON"
+    )
+
+
+def test_status_changes_inside_runs_rehash_exactly() -> None:
+    from kb.store.snapshot import PatchedTexts, claims_hash_of
+
+    claims = many_claims(2500)
+    snapshot = parse_store(render_store(parse_store(store_text(claims), "w")), "spans")
+    changed = {0: "superseded", 999: "archived", 1000: "stale", 1200: "archived", 2499: "stale"}
+    extra = good_claim(id="appended")
+    texts = PatchedTexts(snapshot.texts, changed, [extra])
+    expected = [dict(c, status=changed.get(i, c["status"])) for i, c in enumerate(claims)]
+    assert claims_hash_of(texts) == claims_hash([*expected, extra])

@@ -9,6 +9,7 @@ prints. The group, the error boundary and the context object live in
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import NoReturn
 
@@ -21,5 +22,9 @@ __all__ = ["EXIT_CODES", "App", "cli", "exit_code_for", "job_commands", "main", 
 def main(argv: list[str] | None = None) -> NoReturn:
     """Console entry point."""
     install_signal_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        # A lone surrogate (JSON allows one; rulvar reads it) prints as \ud800, not a crash.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     cli.main(args=argv, prog_name="kb")
     sys.exit(0)  # pragma: no cover - click exits itself

@@ -76,7 +76,7 @@ def list_command(
     claim_filter = ClaimFilter(model, task_class, frozenset(statuses) or None, expired)
     indexes = list(select(snapshot, claim_filter, app.as_of))
     if as_json:
-        click.echo(claims_json(snapshot, indexes, app.as_of, plain=snapshot.js_plain))
+        click.echo(claims_json(snapshot, indexes, app.as_of))
     else:
         chosen = [snapshot.claim_at(i) for i in indexes]
         click.echo(format_claims(chosen, len(snapshot), app.as_of))
@@ -148,6 +148,8 @@ def verify(app: App) -> None:
         if app.store.git is not None
         else ", not in git"
     )
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"ok: store v{report.version}, {report.claims} claims{history}")
 
 

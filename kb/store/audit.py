@@ -84,11 +84,7 @@ def _read_fully(store: KnowledgeStore) -> Snapshot | None:
         data = store.path.read_bytes()
     except FileNotFoundError:
         return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(store.path), f"not UTF-8 text: {exc}") from None
-    return parse_store(text, str(store.path))
+    return parse_store(data, str(store.path))
 
 
 @dataclass(frozen=True)
@@ -99,6 +95,8 @@ class VerifyReport:
     claims: int
     history_checked: int
     """How many historical versions in git were parsed (0 outside git)."""
+    warnings: tuple[str, ...] = ()
+    """What the current file holds that rulvar accepts but kb would never write."""
 
 
 def verify_store(store: KnowledgeStore) -> VerifyReport:
@@ -125,11 +123,7 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
                 continue
             checked += 1
             try:
-                text = git.read_blob(blob).decode("utf-8")
-                snapshot = parse_store(text, f"{short}:{git.rel}")
-            except UnicodeDecodeError:
-                issues.append(f"commit {short}: store is not UTF-8")
-                continue
+                snapshot = parse_store(git.read_blob(blob), f"{short}:{git.rel}")
             except ConfigError as exc:
                 issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
                 last_version = None
@@ -144,7 +138,7 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
     if issues:
         raise ConfigError(str(store.path), issues)
     assert current is not None
-    return VerifyReport(current.version, len(current.claims), checked)
+    return VerifyReport(current.version, len(current), checked, current.warnings)
 
 
 def _beside_issues(store: KnowledgeStore) -> list[str]:

@@ -16,9 +16,18 @@ absent, never written as ``null`` (:func:`claim_to_wire`).
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator, with_config
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+    with_config,
+)
 from typing_extensions import TypedDict
 
 from kb.schema import (
@@ -222,6 +231,34 @@ class ModelClaim(StrictModel):
 def claim_to_wire(claim: ModelClaim) -> dict[str, Any]:
     """The claim as the JSON object rulvar writes: aliases, absent fields omitted."""
     return claim.model_dump(by_alias=True, exclude_none=True)
+
+
+def validate_stored(model: type[BaseModel], data: Any) -> None:
+    """Validate a claim as read (raises pydantic's ``ValidationError``).
+
+    pydantic cannot read a lone surrogate, which JSON allows and rulvar
+    accepts; such text is checked with U+FFFD in its place, which has the
+    same UTF-16 length. The claim itself keeps the original text.
+    """
+    try:
+        model.model_validate(data, strict=True)
+    except ValidationError as exc:
+        if not any(error["type"] == "string_unicode" for error in exc.errors()):
+            raise
+        model.model_validate(_surrogates_replaced(data), strict=True)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogates_replaced(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_surrogates_replaced(k): _surrogates_replaced(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_surrogates_replaced(v) for v in value]
+    return value
 
 
 def claim_from_wire(data: Any) -> ModelClaim:

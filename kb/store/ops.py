@@ -39,7 +39,6 @@ from kb.store.snapshot import (
     Snapshot,
     claims_hash_of,
     entry_of,
-    js_plain_value,
 )
 from kb.store.ttl import stored_instant
 
@@ -251,7 +250,6 @@ class _Batch:
         return Snapshot(
             base.version + 1,
             claims_hash_of(texts),
-            js_plain=base.js_plain and all(map(js_plain_value, wires)),
             texts=texts,
             entries=entries,
             extra=base.extra,
