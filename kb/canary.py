@@ -272,7 +272,7 @@ def canary_change(
     rendered = after.render()
     files = {baselines_file.name: rendered} if rendered != existing and after.subjects else {}
     note = "canary baselines" if files else None
-    return CanaryChange(tuple(ops), files, note, outcomes)
+    return CanaryChange(tuple(ops), files, note, outcomes=outcomes)
 
 
 def classified(

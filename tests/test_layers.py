@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kb.sweep.spec", "kb.sweep.pool", "kb.sweep.gate"),
     ("kb.canary", "kb.canary_baselines"),
     ("kb.sweep",),
+    ("kb.compaction",),
     ("kb.card",),
     ("kb.checkpoint",),
     ("kb.views",),

@@ -94,12 +94,19 @@ def list_command(
 @pass_app
 def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     """Show one claim, the git commits that touched it, and the cases behind it."""
-    from kb.store.audit import claim_history
+    from kb.store.audit import claim_history, compacted_claim
     from kb.views import claim_evidence, format_claim, format_history
 
     claim = app.store.read().get(claim_id)
     if claim is None:
-        raise ConfigError("show", f"no claim with id {claim_id!r}")
+        found = compacted_claim(app.store, claim_id) if app.store.git is not None else None
+        if found is None:
+            raise ConfigError("show", f"no claim with id {claim_id!r}")
+        claim, compaction = found
+        click.echo(
+            f"compacted: removed from the file by commit {compaction.commit[:12]} "
+            f"({compaction.change.removeprefix('compacted ')}); shown as the file last held it"
+        )
     click.echo(format_claim(claim, app.as_of))
     click.echo(format_history(claim_history(app.store, claim_id)))
     click.echo(claim_evidence(app.store, claim, evidence_dir))
@@ -244,6 +251,61 @@ def note(
         lambda _: [AddClaim(claim, gate)], context, attempts=tries, push=push
     )
     assert result is not None  # the batch always holds the note
+    echo_commit(result, app)
+
+
+COMPACT_EPILOG = """\b
+Examples:
+  kb compact --keep-days 30       weekly, after the nightly sweep
+  kb show CLAIM_ID                a compacted claim, from git history
+"""
+
+
+@cli.command(epilog=COMPACT_EPILOG)
+@click.option(
+    "--keep-days",
+    type=int,
+    required=True,
+    help="Keep superseded/archived claims whose last change is this recent (days, >= 0).",
+)
+@click.option(
+    "--evidence-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the evidence files are (default: kb-evidence/ beside the store).",
+)
+@committer_option
+@attempts_option
+@push_option
+@global_options
+@pass_app
+def compact(
+    app: App,
+    keep_days: int,
+    evidence_dir: Path | None,
+    committer: str,
+    attempts: int | None,
+    push: bool,
+) -> None:
+    """Remove old superseded and archived claims (and unused evidence) from the file.
+
+    One commit, store version + 1; everything removed stays in git history
+    (kb show finds a compacted claim there). Needs the store in git.
+    """
+    from kb.compaction import compact as compact_store
+    from kb.compaction import validate_keep_days
+
+    validate_keep_days(keep_days)
+    tries = resolve_attempts(attempts, push)
+    plan, result = compact_store(
+        app.store, keep_days, app.as_of, committer, evidence_dir, attempts=tries, push=push
+    )
+    if result is None:
+        click.echo(
+            f"nothing to compact: no superseded or archived claim and no unused evidence "
+            f"last changed before {plan.cutoff}"
+        )
+        return
     echo_commit(result, app)
 
 

@@ -5,14 +5,27 @@ Both read git through :class:`kb.store.git.GitStoreRepo` and never write.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kb.errors import ConfigError
+from kb.store.canonical import js_stringify
 from kb.store.diff import Side, StoreDiff, diff_snapshots
-from kb.store.filestore import ARCHIVED_TRAILER, KnowledgeStore, canary_baselines_path
-from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store
+from kb.store.filestore import (
+    ARCHIVED_TRAILER,
+    COMPACTED_TRAILER,
+    KnowledgeStore,
+    canary_baselines_path,
+)
+from kb.store.models import ModelClaim
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, construct_claim, parse_store
+
+if TYPE_CHECKING:
+    from kb.store.git import GitStoreRepo, StoreCommit
 
 
 @dataclass(frozen=True)
@@ -27,25 +40,163 @@ class ClaimEvent:
 
 
 def claim_history(store: KnowledgeStore, claim_id: str) -> list[ClaimEvent] | None:
-    """Commits that added or changed ``claim_id``, oldest first (``None`` outside git)."""
+    """Commits that added, changed or compacted ``claim_id``, oldest first (``None``: no git).
+
+    A claim's life only moves forward (absent, active, stale, superseded or
+    archived, compacted), so the commits where it changed are found by
+    binary search over the store's first-parent history: a few versions are
+    read, not all of them, which keeps ``kb show`` fast after a year of
+    nightly commits.
+    """
     git = store.git
     if git is None:
         return None
-    events = []
-    previous: dict[str, Any] | None = None
-    for commit in git.store_history():
+    commits = git.store_history()
+    if not commits:
+        return []
+    probe = _ClaimProbe(store, commits, claim_id)
+    end = len(commits) - 1
+    compacted_at: int | None = None
+    if probe.state(end) is None:
+        compacted_at = probe.compaction_index()
+        if compacted_at is None:
+            return []  # never in the file (or removed by hand, which kb verify reports)
+        end = compacted_at - 1
+    if end < 0 or probe.state(end) is None:
+        return probe.scan()  # not kb's doing: read every version
+    first = _first_true(0, end, lambda i: probe.state(i) is not None)
+    events = [probe.event(first, None)]
+    at = first
+    while True:
+        nxt = _first_true(at + 1, end + 1, functools.partial(probe.moved_past, _rank(probe, at)))
+        if nxt > end:
+            break
+        events.append(probe.event(nxt, probe.state(at)))
+        at = nxt
+    if compacted_at is not None:
+        commit = commits[compacted_at]
         blob = git.blob_in(commit.oid)
-        current = _find_claim(git.read_blob(blob), claim_id) if blob else None
-        if current != previous:
-            change = _describe(previous, current)
-            if current is not None and current.get("status") == "archived" and "→" in change:
-                reason = _archive_reason(commit.body, claim_id)
-                change += f" ({reason})" if reason else ""
-            elif current is not None and current.get("status") == "stale" and "→" in change:
-                change += " (canary-drift)"
-            events.append(ClaimEvent(commit.oid, commit.date, commit.subject, change))
-        previous = current
+        version = _version_of(git.read_blob(blob)) if blob else None
+        where = f" at store v{version}" if version is not None else ""
+        events.append(
+            ClaimEvent(
+                commit.oid, commit.date, commit.subject, f"compacted{where} (in git history)"
+            )
+        )
     return events
+
+
+_RANK = {"active": 1, "stale": 2, "superseded": 3, "archived": 3}
+
+
+def _rank(probe: _ClaimProbe, index: int) -> int:
+    return _RANK.get(str(probe.status(index)), 0)
+
+
+def _first_true(low: int, high: int, test: Callable[[int], bool]) -> int:
+    """The first index in ``[low, high)`` where the monotone ``test`` holds (``high``: none)."""
+    while low < high:
+        middle = (low + high) // 2
+        if test(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+class _ClaimProbe:
+    """One claim as each version of the store held it (each version read at most once)."""
+
+    def __init__(self, store: KnowledgeStore, commits: Sequence[StoreCommit], claim_id: str):
+        self._git = store.git
+        self._commits = commits
+        self._claim_id = claim_id
+        self._needle = b'\n      "id": ' + js_stringify(claim_id).encode("utf-8", "surrogatepass")
+        self._states: dict[int, dict[str, Any] | None] = {}
+
+    def state(self, index: int) -> dict[str, Any] | None:
+        if index not in self._states:
+            assert self._git is not None
+            blob = self._git.blob_in(self._commits[index].oid)
+            data = self._git.read_blob(blob) if blob else b""
+            self._states[index] = _claim_in(data, self._needle, self._claim_id)
+        return self._states[index]
+
+    def status(self, index: int) -> object:
+        found = self.state(index)
+        return found.get("status") if found is not None else "compacted"
+
+    def moved_past(self, rank: int, index: int) -> bool:
+        """Whether the claim's status at ``index`` is further along its life than ``rank``."""
+        return _RANK.get(str(self.status(index)), 0) > rank
+
+    def event(self, index: int, before: dict[str, Any] | None) -> ClaimEvent:
+        commit = self._commits[index]
+        current = self.state(index)
+        change = _describe(before, current)
+        if current is not None and current.get("status") == "archived" and "→" in change:
+            reason = _archive_reason(commit.body, self._claim_id)
+            change += f" ({reason})" if reason else ""
+        elif current is not None and current.get("status") == "stale" and "→" in change:
+            change += " (canary-drift)"
+        return ClaimEvent(commit.oid, commit.date, commit.subject, change)
+
+    def compaction_index(self) -> int | None:
+        """Where ``kb compact`` removed the claim (its ``Kb-Compacted`` trailer)."""
+        assert self._git is not None
+        found = self._git.commits_with_trailer(COMPACTED_TRAILER, self._claim_id)
+        positions = {commit.oid: i for i, commit in enumerate(self._commits)}
+        for commit in found:
+            if commit.oid in positions:
+                return positions[commit.oid]
+        return None
+
+    def scan(self) -> list[ClaimEvent]:
+        events = []
+        previous: dict[str, Any] | None = None
+        for index in range(len(self._commits)):
+            current = self.state(index)
+            if current != previous:
+                events.append(self.event(index, previous))
+            previous = current
+        return events
+
+
+def compacted_claim(store: KnowledgeStore, claim_id: str) -> tuple[ModelClaim, ClaimEvent] | None:
+    """A claim ``kb compact`` removed: as the file last held it, and the compaction commit."""
+    history = claim_history(store, claim_id)
+    if not history or not history[-1].change.startswith("compacted"):
+        return None
+    git = store.git
+    assert git is not None
+    parent = git.resolve(f"{history[-1].commit}^1")
+    blob = git.blob_in(parent)
+    needle = b'\n      "id": ' + js_stringify(claim_id).encode("utf-8", "surrogatepass")
+    wire = _claim_in(git.read_blob(blob), needle, claim_id) if blob else None
+    if wire is None:
+        return None
+    return construct_claim(wire), history[-1]
+
+
+def _claim_in(data: bytes, needle: bytes, claim_id: str) -> dict[str, Any] | None:
+    """The claim ``claim_id`` in a store file's bytes (found by its id line when it can be)."""
+    at = data.find(needle)
+    if at >= 0:
+        start = data.rfind(b"\n    {\n", 0, at + 1)
+        end = data.find(b"\n    }", at)
+        if start >= 0 and end >= 0:
+            try:
+                found = json.loads(data[start + 5 : end + 6])
+            except ValueError:
+                found = None
+            if isinstance(found, dict) and found.get("id") == claim_id:
+                return found
+    return _find_claim(data, claim_id) if b'"id"' in data else None
+
+
+def _version_of(data: bytes) -> int | None:
+    found = re.match(rb'\{\s*"version":\s*([0-9]+)', data)
+    return int(found.group(1)) if found else None
 
 
 def _archive_reason(body: str, claim_id: str) -> str | None:
@@ -128,7 +279,9 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
                 issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
                 last_version = None
                 continue
-            if last_version is not None and snapshot.version != last_version + 1:
+            if len(commit.parents) > 1:
+                issues += _merge_issues(git, commit, snapshot.version)
+            elif last_version is not None and snapshot.version != last_version + 1:
                 issues.append(
                     f"commit {short}: version {snapshot.version} follows version "
                     f"{last_version} (must rise by exactly 1)"
@@ -139,6 +292,23 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
         raise ConfigError(str(store.path), issues)
     assert current is not None
     return VerifyReport(current.version, len(current), checked, current.warnings)
+
+
+def _merge_issues(git: GitStoreRepo, commit: StoreCommit, version: int) -> list[str]:
+    """A merge of two stores must be newer than each (kb's merge driver: max + 1)."""
+    issues = []
+    merged = git.blob_in(commit.oid)
+    for parent in commit.parents:
+        blob = git.blob_in(parent)
+        if blob is None or blob == merged:
+            continue  # that side's store taken as it was (the other never changed it)
+        theirs = _version_of(git.read_blob(blob))
+        if theirs is not None and version <= theirs:
+            issues.append(
+                f"commit {commit.oid[:12]}: merge at version {version} is not above parent "
+                f"{parent[:12]} at version {theirs} (kb merge-driver --install merges stores)"
+            )
+    return issues
 
 
 def _beside_issues(store: KnowledgeStore) -> list[str]:

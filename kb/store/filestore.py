@@ -39,7 +39,14 @@ from kb.atomicfile import (
 )
 from kb.errors import CasAttemptsExhausted, ConfigError, GitError, KnowledgeCasError
 from kb.store import verified
-from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP, ArchiveClaim, Op, OpCounts, apply_ops
+from kb.store.ops import (
+    DEFAULT_ACTIVE_CLAIMS_CAP,
+    ArchiveClaim,
+    CompactClaim,
+    Op,
+    OpCounts,
+    apply_ops,
+)
 from kb.store.snapshot import (
     EMPTY_SNAPSHOT,
     Snapshot,
@@ -56,6 +63,8 @@ if TYPE_CHECKING:
 DEFAULT_STORE_NAME = "rulvar.models.json"
 #: One per archived claim, ``<claim id> <reason>``: the reason is not a claim field.
 ARCHIVED_TRAILER = "Kb-Archived"
+COMPACTED_TRAILER = "Kb-Compacted"
+"""One per claim ``kb compact`` removed: how ``kb show`` finds it in history."""
 DEFAULT_ATTEMPTS = 3
 
 HeadRef = tuple[str, str | None]
@@ -107,9 +116,11 @@ class Change:
     files: Mapping[str, bytes] = field(default_factory=dict)
     note: str | None = None
     """What the files are, for the commit subject (``canary baselines``)."""
+    deleted: tuple[str, ...] = ()
+    """Files beside the store (paths relative to its directory) the commit removes."""
 
     def __bool__(self) -> bool:
-        return bool(self.ops or self.files)
+        return bool(self.ops or self.files or self.deleted)
 
 
 @dataclass(frozen=True)
@@ -366,7 +377,7 @@ class KnowledgeStore:
                 raise ConfigError(str(self.path), "a store already exists here")
             self._publish(
                 EMPTY_SNAPSHOT,
-                {},
+                Change(),
                 head,
                 context.subject(None, 0),
                 context.trailers(0),
@@ -443,18 +454,21 @@ class KnowledgeStore:
             for op in change.ops
             if isinstance(op, ArchiveClaim)
         ]
-        commit_oid = self._publish(snapshot, change.files, head, message, trailers)
+        trailers += [
+            (COMPACTED_TRAILER, op.claim_id) for op in change.ops if isinstance(op, CompactClaim)
+        ]
+        commit_oid = self._publish(snapshot, change, head, message, trailers)
         return CommitResult(snapshot or base, counts, commit_oid, message, change, base=base)
 
     def _publish(
         self,
         snapshot: Snapshot | None,
-        files: Mapping[str, bytes],
+        change: Change,
         head: HeadRef | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
     ) -> str | None:
-        """Make ``snapshot`` the store (``None``: unchanged) and write ``files`` beside it.
+        """Make ``snapshot`` the store (``None``: unchanged); write and delete files beside it.
 
         Inside git the commit (a compare-and-swap on ``head``) is published
         first, then the files beside the store, then the store file itself;
@@ -470,19 +484,22 @@ class KnowledgeStore:
                 temps[self.path] = temp
                 # Built from validated claims with a hash kb computed: as good as a full read.
                 verified.remember(written)
-            for name, content in files.items():
+            for name, content in change.files.items():
                 target = self.path.parent / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 temps[target] = write_temp_beside(target, content)
-            commit_oid, blobs = self._git_commit(temps, head, message, trailers)
+            deleted = [self.path.parent / name for name in change.deleted]
+            commit_oid, blobs, removed = self._git_commit(temps, deleted, head, message, trailers)
         except BaseException:
             for temp in temps.values():
                 temp.unlink(missing_ok=True)
             raise
+        for target in deleted:
+            target.unlink(missing_ok=True)
         for target, temp in sorted(temps.items(), key=lambda item: item[0] == self.path):
             replace_with(temp, target)  # the store last: it is what readers look at
-        if self.git is not None and blobs:
-            if self.git.set_index_blobs(blobs):
+        if self.git is not None and (blobs or removed):
+            if self.git.set_index_blobs(blobs, removed):
                 self.git.clear_intent()
             else:
                 self.warnings.append(
@@ -495,13 +512,14 @@ class KnowledgeStore:
     def _git_commit(
         self,
         temps: Mapping[Path, Path],
+        deleted: Sequence[Path],
         head: HeadRef | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
-    ) -> tuple[str | None, dict[str, str]]:
+    ) -> tuple[str | None, dict[str, str], list[str]]:
         """One git commit of every file inside the work tree (none outside git)."""
         if self.git is None or head is None:
-            return None, {}
+            return None, {}, []
         tracked = {}
         for target, temp in temps.items():
             rel = self.git.rel_of(target)
@@ -510,8 +528,20 @@ class KnowledgeStore:
             if target != self.path:
                 self.git.check_clean(rel)
             tracked[rel] = temp
-        if not tracked:
-            return None, {}
-        return self.git.commit_files(
-            tracked, ref=head[0], expected_head=head[1], message=message, trailers=trailers
+        removed = []
+        for target in deleted:
+            rel = self.git.rel_of(target)
+            if rel is not None:
+                self.git.check_clean(rel)
+                removed.append(rel)
+        if not tracked and not removed:
+            return None, {}, []
+        commit, blobs = self.git.commit_files(
+            tracked,
+            ref=head[0],
+            expected_head=head[1],
+            message=message,
+            trailers=trailers,
+            removed=removed,
         )
+        return commit, blobs, removed

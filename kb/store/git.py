@@ -218,6 +218,46 @@ class GitStoreRepo:
                 return commit, self.read_blob(blob)
         return None
 
+    def store_commit_before(self, seconds: int) -> str | None:
+        """The newest first-parent commit that changed the store at or before ``seconds``."""
+        if self.head()[1] is None:
+            return None
+        status, out, _ = self._call(
+            "log",
+            "--first-parent",
+            "-1",
+            "--format=%H",
+            f"--before={seconds}",
+            "HEAD",
+            "--",
+            self.rel,
+        )
+        return out.strip() or None if status == 0 else None
+
+    def tracked_files(self, rel_dir: str) -> list[str]:
+        """Paths git tracks under ``rel_dir`` (work-tree relative)."""
+        status, out, _ = self._call("ls-files", "-z", "--", rel_dir)
+        return [p for p in out.split("\0") if p] if status == 0 else []
+
+    def commits_with_trailer(self, key: str, value: str) -> list[StoreCommit]:
+        """First-parent commits whose message has the line ``key: value``, newest first."""
+        if self.head()[1] is None:
+            return []
+        status, out, _ = self._call(
+            "log",
+            "--first-parent",
+            "-z",
+            "--fixed-strings",
+            f"--grep={key}: {value}",
+            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
+            "HEAD",
+        )
+        found = []
+        for commit in _parse_log(out if status == 0 else ""):
+            if any(line.strip() == f"{key}: {value}" for line in commit.body.splitlines()):
+                found.append(commit)
+        return found
+
     def store_history(self) -> list[StoreCommit]:
         """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first."""
         if self.head()[1] is None:
@@ -233,14 +273,7 @@ class GitStoreRepo:
             self.rel,
             strip=False,
         )
-        commits = []
-        for record in out.split("\0"):
-            record = record.strip("\n")
-            if not record:
-                continue
-            oid, parents, date, subject, body = record.split("\x1f", 4)
-            commits.append(StoreCommit(oid, tuple(parents.split()), date, subject, body.strip()))
-        return commits
+        return _parse_log(out)
 
     # -- keeping the work tree honest -------------------------------------------------
 
@@ -299,9 +332,12 @@ class GitStoreRepo:
     def _roll_forward_beside(self, head: str | None, rels: Sequence[str]) -> None:
         """Write the files an interrupted commit carried beside the store, as ``head`` has them."""
         blobs: dict[str, str] = {}
+        removed: list[str] = []
         for rel in rels:
             blob = self._try("rev-parse", "-q", "--verify", f"{head}:{rel}") if head else None
-            if blob is None:
+            if blob is None:  # the commit removed it (kb compact)
+                (self.top / rel).unlink(missing_ok=True)
+                removed.append(rel)
                 continue
             blob = blob.strip()
             target = self.top / rel
@@ -309,7 +345,7 @@ class GitStoreRepo:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(target, self.read_blob(blob))
             blobs[rel] = blob
-        self.set_index_blobs(blobs)
+        self.set_index_blobs(blobs, removed)
 
     def check_clean(self, rel: str) -> None:
         """Refuse to overwrite a file beside the store that differs from what git has."""
@@ -355,7 +391,7 @@ class GitStoreRepo:
         """The work tree and index caught up: no commit is half-published."""
         self.intent_path.unlink(missing_ok=True)
 
-    def set_index_blobs(self, blobs: Mapping[str, str]) -> bool:
+    def set_index_blobs(self, blobs: Mapping[str, str], removed: Sequence[str] = ()) -> bool:
         """Point the user's index entries for these paths (and only them) at their blobs.
 
         Any git command the user runs meanwhile (even ``git status``) may
@@ -364,9 +400,9 @@ class GitStoreRepo:
         stands and the intent marker stays, so the next kb command repairs the
         entry (see ``reconcile``); the caller warns the user meanwhile.
         """
-        if not blobs:
+        if not blobs and not removed:
             return True
-        args = ["update-index", "--add"]
+        args = ["update-index", "--add", "--force-remove", *removed]
         for rel, blob in blobs.items():
             args += ["--cacheinfo", f"100644,{blob},{rel}"]
         for attempt in range(_INDEX_LOCK_RETRIES):
@@ -391,13 +427,14 @@ class GitStoreRepo:
         expected_head: str | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
+        removed: Sequence[str] = (),
     ) -> tuple[str, dict[str, str]]:
         """Commit each file's bytes at its path and advance ``ref`` by compare-and-swap.
 
         ``files`` maps work-tree-relative paths (the store's among them when it
-        changes) to files holding the new bytes. Returns the commit and each
-        path's blob. Raises ``KnowledgeCasError`` when ``ref`` no longer points
-        at ``expected_head``.
+        changes) to files holding the new bytes; ``removed`` paths leave the
+        tree. Returns the commit and each path's blob. Raises
+        ``KnowledgeCasError`` when ``ref`` no longer points at ``expected_head``.
         """
         blobs = {rel: self.hash_file(path, write=True) for rel, path in files.items()}
         fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
@@ -409,7 +446,7 @@ class GitStoreRepo:
                 self._run("read-tree", expected_head, env=env)
             else:
                 self._run("read-tree", "--empty", env=env)
-            args = ["update-index", "--add"]
+            args = ["update-index", "--add", "--force-remove", *removed]
             for rel, blob in blobs.items():
                 args += ["--cacheinfo", f"100644,{blob},{rel}"]
             self._run(*args, env=env)
@@ -422,7 +459,7 @@ class GitStoreRepo:
             args += ["-p", expected_head]
         args += ["-m", message, "-m", trailer_text]
         commit = self._run(*args, env=self._identity()).strip()
-        self.write_intent(commit, [rel for rel in files if rel != self.rel])
+        self.write_intent(commit, [rel for rel in [*files, *removed] if rel != self.rel])
         status, _, err = self._call(
             "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID
         )
@@ -434,6 +471,18 @@ class GitStoreRepo:
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
             )
         return commit, blobs
+
+
+def _parse_log(out: str) -> list[StoreCommit]:
+    """Records of ``git log -z --format=%H%x1f%P%x1f%aI%x1f%s%x1f%b``."""
+    commits = []
+    for record in out.split("\0"):
+        record = record.strip("\n")
+        if not record:
+            continue
+        oid, parents, date, subject, body = record.split("\x1f", 4)
+        commits.append(StoreCommit(oid, tuple(parents.split()), date, subject, body.strip()))
+    return commits
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ unless the batch is clean. The rules (rulvar's, made stricter where noted):
   is refused instead of silently rewriting its terminal status.
 * ``MarkStale`` — ``active`` → ``stale``; on any other status a no-op, so it
   is idempotent and terminal statuses never revive.
+* ``CompactClaim`` — kb only: removes a ``superseded`` or ``archived`` claim
+  from the file (``kb compact``); it stays in git history.
 
 Gates: ``EvalCommitterGate`` admits only eval-measured claims authored by the
 eval pipeline with a metrics block; ``HumanGate`` admits only
@@ -99,7 +101,14 @@ class MarkStale:
     reason: Literal["canary-drift"] = "canary-drift"
 
 
-Op = AddClaim | SupersedeClaim | ArchiveClaim | MarkStale
+@dataclass(frozen=True)
+class CompactClaim:
+    """Remove a superseded or archived claim from the file (git history keeps it)."""
+
+    claim_id: str
+
+
+Op = AddClaim | SupersedeClaim | ArchiveClaim | MarkStale | CompactClaim
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,7 @@ class OpCounts:
     superseded: int = 0
     archived: Mapping[str, int] = field(default_factory=dict)
     staled: int = 0
+    compacted: int = 0
 
     def describe(self) -> str:
         """``+3 claims, 1 superseded, 1 falsified`` (``no changes`` when empty)."""
@@ -124,6 +134,8 @@ class OpCounts:
                 parts.append(f"{count} {'archived ' + reason if reason != 'falsified' else reason}")
         if self.staled:
             parts.append(f"{self.staled} marked stale")
+        if self.compacted:
+            parts.append(f"{self.compacted} compacted")
         return ", ".join(parts) if parts else "no changes"
 
 
@@ -200,6 +212,7 @@ class _Batch:
         self.appended: list[ModelClaim] = []
         self.appended_at: dict[str, int] = {}
         self.issues: list[str] = []
+        self.removed: set[int] = set()
         self.added = self.superseded = self.staled = 0
         self.archived: Counter[str] = Counter()
 
@@ -208,7 +221,7 @@ class _Batch:
         if position is not None:
             return self.appended[position].status
         found = self.snapshot.index.get(claim_id)
-        if found is None:
+        if found is None or found in self.removed:
             return None
         return self.statuses.get(found, self.snapshot.entries[found].status)
 
@@ -224,13 +237,20 @@ class _Batch:
         else:
             self.statuses[self.snapshot.index[claim_id]] = value
 
+    def remove(self, claim_id: str) -> None:
+        self.removed.add(self.snapshot.index[claim_id])
+
     def counts(self) -> OpCounts:
-        return OpCounts(self.added, self.superseded, dict(self.archived), self.staled)
+        return OpCounts(
+            self.added, self.superseded, dict(self.archived), self.staled, len(self.removed)
+        )
 
     def active_pairs(self) -> Counter[tuple[str, str]]:
         """Active claims per (model, task class) once the batch is applied."""
         pairs: Counter[tuple[str, str]] = Counter()
         for position, entry in enumerate(self.snapshot.entries):
+            if position in self.removed:
+                continue
             if self.statuses.get(position, entry.status) == "active":
                 pairs[(entry.model, entry.task_class)] += 1
         for claim in self.appended:
@@ -244,9 +264,11 @@ class _Batch:
         entries = list(base.entries)
         for position, status in self.statuses.items():
             entries[position] = replace(entries[position], status=status)
+        if self.removed:
+            entries = [e for i, e in enumerate(entries) if i not in self.removed]
         wires = [claim_to_wire(claim) for claim in self.appended]
         entries += [entry_of(wire) for wire in wires]
-        texts = PatchedTexts(base.texts, self.statuses, wires)
+        texts = PatchedTexts(base.texts, self.statuses, wires, self.removed)
         return Snapshot(
             base.version + 1,
             claims_hash_of(texts),
@@ -312,6 +334,19 @@ def _mark_stale(batch: _Batch, where: str, op: MarkStale) -> None:
         batch.staled += 1
 
 
+def _compact(batch: _Batch, where: str, op: CompactClaim) -> None:
+    prior = batch.status(op.claim_id)
+    if prior is None:
+        batch.issues.append(f"{where}: no claim {op.claim_id!r} to compact")
+    elif op.claim_id in batch.appended_at or prior not in ("superseded", "archived"):
+        batch.issues.append(
+            f"{where}: claim {op.claim_id!r} is {prior}; only a superseded or archived "
+            "claim already in the file can be compacted"
+        )
+    else:
+        batch.remove(op.claim_id)
+
+
 def apply_ops(
     snapshot: Snapshot,
     ops: Sequence[Op],
@@ -331,6 +366,8 @@ def apply_ops(
             _supersede(batch, where, op)
         elif isinstance(op, ArchiveClaim):
             _archive(batch, where, op)
+        elif isinstance(op, CompactClaim):
+            _compact(batch, where, op)
         else:
             _mark_stale(batch, where, op)
     if not batch.issues:

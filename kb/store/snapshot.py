@@ -348,18 +348,23 @@ _STATUS_LINE = re.compile(rb'(\n      "status": ")([a-z]+)(")')
 
 
 class PatchedTexts:
-    """A snapshot's claims with some statuses changed and new claims appended."""
+    """A snapshot's claims with some statuses changed, some removed, new ones appended."""
 
     def __init__(
         self,
         base: ClaimTexts,
         statuses: Mapping[int, str],
         appended: Sequence[Mapping[str, Any]],
+        removed: Iterable[int] = (),
     ) -> None:
         self._base = base
         self._statuses = dict(statuses)
         self._appended = WireTexts(appended)
-        self._size = len(base)
+        gone = set(removed)
+        self._kept: Sequence[int] = (
+            [i for i in range(len(base)) if i not in gone] if gone else range(len(base))
+        )
+        self._size = len(self._kept)
 
     def __len__(self) -> int:
         return self._size + len(self._appended)
@@ -367,16 +372,18 @@ class PatchedTexts:
     def wire(self, index: int) -> dict[str, Any]:
         if index >= self._size:
             return self._appended.wire(index - self._size)
-        value = self._base.wire(index)
-        if index in self._statuses:
-            value["status"] = self._statuses[index]  # in place: the key keeps its position
+        position = self._kept[index]
+        value = self._base.wire(position)
+        if position in self._statuses:
+            value["status"] = self._statuses[position]  # in place: the key keeps its position
         return value
 
     def text(self, index: int) -> bytes:
         if index >= self._size:
             return self._appended.text(index - self._size)
-        text = self._base.text(index)
-        status = self._statuses.get(index)
+        position = self._kept[index]
+        text = self._base.text(position)
+        status = self._statuses.get(position)
         if status is None:
             return text
         patched, count = _STATUS_LINE.subn(
@@ -387,24 +394,34 @@ class PatchedTexts:
     def jcs(self, index: int) -> str:
         if index >= self._size:
             return self._appended.jcs(index - self._size)
-        if index not in self._statuses:
-            return self._base.jcs(index)
-        raw = self._base.text(index) if isinstance(self._base, SpanTexts) else None
+        position = self._kept[index]
+        if position not in self._statuses:
+            return self._base.jcs(position)
+        raw = self._base.text(position) if isinstance(self._base, SpanTexts) else None
         value = self.wire(index)
         plain = parse_json(raw)[1] if raw is not None else js_plain_value(value)
         return _jcs(value, plain)
 
     def jcs_run(self, start: int, stop: int) -> Iterator[str]:
-        at = start
-        for patched in sorted(i for i in self._statuses if start <= i < stop):
-            if at < patched:
-                yield from self._base.jcs_run(at, patched)
-            yield self.jcs(patched)
-            at = patched + 1
+        index = start
         base_stop = min(stop, self._size)
-        if at < base_stop:
-            yield from self._base.jcs_run(at, base_stop)
-        yield from self._appended.jcs_run(max(at, self._size) - self._size, stop - self._size)
+        while index < base_stop:
+            position = self._kept[index]
+            if position in self._statuses:
+                yield self.jcs(index)
+                index += 1
+                continue
+            # The longest stretch of untouched, adjacent base claims: one base run.
+            end = index + 1
+            while (
+                end < base_stop
+                and self._kept[end] == position + (end - index)
+                and self._kept[end] not in self._statuses
+            ):
+                end += 1
+            yield from self._base.jcs_run(position, position + (end - index))
+            index = end
+        yield from self._appended.jcs_run(max(start, self._size) - self._size, stop - self._size)
 
 
 def claims_hash_of(texts: ClaimTexts) -> str:

@@ -320,7 +320,7 @@ def execute_sweep(
             files[str(report_file)] = render_report(body)
             if not ops:
                 notes.append("evidence only")
-        return CanaryChange(ops, files, ", ".join(notes) or None, found.outcomes)
+        return CanaryChange(ops, files, ", ".join(notes) or None, outcomes=found.outcomes)
 
     measured = any(cell.complete for cell, _ in report.cells)
     result = None
