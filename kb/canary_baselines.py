@@ -38,9 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kb.errors import ConfigError
+from kb.atomicfile import write_atomic
+from kb.errors import ConfigError, MergeConflict
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.filestore import canary_baselines_path
+from kb.store.merge import leave_textual_conflict
 
 BaselineStatus = Literal["no-drift", "drift", "rebaselined"]
 FORMAT_VERSION = 1
@@ -174,3 +176,42 @@ def _strings(value: Any) -> list[str]:
     if not isinstance(value, list):
         raise TypeError(f"expected a list, got {type(value).__name__}")
     return [_string(item) for item in value]
+
+
+def merge_baselines(base: Path, ours: Path, theirs: Path, name: str) -> int:
+    """Git's merge driver for the baselines file: merge into ``ours`` in place.
+
+    Per subject, a side that changed it since the base wins; both sides
+    changing one subject the same way is one change. Both changing it
+    differently (each branch's canary saw something else) cannot be merged:
+    raises :class:`MergeConflict` after leaving git's textual merge in
+    ``ours``. Returns how many subjects came from theirs.
+    """
+    sides = []
+    for path in (base, ours, theirs):
+        try:
+            sides.append(read_baselines(path))
+        except ConfigError as exc:
+            leave_textual_conflict(base, ours, theirs, name)
+            raise MergeConflict(name, f"cannot be read: {exc.issues[0]}") from None
+    was, mine, other = sides
+    subjects = dict(mine.subjects)
+    taken = 0
+    for key in sorted(set(was.subjects) | set(other.subjects)):
+        before, after, current = was.subjects.get(key), other.subjects.get(key), subjects.get(key)
+        if after == before or after == current:
+            continue
+        if current == before:
+            if after is None:
+                subjects.pop(key, None)
+            else:
+                subjects[key] = after
+            taken += 1
+            continue
+        leave_textual_conflict(base, ours, theirs, name)
+        raise MergeConflict(
+            name, f"the canary baselines of {key} changed on both sides; run kb canary again"
+        )
+    merged = CanaryBaselines({**other.probe_sets, **mine.probe_sets}, subjects)
+    write_atomic(ours, merged.render())
+    return taken

@@ -75,6 +75,22 @@ class CasAttemptsExhausted(KnowledgeCasError):
         )
 
 
+class MergeConflict(KbError):
+    """Two branches changed the store (or its baselines) in ways that cannot both stand.
+
+    kb's merge driver then leaves git's usual conflict markers in the file;
+    ``reason`` says, in one line, what clashed.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"{path}: cannot merge: {reason}; left as a git conflict: take one side "
+            f"(git checkout --ours {path} or --theirs) and redo the other side's change with kb"
+        )
+
+
 class GitError(KbError):
     """A git command failed for a reason other than a compare-and-swap conflict."""
 

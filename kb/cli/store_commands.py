@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -35,9 +37,77 @@ def init(app: App, committer: str) -> None:
     from kb.store.filestore import CommitContext
 
     app.creating = True
-    app.store.initialize(CommitContext(action="init", committer=committer))
-    where = "committed to git" if app.store.git is not None else "plain file, not in git"
-    click.echo(f"initialized {app.store.path} (store v0, {where})")
+    store = app.store
+    if store.git is None:
+        store.initialize(CommitContext(action="init", committer=committer))
+        click.echo(f"initialized {store.path} (store v0, plain file, not in git)")
+        return
+    from kb.store.git import install_merge_driver
+    from kb.store.merge import driver_files
+
+    store.initialize(
+        CommitContext(action="init", committer=committer), files=lambda: driver_files(store)
+    )
+    install_merge_driver(store.git, merge_driver_command())
+    click.echo(
+        f"initialized {store.path} (store v0, committed to git; merge driver installed: "
+        "git merges of the store re-apply the other branch's changes)"
+    )
+
+
+def merge_driver_command() -> str:
+    """How git runs kb's merge driver: this Python, so it works outside an activated venv."""
+    return f"{shlex.quote(sys.executable)} -m kb merge-driver %O %A %B %P"
+
+
+MERGE_DRIVER_EPILOG = """\b
+Examples:
+  kb merge-driver --install         in a clone made before kb init installed it
+  git merge feature                 then merges stores by re-applying theirs' changes
+"""
+
+
+@cli.command("merge-driver", epilog=MERGE_DRIVER_EPILOG)
+@click.option("--install", is_flag=True, help="Register the driver for the store's repository.")
+@click.argument("sides", nargs=-1, metavar="[BASE OURS THEIRS PATH]")
+@committer_option
+@global_options
+@pass_app
+def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str) -> None:
+    """Merge two branches' stores: theirs' changes re-applied onto ours (git calls this).
+
+    With --install: register the driver in this clone's git config and
+    commit the .gitattributes lines that route the store (and its canary
+    baselines) to it. kb init does both; a fresh clone needs --install once.
+    """
+    if install:
+        from kb.store.merge import install_merge_driver
+
+        changed = install_merge_driver(app.store, merge_driver_command(), committer)
+        what = "committed .gitattributes" if changed else ".gitattributes already routes the store"
+        click.echo(f"merge driver installed for {app.store.path.name} ({what})")
+        return
+    if len(sides) != 4:
+        raise ConfigError(
+            "merge-driver",
+            "git passes BASE OURS THEIRS PATH (%O %A %B %P); run kb merge-driver --install",
+        )
+    base, ours, theirs = (Path(side) for side in sides[:3])
+    name = sides[3]
+    if name.endswith(".canary.json"):
+        from kb.canary_baselines import merge_baselines
+
+        taken = merge_baselines(base, ours, theirs, name)
+        click.echo(f"kb: merged {name}: {taken} subjects from theirs", err=True)
+        return
+    from kb.store.merge import merge_store_files
+
+    merged = merge_store_files(base, ours, theirs, name)
+    click.echo(
+        f"kb: merged {name}: store v{merged.snapshot.version}, from theirs +{merged.added} "
+        f"claims, {merged.changed} status changes, {merged.removed} compacted",
+        err=True,
+    )
 
 
 LIST_EPILOG = """\b

@@ -366,10 +366,14 @@ class KnowledgeStore:
         check_publishable(self.git, target)
         return target
 
-    def initialize(self, context: CommitContext) -> Snapshot:
+    def initialize(
+        self, context: CommitContext, files: Callable[[], Mapping[str, bytes]] | None = None
+    ) -> Snapshot:
         """Create the empty store (version 0) and, inside git, commit it.
 
-        Refuses when a store file already exists.
+        ``files`` (called under the lock) gives files to commit beside it
+        (``.gitattributes`` for the merge driver). Refuses when a store file
+        already exists.
         """
         with self._locked(None):
             head = self._prepare()
@@ -377,7 +381,7 @@ class KnowledgeStore:
                 raise ConfigError(str(self.path), "a store already exists here")
             self._publish(
                 EMPTY_SNAPSHOT,
-                Change(),
+                Change(files=files() if files is not None else {}),
                 head,
                 context.subject(None, 0),
                 context.trailers(0),

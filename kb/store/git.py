@@ -473,6 +473,39 @@ class GitStoreRepo:
         return commit, blobs
 
 
+MERGE_DRIVER = "kb"
+"""The merge driver's name in ``.gitattributes`` (``merge=kb``) and git config."""
+
+
+def install_merge_driver(repo: GitStoreRepo, command: str) -> None:
+    """Register kb's merge driver in the repository's config (``merge.kb.driver``)."""
+    repo._run("config", f"merge.{MERGE_DRIVER}.name", "kb: re-apply the other branch's store ops")
+    repo._run("config", f"merge.{MERGE_DRIVER}.driver", command)
+
+
+def merge_driver_command(repo: GitStoreRepo) -> str | None:
+    """The command registered for kb's merge driver (``None``: not installed)."""
+    out = repo._try("config", "--get", f"merge.{MERGE_DRIVER}.driver")
+    return out.strip() if out else None
+
+
+def textual_merge(ours: Path, base: Path, theirs: Path, labels: Sequence[str]) -> bytes:
+    """Git's own line-based merge of three files, conflict markers included."""
+    args = ["git", "merge-file", "-p"]
+    for label in labels:
+        args += ["-L", label]
+    status, out, err = Git(str(ours.parent)).execute(
+        [*args, str(ours), str(base), str(theirs)],
+        with_extended_output=True,
+        with_exceptions=False,
+        stdout_as_string=False,
+        strip_newline_in_stdout=False,
+    )
+    if int(status) < 0 or not isinstance(out, bytes):
+        raise GitError(f"git merge-file failed: {err!r}")
+    return out
+
+
 def _parse_log(out: str) -> list[StoreCommit]:
     """Records of ``git log -z --format=%H%x1f%P%x1f%aI%x1f%s%x1f%b``."""
     commits = []
