@@ -14,7 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHES = ["store_bench.py", "engine_bench.py", "sweep_bench.py", "dataset_bench.py"]
+BENCHES = [
+    "store_bench.py",
+    "store_year.py",
+    "engine_bench.py",
+    "sweep_bench.py",
+    "dataset_bench.py",
+]
 
 
 def demote_headings(markdown: str) -> str:

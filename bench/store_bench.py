@@ -1,9 +1,12 @@
-"""Store benchmark (not a test): `kb list --json --model X` vs jq, and commits per second.
+"""Store benchmark (not a test): reads and commits against jq, and commits per second.
 
 Prints, side by side in one run:
 * wall time of `kb list --json --model X` and of the same filter in jq on generated
   1,000 / 10,000 / 100,000-claim stores (median of repeated runs), and their ratio
-  (goal: kb within 2x of jq at 10,000 claims);
+  (goals: cold kb within 1.5x of jq at 100,000 claims, SPEC 11.4);
+* a one-claim commit (`kb note`) on the same stores committed in git, against
+  `jq . >/dev/null` reading the file, and kb's peak memory against the file's size
+  (goals at 100,000 claims: within 3x of jq, peak RSS within 2x the file);
 * commits per second through the rebase loop with 1 and 8 writer processes, in a
   git work tree and as a plain file.
 
@@ -138,6 +141,56 @@ def bench_list(sizes: list[int], repeats: int) -> list[str]:
     return lines
 
 
+def bench_one_claim_commit(sizes: list[int], repeats: int) -> list[str]:
+    """`kb note` (read under the lock, one claim added, file and git commit written)."""
+    kb = str(Path(sys.executable).parent / "kb")
+    jq = shutil.which("jq")
+    lines = [
+        "| claims | file MB | kb note | jq . >/dev/null | note / jq | kb peak RSS | RSS / file |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            store = work / "rulvar.models.json"
+            generate_store(store, size)
+            subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+            subprocess.run(["git", "add", "rulvar.models.json"], cwd=work, check=True)
+            subprocess.run(
+                ["git", "-c", "user.name=b", "-c", "user.email=b@x", "commit", "-q", "-m", "s"],
+                cwd=work,
+                check=True,
+            )
+            size_bytes = store.stat().st_size
+            samples, peak = [], 0
+            for attempt in range(repeats):
+                env = dict(
+                    os.environ,
+                    KB_AS_OF=f"2026-12-01T00:00:{attempt:02d}Z",
+                    KB_NO_CACHE="1",
+                    GIT_AUTHOR_NAME="b",
+                    GIT_AUTHOR_EMAIL="b@x",
+                    GIT_COMMITTER_NAME="b",
+                    GIT_COMMITTER_EMAIL="b@x",
+                )
+                note = [kb, "--store", str(store), "note", "--model", MODELS[3]]
+                note += ["--task-class", "planning", "--polarity", "weakness"]
+                note += ["--statement", f"bench note {attempt}", "--approver", "bench"]
+                note += ["--ruled-out", "prompt", "--evidence", f"journal:bench-{attempt}:1"]
+                took, _, rss = timed(note, 1, env)
+                samples.append(took)
+                peak = max(peak, rss)
+            ours = statistics.median(samples)
+            theirs = timed([jq, ".", str(store)], repeats)[0] if jq else None
+            ratio = f"{ours / theirs:.2f}x" if theirs else "-"
+            jq_text = f"{theirs * 1000:.0f} ms" if theirs else "jq not installed"
+            lines.append(
+                f"| {size:,} | {size_bytes / 1e6:.1f} | {ours * 1000:.0f} ms | {jq_text} "
+                f"| {ratio} | {peak / 1024:.0f} MiB | {peak * 1024 / size_bytes:.2f}x |"
+            )
+    return lines
+
+
 def bench_commits(commits: int) -> list[str]:
     lines = ["| writers | where | commits | wall s | commits/s |", "|---:|---|---:|---:|---:|"]
     for in_git in (False, True):
@@ -184,6 +237,8 @@ def main() -> None:
     print("cold: every field validated and the hash recomputed (bytes kb never read);")
     print("warm: bytes kb validated before, parsed without re-validation (kb.store.verified).\n")
     print("\n".join(bench_list(sizes, args.repeats)))
+    print("\n## one-claim commit in git (kb note, cold) vs reading the file with jq\n")
+    print("\n".join(bench_one_claim_commit(sizes, args.repeats)))
     print("\n## commits per second (rebase loop, one claim per commit, worker start-up included)\n")
     print("\n".join(bench_commits(args.commits)))
 
