@@ -211,6 +211,12 @@ def format_diff(changes: StoreDiff) -> str:
         lines.append(f"  ! stale       {claim.id} (canary drift)")
     for claim in changes.expired:
         lines.append(f"  x expired     {claim.id} (at {claim.expires_at})")
+    if changes.compacted:
+        count = len(changes.compacted)
+        lines.append(
+            f"  . compacted   {count} superseded/archived claim{'s' if count != 1 else ''} "
+            "left the file (in git history; kb show ID)"
+        )
     if changes.empty:
         lines.append("  no claim changed")
     return "\n".join(lines)

@@ -173,3 +173,18 @@ def test_an_edited_evidence_file_is_not_deleted_behind_your_back(
     assert result.exit_code != 0 and "r-old.jsonl" in result.stderr
     assert (repo / STORE).read_bytes() == before
     assert (repo / "kb-evidence" / "r-old.jsonl").read_text() == "edited by hand\n"
+
+
+def test_kb_diff_tells_what_compaction_took_out(
+    repo: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch, history: dict[str, str]
+) -> None:
+    as_of = at_day(monkeypatch, 45)
+    assert kb(runner, "--as-of", as_of, "compact", "--keep-days", "30").exit_code == 0
+    text = kb(runner, "--as-of", as_of, "diff")
+    assert text.exit_code == 0
+    assert "  . compacted   1 superseded/archived claim left the file" in text.output
+    data = json.loads(kb(runner, "--as-of", as_of, "diff", "--json").output)
+    assert [c["id"] for c in data["compacted"]] == [history["a"]]
+    assert (
+        "**Compacted** (1 superseded" in kb(runner, "--as-of", as_of, "diff", "--markdown").output
+    )

@@ -43,11 +43,20 @@ class StoreDiff:
     staled: tuple[ModelClaim, ...]
     expired: tuple[ModelClaim, ...]
     """Active claims whose lifetime ended between the two instants."""
+    compacted: tuple[ModelClaim, ...] = ()
+    """Claims ``kb compact`` took out of the file (they stay in git history)."""
 
     @property
     def empty(self) -> bool:
         """Nothing changed."""
-        return not (self.added or self.superseded or self.archived or self.staled or self.expired)
+        return not (
+            self.added
+            or self.superseded
+            or self.archived
+            or self.staled
+            or self.expired
+            or self.compacted
+        )
 
 
 def diff_snapshots(
@@ -78,6 +87,8 @@ def diff_snapshots(
             ends = stored_instant(claim.expires_at)
             if before_side.at < ends <= after_side.at:
                 expired.append(claim)
+    present = after.index
+    compacted = tuple(claim for claim in before.claims if claim.id not in present)
     return StoreDiff(
         before_side,
         after_side,
@@ -86,6 +97,7 @@ def diff_snapshots(
         tuple(archived),
         tuple(staled),
         tuple(expired),
+        compacted,
     )
 
 
@@ -125,6 +137,7 @@ def diff_json(diff: StoreDiff) -> dict[str, Any]:
         "archived": [{**brief(c), "reason": reason} for c, reason in diff.archived],
         "stale": [brief(c) for c in diff.staled],
         "expired": [{**brief(c), "expiresAt": c.expires_at} for c in diff.expired],
+        "compacted": [{**brief(c), "status": c.status} for c in diff.compacted],
     }
 
 
@@ -181,6 +194,12 @@ def diff_markdown(diff: StoreDiff) -> str:
         ["subject", "claim", "expired at"],
         [[who(c), c.polarity, c.expires_at] for c in diff.expired],
     )
+    if diff.compacted:
+        lines += [
+            f"**Compacted** ({len(diff.compacted)} superseded or archived claims left the file; "
+            "they stay in git history)",
+            "",
+        ]
     return "\n".join(lines)
 
 
