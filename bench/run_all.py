@@ -15,11 +15,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHES = [
-    "store_bench.py",
-    "store_year.py",
-    "engine_bench.py",
-    "sweep_bench.py",
-    "dataset_bench.py",
+    ["store_bench.py"],
+    ["store_year.py"],
+    ["store_year.py", "--nights", "120", "--no-compaction"],  # the same without compaction
+    ["engine_bench.py"],
+    ["sweep_bench.py"],
+    ["dataset_bench.py"],
 ]
 
 
@@ -30,10 +31,10 @@ def demote_headings(markdown: str) -> str:
 
 def main() -> None:
     sections = []
-    for bench in BENCHES:
-        print(f"running bench/{bench} ...", file=sys.stderr, flush=True)
+    for bench, *args in BENCHES:
+        print(f"running bench/{bench} {' '.join(args)} ...", file=sys.stderr, flush=True)
         result = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / bench)],
+            [sys.executable, str(ROOT / "bench" / bench), *args],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -162,12 +162,12 @@ def main() -> None:
             f"| {number} | {len(month)} | {month[-1][3]:,} | {month[-1][2] / 1e6:.2f} "
             f"| {statistics.median(r[1] for r in month):.3f} |"
         )
-    if len(months) >= 3:
-        second, last = months[1], months[-1]
+    if len(rows) >= 90:
+        second, last = rows[30:60], rows[-30:]
         size_ratio = last[-1][2] / second[-1][2]
         time_ratio = statistics.median(r[1] for r in last) / statistics.median(r[1] for r in second)
         print(
-            f"\nlast month / second month: file size {size_ratio:.2f}x, "
+            f"\nlast 30 nights / second month: file size {size_ratio:.2f}x, "
             f"median commit time {time_ratio:.2f}x (goal: both <= 1.5x)"
         )
 
