@@ -13,8 +13,9 @@ form …) is read, and reported as ``warnings`` (``kb verify`` prints them).
 (``JSON.stringify(store, null, 2)``) is read as spans: each claim's bytes are
 located with one scan, parsed 1,000 at a time by the C parser (never the
 whole document at once), and kept as bytes; the hash streams their canonical
-forms, printed by the C encoder wherever that prints what JavaScript would. Logic reads a light :class:`ClaimEntry` per claim;
-a full :class:`ModelClaim` is built only when asked for. A commit re-renders
+forms, printed by the C encoder wherever that prints what JavaScript would.
+Logic reads a light :class:`ClaimEntry` per claim; a full
+:class:`ModelClaim` is built only when asked for. A commit re-renders
 and re-hashes only what it changed: unchanged claims are copied byte for
 byte — their unknown keys and exact integers included — and a status change
 patches one line. A file in any other layout (compact, tabs, CRLF) is read
