@@ -40,7 +40,7 @@ from kb.store.filestore import (
 )
 from kb.store.ops import CompactClaim
 from kb.store.snapshot import Snapshot, index_store, parse_store
-from kb.store.ttl import format_instant, stored_instant
+from kb.store.ttl import MIN_INSTANT, format_instant, stored_instant
 from kb.sweep.evidence import evidence_directory, evidence_stem
 
 TERMINAL = frozenset({"superseded", "archived"})
@@ -96,6 +96,8 @@ def plan_compaction(
             "in its history, and the last change of each claim is read from there",
         )
     cutoff_ms = as_of - keep_days * _DAY_MS
+    if cutoff_ms < MIN_INSTANT:
+        raise ConfigError("--keep-days", f"{keep_days} days before --as-of is before the year 1")
     cutoff = format_instant(cutoff_ms)
     commit = git.store_commit_before(cutoff_ms // 1000)
     blob = git.blob_in(commit)

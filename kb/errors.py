@@ -87,7 +87,8 @@ class MergeConflict(KbError):
         self.reason = reason
         super().__init__(
             f"{path}: cannot merge: {reason}; left as a git conflict: take one side "
-            f"(git checkout --ours {path} or --theirs) and redo the other side's change with kb"
+            f"(git checkout --ours {path} or --theirs) and redo what still applies of the "
+            "other side's change with kb"
         )
 
 

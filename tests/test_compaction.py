@@ -188,3 +188,13 @@ def test_kb_diff_tells_what_compaction_took_out(
     assert (
         "**Compacted** (1 superseded" in kb(runner, "--as-of", as_of, "diff", "--markdown").output
     )
+
+
+def test_keep_days_beyond_the_calendar_is_refused(
+    repo: Path, runner: CliRunner, history: dict[str, str]
+) -> None:
+    before = (repo / STORE).read_bytes()
+    result = runner.invoke(cli, ["compact", "--keep-days", "1000000"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: --keep-days: 1000000 days before --as-of")
+    assert (repo / STORE).read_bytes() == before

@@ -279,3 +279,58 @@ def test_canary_baselines_merge_per_subject(tmp_path: Path) -> None:
 def test_the_driver_refuses_wrong_arguments(runner: CliRunner, repo: Path) -> None:
     result = runner.invoke(cli, ["merge-driver", "a", "b"])
     assert result.exit_code == 2 and "kb merge-driver --install" in result.stderr
+
+
+def test_during_a_conflict_every_command_names_the_markers_and_install_changes_nothing(
+    repo: Path, runner: CliRunner
+) -> None:
+    assert kb(runner, "init").exit_code == 0
+    git(repo, "config", "--remove-section", "merge.kb")
+    store = KnowledgeStore(repo / STORE)
+    context = CommitContext("test", "ci")
+    store.commit([add(eval_claim("x"))], 0, context)
+    git(repo, "checkout", "-q", "-b", "feature")
+    store.commit([add(eval_claim("y"))], 1, context)
+    git(repo, "checkout", "-q", "main")
+    store.commit([add(eval_claim("z"))], 1, context)
+    assert merge(repo, "feature").returncode != 0
+    before = (repo / STORE).read_bytes()
+    for command in (["archive", "x", "--reason", "rejected"], ["merge-driver", "--install"]):
+        result = runner.invoke(cli, command)
+        assert result.exit_code == 2, result.stderr
+        assert "unresolved git merge conflict" in result.stderr
+    assert (repo / STORE).read_bytes() == before
+    config = subprocess.run(
+        ["git", "config", "--get", "merge.kb.driver"], cwd=repo, capture_output=True
+    )
+    assert config.returncode == 1  # a refused install registers nothing
+
+
+def test_the_driver_refuses_missing_files_and_stray_arguments(
+    repo: Path, runner: CliRunner
+) -> None:
+    assert kb(runner, "init").exit_code == 0
+    missing = runner.invoke(cli, ["merge-driver", "/nope1", STORE, "/nope3", STORE])
+    assert missing.exit_code == 2 and "no such file: /nope1, /nope3" in missing.stderr
+    assert not Path("/nope1").exists()
+    stray = runner.invoke(cli, ["merge-driver", "--install", "a", "b", "c", "d"])
+    assert stray.exit_code == 2 and "--install takes no" in stray.stderr
+
+
+def test_kb_diff_over_a_merge_tells_what_the_branch_brought(repo: Path, runner: CliRunner) -> None:
+    assert kb(runner, "init").exit_code == 0
+    store = KnowledgeStore(repo / STORE)
+    context = CommitContext("test", "ci")
+    store.commit([add(eval_claim("x")), add(eval_claim("w", polarity="weakness"))], 0, context)
+    git(repo, "checkout", "-q", "-b", "feature")
+    early = eval_claim("early", observedAt="2026-07-02T00:00:00.000Z")
+    store.commit([SupersedeClaim("x", early, GATE)], 1, context)
+    assert kb(runner, "archive", "w", "--reason", "deprecated").exit_code == 0
+    git(repo, "checkout", "-q", "main")
+    late = eval_claim("late", observedAt="2026-07-03T00:00:00.000Z")
+    store.commit([SupersedeClaim("x", late, GATE)], 1, context)
+    assert merge(repo, "feature").returncode == 0
+    shown = kb(runner, "--as-of", "2026-07-04", "diff", "--json")
+    data = json.loads(shown.output)
+    assert [c["id"] for c in data["added"]] == ["early"]
+    assert [(c["id"], c["reason"]) for c in data["archived"]] == [("w", "deprecated")]

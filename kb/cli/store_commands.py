@@ -83,6 +83,8 @@ def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str
     if install:
         from kb.store.merge import install_merge_driver
 
+        if sides:
+            raise ConfigError("merge-driver", "--install takes no BASE OURS THEIRS PATH")
         changed = install_merge_driver(app.store, merge_driver_command(), committer)
         what = "committed .gitattributes" if changed else ".gitattributes already routes the store"
         click.echo(f"merge driver installed for {app.store.path.name} ({what})")
@@ -94,6 +96,11 @@ def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str
         )
     base, ours, theirs = (Path(side) for side in sides[:3])
     name = sides[3]
+    missing = [str(path) for path in (base, ours, theirs) if not path.is_file()]
+    if missing:
+        raise ConfigError(
+            "merge-driver", f"no such file: {', '.join(missing)} (git passes three that exist)"
+        )
     if name.endswith(".canary.json"):
         from kb.canary_baselines import merge_baselines
 
@@ -227,7 +234,8 @@ def verify(app: App) -> None:
     )
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"ok: store v{report.version}, {report.claims} claims{history}")
+    claims = f"{report.claims} claim{'s' if report.claims != 1 else ''}"
+    click.echo(f"ok: store v{report.version}, {claims}{history}")
 
 
 @cli.command()

@@ -70,11 +70,21 @@ def diff_snapshots(
     reasons = archive_reasons or {}
     old = before.by_id
     replaced_by = {claim.supersedes: claim for claim in after.claims if claim.supersedes}
+    now = after.by_id
     added, superseded, archived, staled, expired = [], [], [], [], []
     for claim in after.claims:
         prior = old.get(claim.id)
         if prior is None:
-            if claim.supersedes not in old:  # a replacement is told with what it superseded
+            # A replacement is told with what it superseded, when that happened in this
+            # diff and it is the replacement on record; any other new claim is "added".
+            target = old.get(claim.supersedes) if claim.supersedes else None
+            told = (
+                target is not None
+                and target.status != "superseded"
+                and getattr(now.get(target.id), "status", None) == "superseded"
+                and replaced_by.get(target.id) is claim
+            )
+            if not told:
                 added.append(claim)
         elif prior.status != claim.status:
             if claim.status == "superseded":
@@ -196,8 +206,12 @@ def diff_markdown(diff: StoreDiff) -> str:
     )
     if diff.compacted:
         lines += [
-            f"**Compacted** ({len(diff.compacted)} superseded or archived claims left the file; "
-            "they stay in git history)",
+            f"**Compacted** ({len(diff.compacted)} superseded or archived "
+            f"claim{'s' if len(diff.compacted) != 1 else ''} left the file; they stay in git "
+            "history: "
+            + ", ".join(f"`{c.id}`" for c in diff.compacted[:20])
+            + (" …" if len(diff.compacted) > 20 else "")
+            + ")",
             "",
         ]
     return "\n".join(lines)

@@ -40,7 +40,8 @@ def parse_evidence(text: str) -> EvalEvidence | JournalEvidence:
             return JournalEvidence(kind="journal", runId=run_id, entryRef=int(entry))
     raise ConfigError(
         "--evidence",
-        f"{text!r} must be 'eval:REPORT_ID[#case1,case2]' or 'journal:RUN_ID:ENTRY_REF'",
+        f"{text!r} must be 'eval:REPORT_ID[#case1,case2]' or 'journal:RUN_ID:ENTRY_REF' "
+        "(ENTRY_REF a whole number)",
     )
 
 

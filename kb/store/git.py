@@ -36,6 +36,7 @@ from git.exc import GitCommandNotFound
 
 from kb.atomicfile import write_atomic
 from kb.errors import GitError, KnowledgeCasError, StoreDirtyError
+from kb.store.snapshot import conflict_advice, conflict_lines
 
 ZERO_OID = "0" * 40
 _INDEX_LOCK_RETRIES = 20
@@ -193,9 +194,8 @@ class GitStoreRepo:
     def trailer_values(self, key: str, since: str | None, until: str) -> list[str]:
         """Every ``key:`` trailer value in commits after ``since`` up to ``until``."""
         span = f"{since}..{until}" if since else until
-        status, out, _ = self._call(
-            "log", "--first-parent", "--format=%(trailers:only,unfold)", span
-        )
+        # Not --first-parent: an archive made on a merged branch counts too.
+        status, out, _ = self._call("log", "--format=%(trailers:only,unfold)", span)
         prefix = f"{key}: "
         return [
             line[len(prefix) :].strip()
@@ -317,6 +317,9 @@ class GitStoreRepo:
                     self.clear_intent()
                 return Reconciled("rolled-forward")
         where = "staged" if index_blob != head_blob else "unstaged"
+        markers = conflict_lines(self.store_path.read_text("utf-8", "replace")) if exists else []
+        if markers:
+            raise StoreDirtyError(str(self.store_path), conflict_advice(self.rel, markers))
         if not exists and head_blob is not None:
             detail = "the store file was deleted from the work tree"
         elif head_blob is None and index_blob is None:

@@ -295,10 +295,10 @@ def install_merge_driver(store: KnowledgeStore, command: str, committer: str) ->
     git = store.git
     if git is None:
         raise ConfigError(str(store.path), "not in a git work tree: there is nothing to merge")
-    register(git, command)
     context = CommitContext("merge-driver", committer)
     result = store.commit_with_rebase(
         lambda _: Change(files=driver_files(store), note="merge driver in .gitattributes"),
         context,
     )
+    register(git, command)  # last: a refused commit leaves the config as it was
     return result is not None

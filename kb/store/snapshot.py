@@ -587,6 +587,17 @@ _CLAIM_END = re.compile(rb"\n    \}")
 _CONFLICT = re.compile(r"^(<{7}|>{7})( |$)", re.MULTILINE)
 
 
+def conflict_advice(name: str, markers: Sequence[int]) -> str:
+    """What to do about a store file git left with conflict markers."""
+    return (
+        f"unresolved git merge conflict (markers at lines {markers[0]}-{markers[-1]}); "
+        "if `git merge` printed why kb's merge driver could not merge, take one side "
+        f"(git checkout --ours {name} or --theirs) and redo what still applies of the "
+        "other side's change with kb; if it did not, this clone lacks the driver: "
+        "git merge --abort, kb merge-driver --install, then merge again"
+    )
+
+
 def conflict_lines(text: str) -> list[int]:
     """Line numbers of git conflict markers (``<<<<<<<`` / ``>>>>>>>``) in ``text``."""
     return [text.count("\n", 0, match.start()) + 1 for match in _CONFLICT.finditer(text)]
@@ -741,8 +752,8 @@ _NOT_UTF8 = "the file holds bytes that are not UTF-8 (read as U+FFFD, as Node do
 def _hash_issue(stored: str, computed: str) -> str:
     return (
         f"hash: does not match the claims (stored {stored}, computed {computed}); "
-        "the file was edited by hand: restore it (git restore FILE) and change claims "
-        "through kb (note, archive, deprecate)"
+        "the file was edited by hand: restore it (git restore FILE, or from a backup "
+        "outside git) and change claims through kb (note, archive, deprecate)"
     )
 
 
@@ -759,13 +770,7 @@ def _parse_whole(raw: bytes, source: str) -> Snapshot:
     except (ValueError, RecursionError) as exc:
         markers = conflict_lines(text)
         if markers:
-            raise ConfigError(
-                source,
-                f"unresolved git merge conflict (markers at lines {markers[0]}-{markers[-1]}); "
-                "`kb merge-driver --install` lets git merge stores by re-applying the ops, "
-                "then redo the merge (git merge --abort; git merge ...), or take one side "
-                f"(git checkout --ours {Path(source).name}) and re-run what the other did",
-            ) from None
+            raise ConfigError(source, conflict_advice(Path(source).name, markers)) from None
         raise ConfigError(source, f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(source, f"top level must be an object, got {type(data).__name__}")
