@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from kb.cli import cli
 from kb.store.snapshot import parse_store
+from tests.cli_helpers import kb, note
 from tests.conftest import git
 
 STORE = "rulvar.models.json"
@@ -22,34 +23,6 @@ def at_day(monkeypatch: pytest.MonkeyPatch, day: int) -> str:
     monkeypatch.setenv("GIT_COMMITTER_DATE", f"@{seconds} +0000")
     monkeypatch.setenv("GIT_AUTHOR_DATE", f"@{seconds} +0000")
     return f"2026-01-{1 + day:02d}T00:00:00Z" if day < 31 else f"2026-02-{day - 30:02d}T00:00:00Z"
-
-
-def kb(runner: CliRunner, *args: str) -> Result:
-    return runner.invoke(cli, list(args), catch_exceptions=False)
-
-
-def note(runner: CliRunner, task_class: str, as_of: str, *evidence: str) -> str:
-    result = kb(
-        runner,
-        "--as-of",
-        as_of,
-        "note",
-        "--model",
-        "openai:gpt-4o-mini",
-        "--task-class",
-        task_class,
-        "--polarity",
-        "weakness",
-        "--statement",
-        f"weak at {task_class}",
-        "--approver",
-        "alice",
-        "--ruled-out",
-        "prompt",
-        *[arg for ev in (evidence or ("journal:run-1:1",)) for arg in ("--evidence", ev)],
-    )
-    assert result.exit_code == 0, result.output
-    return f"note/openai:gpt-4o-mini/{task_class}/{as_of.replace('Z', '.000Z')}"
 
 
 def write_report(directory: Path, report_id: str, observed_at: str) -> None:

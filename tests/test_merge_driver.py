@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from kb.canary_baselines import CanaryBaselines, SubjectBaselines, merge_baselines
 from kb.cli import cli
@@ -18,15 +18,12 @@ from kb.store.filestore import CommitContext, KnowledgeStore
 from kb.store.merge import merge_snapshots
 from kb.store.ops import ArchiveClaim, CompactClaim, MarkStale, Op, SupersedeClaim, apply_ops
 from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store
+from tests.cli_helpers import kb, note
 from tests.conftest import git
 from tests.factories import GATE, add, eval_claim
 from tests.sweep_helpers import scripted_model, write_spec
 
 STORE = "rulvar.models.json"
-
-
-def kb(runner: CliRunner, *args: str) -> Result:
-    return runner.invoke(cli, list(args), catch_exceptions=False)
 
 
 def sweep(runner: CliRunner, spec: Path, day: int) -> None:
@@ -43,31 +40,6 @@ def merge(repo: Path, branch: str) -> subprocess.CompletedProcess[str]:
 
 def store_at(repo: Path) -> Snapshot:
     return parse_store((repo / STORE).read_bytes(), "store")
-
-
-def note(runner: CliRunner, task_class: str, as_of: str) -> str:
-    result = kb(
-        runner,
-        "--as-of",
-        as_of,
-        "note",
-        "--model",
-        "openai:gpt-4o-mini",
-        "--task-class",
-        task_class,
-        "--polarity",
-        "weakness",
-        "--statement",
-        f"weak at {task_class}",
-        "--approver",
-        "alice",
-        "--ruled-out",
-        "prompt",
-        "--evidence",
-        "journal:run-1:1",
-    )
-    assert result.exit_code == 0, result.stderr
-    return f"note/openai:gpt-4o-mini/{task_class}/{as_of.replace('Z', '.000Z')}"
 
 
 def test_kb_init_installs_the_driver(repo: Path, runner: CliRunner) -> None:
@@ -168,8 +140,8 @@ def test_a_clash_leaves_a_normal_conflict_with_one_line_why(repo: Path, runner: 
     assert listed.exit_code == 2 and "unresolved git merge conflict" in listed.stderr
 
 
-def test_an_uninstalled_clone_gets_git_s_text_merge(repo: Path, runner: CliRunner) -> None:
-    """Without the config (a fresh clone), git falls back to its line merge: kb says so."""
+def conflicted_without_driver(repo: Path, runner: CliRunner) -> None:
+    """Two branches that each added a claim, merged in a clone without kb's driver."""
     assert kb(runner, "init").exit_code == 0
     git(repo, "config", "--remove-section", "merge.kb")  # a fresh clone has no such config
     store = KnowledgeStore(repo / STORE)
@@ -180,6 +152,11 @@ def test_an_uninstalled_clone_gets_git_s_text_merge(repo: Path, runner: CliRunne
     git(repo, "checkout", "-q", "main")
     store.commit([add(eval_claim("z"))], 1, context)
     assert merge(repo, "feature").returncode != 0
+
+
+def test_an_uninstalled_clone_gets_git_s_text_merge(repo: Path, runner: CliRunner) -> None:
+    """Without the config (a fresh clone), git falls back to its line merge: kb says so."""
+    conflicted_without_driver(repo, runner)
     listed = runner.invoke(cli, ["list"])
     assert listed.exit_code == 2 and "kb merge-driver --install" in listed.stderr
 
@@ -284,16 +261,7 @@ def test_the_driver_refuses_wrong_arguments(runner: CliRunner, repo: Path) -> No
 def test_during_a_conflict_every_command_names_the_markers_and_install_changes_nothing(
     repo: Path, runner: CliRunner
 ) -> None:
-    assert kb(runner, "init").exit_code == 0
-    git(repo, "config", "--remove-section", "merge.kb")
-    store = KnowledgeStore(repo / STORE)
-    context = CommitContext("test", "ci")
-    store.commit([add(eval_claim("x"))], 0, context)
-    git(repo, "checkout", "-q", "-b", "feature")
-    store.commit([add(eval_claim("y"))], 1, context)
-    git(repo, "checkout", "-q", "main")
-    store.commit([add(eval_claim("z"))], 1, context)
-    assert merge(repo, "feature").returncode != 0
+    conflicted_without_driver(repo, runner)
     before = (repo / STORE).read_bytes()
     for command in (["archive", "x", "--reason", "rejected"], ["merge-driver", "--install"]):
         result = runner.invoke(cli, command)

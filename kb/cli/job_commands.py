@@ -21,6 +21,7 @@ from kb.cli.app import (
 from kb.cli.options import (
     attempts_option,
     engine_options,
+    evidence_dir_option,
     json_option,
     push_option,
     resolve_attempts,
@@ -349,12 +350,7 @@ Examples:
     help="Write the self-contained HTML report.",
 )
 @json_option("Print the report as JSON (as the sweep's --json printed it).")
-@click.option(
-    "--evidence-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the evidence files are (default: kb-evidence/ beside the store).",
-)
+@evidence_dir_option
 @global_options
 @pass_app
 def report(

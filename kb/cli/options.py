@@ -56,6 +56,16 @@ def push_option(func: F) -> F:
     )(func)
 
 
+def evidence_dir_option(func: F) -> F:
+    """``--evidence-dir DIR``: where a store's evidence files are."""
+    return click.option(
+        "--evidence-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Where the evidence files are (default: kb-evidence/ beside the store).",
+    )(func)
+
+
 def committer_option(func: F) -> F:
     """``--by NAME``: who is recorded as the committer."""
     return click.option(

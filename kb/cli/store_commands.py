@@ -17,6 +17,7 @@ from kb.cli.options import (
     attempts_option,
     committer_option,
     confidence_choice,
+    evidence_dir_option,
     json_option,
     polarity_choice,
     push_option,
@@ -161,12 +162,7 @@ def list_command(
 
 @cli.command()
 @click.argument("claim_id")
-@click.option(
-    "--evidence-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the evidence files are (default: kb-evidence/ beside the store).",
-)
+@evidence_dir_option
 @global_options
 @pass_app
 def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
@@ -346,12 +342,7 @@ Examples:
     required=True,
     help="Keep superseded/archived claims whose last change is this recent (days, >= 0).",
 )
-@click.option(
-    "--evidence-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the evidence files are (default: kb-evidence/ beside the store).",
-)
+@evidence_dir_option
 @committer_option
 @attempts_option
 @push_option
