@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,8 @@ def merge_snapshots(
         if t_index is None:
             removed.add(o_index)  # compacted on theirs
             continue
+        if theirs.texts.text(t_index) == base.texts.text(b_index):
+            continue  # theirs did not touch it (the common case: compare bytes, parse nothing)
         if _without_status(theirs.wire_at(t_index)) != _without_status(base.wire_at(b_index)):
             conflicts.append(f"claim {claim_id!r} was edited on theirs outside kb")
             continue
@@ -159,8 +161,6 @@ def _without_status(wire: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _with_status(entry: ClaimEntry, status: str | None) -> ClaimEntry:
-    from dataclasses import replace
-
     return entry if status is None else replace(entry, status=status)
 
 
