@@ -19,6 +19,7 @@ from kb.cli.app import (
     progress_bar,
 )
 from kb.cli.options import (
+    allow_partial_option,
     attempts_option,
     engine_options,
     evidence_dir_option,
@@ -100,11 +101,7 @@ exhausted; 130 interrupted (nothing committed).
 )
 @click.option("--quiet", is_flag=True, help="No plan block and no progress bar.")
 @click.option("--no-evidence", is_flag=True, help="Do not write the evidence files (kb-evidence/).")
-@click.option(
-    "--allow-partial",
-    is_flag=True,
-    help="Run even when the envelope cannot pay for every run (the overflow is refused).",
-)
+@allow_partial_option("run")
 @click.option("--allow-incomplete", is_flag=True, help="Exit 0 even when a cell is incomplete.")
 @click.option("--strict", is_flag=True, hidden=True, help="Deprecated; does nothing.")
 @click.option(
@@ -223,11 +220,7 @@ Examples:
 )
 @json_option("Print a JSON array, one object per model.")
 @click.option("--fail-on-drift", is_flag=True, help="Exit 1 when any model drifted.")
-@click.option(
-    "--allow-partial",
-    is_flag=True,
-    help="Run even when the envelope cannot pay for every probe (the overflow is refused).",
-)
+@allow_partial_option("probe")
 @click.option("--no-commit", is_flag=True, help="Report drift without flipping claims.")
 @click.option(
     "--max-retries",
@@ -305,11 +298,7 @@ def card(app: App, spec_path: Path, as_json: bool) -> None:
 @spec_argument()
 @json_option("Print the report as JSON.")
 @engine_options
-@click.option(
-    "--allow-partial",
-    is_flag=True,
-    help="Run even when the envelope cannot pay for every run (the overflow is refused).",
-)
+@allow_partial_option("run")
 @global_options
 @pass_app
 def checkpoint(

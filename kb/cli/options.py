@@ -56,6 +56,15 @@ def push_option(func: F) -> F:
     )(func)
 
 
+def allow_partial_option(unit: str) -> Callable[[F], F]:
+    """``--allow-partial``: run although the envelope cannot pay for every ``unit``."""
+    return click.option(
+        "--allow-partial",
+        is_flag=True,
+        help=f"Run even when the envelope cannot pay for every {unit} (the overflow is refused).",
+    )
+
+
 def evidence_dir_option(func: F) -> F:
     """``--evidence-dir DIR``: where a store's evidence files are."""
     return click.option(

@@ -43,13 +43,13 @@ def init(app: App, committer: str) -> None:
         store.initialize(CommitContext(action="init", committer=committer))
         click.echo(f"initialized {store.path} (store v0, plain file, not in git)")
         return
-    from kb.store.git import install_merge_driver
+    from kb.store.git import register_merge_driver
     from kb.store.merge import driver_files
 
     store.initialize(
         CommitContext(action="init", committer=committer), files=lambda: driver_files(store)
     )
-    install_merge_driver(store.git, merge_driver_command())
+    register_merge_driver(store.git, merge_driver_command())
     click.echo(
         f"initialized {store.path} (store v0, committed to git; merge driver installed: "
         "git merges of the store re-apply the other branch's changes)"
@@ -362,9 +362,7 @@ def compact(
     (kb show finds a compacted claim there). Needs the store in git.
     """
     from kb.compaction import compact as compact_store
-    from kb.compaction import validate_keep_days
 
-    validate_keep_days(keep_days)
     tries = resolve_attempts(attempts, push)
     plan, result = compact_store(
         app.store, keep_days, app.as_of, committer, evidence_dir, attempts=tries, push=push

@@ -183,15 +183,20 @@ def canonical_json(value: Any) -> str:
     return js_stringify(value, sort_keys=True)
 
 
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def utf8_as_js(text: str) -> bytes:
+    """The UTF-8 Node's crypto (like TextEncoder) hashes: a lone surrogate as U+FFFD."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
+
+
 def sha256_hex(text: str) -> str:
     """Lowercase sha256 hex of the UTF-8 of ``text`` (lone surrogates as JS would encode)."""
-    # Node's crypto (like TextEncoder) encodes a lone surrogate as U+FFFD.
-    if _SURROGATE.search(text) is not None:
-        text = _SURROGATE.sub("\ufffd", text)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
+    return hashlib.sha256(utf8_as_js(text)).hexdigest()
 
 
 def claims_hash(claims: Sequence[Mapping[str, Any]]) -> str:

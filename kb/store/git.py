@@ -480,16 +480,10 @@ MERGE_DRIVER = "kb"
 """The merge driver's name in ``.gitattributes`` (``merge=kb``) and git config."""
 
 
-def install_merge_driver(repo: GitStoreRepo, command: str) -> None:
+def register_merge_driver(repo: GitStoreRepo, command: str) -> None:
     """Register kb's merge driver in the repository's config (``merge.kb.driver``)."""
     repo._run("config", f"merge.{MERGE_DRIVER}.name", "kb: re-apply the other branch's store ops")
     repo._run("config", f"merge.{MERGE_DRIVER}.driver", command)
-
-
-def merge_driver_command(repo: GitStoreRepo) -> str | None:
-    """The command registered for kb's merge driver (``None``: not installed)."""
-    out = repo._try("config", "--get", f"merge.{MERGE_DRIVER}.driver")
-    return out.strip() if out else None
 
 
 def textual_merge(ours: Path, base: Path, theirs: Path, labels: Sequence[str]) -> bytes:

@@ -290,7 +290,7 @@ def install_merge_driver(store: KnowledgeStore, command: str, committer: str) ->
     Returns whether ``.gitattributes`` changed (``False``: it already routed both files).
     """
     from kb.store.filestore import Change, CommitContext
-    from kb.store.git import install_merge_driver as register
+    from kb.store.git import register_merge_driver
 
     git = store.git
     if git is None:
@@ -300,5 +300,5 @@ def install_merge_driver(store: KnowledgeStore, command: str, committer: str) ->
         lambda _: Change(files=driver_files(store), note="merge driver in .gitattributes"),
         context,
     )
-    register(git, command)  # last: a refused commit leaves the config as it was
+    register_merge_driver(git, command)  # last: a refused commit leaves the config as it was
     return result is not None

@@ -16,7 +16,6 @@ absent, never written as ``null`` (:func:`claim_to_wire`).
 from __future__ import annotations
 
 import math
-import re
 from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
@@ -45,6 +44,7 @@ from kb.schema import (
     subject_key,
     utf16_length,
 )
+from kb.store.canonical import LONE_SURROGATE
 from kb.store.ttl import InstantError, parse_instant, read_stored_instant
 
 __all__ = [
@@ -248,12 +248,9 @@ def validate_stored(model: type[BaseModel], data: Any) -> None:
         model.model_validate(_surrogates_replaced(data), strict=True)
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _surrogates_replaced(value: Any) -> Any:
     if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
+        return LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, dict):
         return {_surrogates_replaced(k): _surrogates_replaced(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -41,7 +41,13 @@ from pydantic import ValidationError
 
 from kb.errors import ConfigError
 from kb.schema import validation_issues
-from kb.store.canonical import canonical_json, fast_canonical_json, js_stringify
+from kb.store.canonical import (
+    canonical_json,
+    fast_canonical_json,
+    js_stringify,
+    sha256_hex,
+    utf8_as_js,
+)
 from kb.store.models import (
     LenientClaim,
     ModelClaim,
@@ -432,22 +438,10 @@ def claims_hash_of(texts: ClaimTexts) -> str:
     separator = b""
     for piece in texts.jcs_run(0, len(texts)):
         digest.update(separator)
-        digest.update(_utf8_as_js(piece))
+        digest.update(utf8_as_js(piece))
         separator = b","
     digest.update(b"]")
     return digest.hexdigest()
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _utf8_as_js(text: str) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except (
-        UnicodeEncodeError
-    ):  # Node's crypto (like TextEncoder) encodes a lone surrogate as U+FFFD
-        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 # -- the snapshot ----------
@@ -723,7 +717,7 @@ def _parse_spans(raw: bytes, layout: _Layout, source: str) -> Snapshot:
             pieces = [_jcs(*parse_json(raw[start:end])) for start, end in run_spans]
         for piece in pieces:
             digest.update(separator)
-            digest.update(_utf8_as_js(piece))
+            digest.update(utf8_as_js(piece))
             separator = b","
     digest.update(b"]")
     if not check.issues:
@@ -732,11 +726,7 @@ def _parse_spans(raw: bytes, layout: _Layout, source: str) -> Snapshot:
             check.issues.append(_hash_issue(layout.hash, computed))
     if check.issues:
         raise ConfigError(source, check.issues)
-    if not raw.isascii():
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            check.warnings.insert(0, _NOT_UTF8)
+    check.warnings[:0] = _encoding_warnings(raw)
     return Snapshot(
         layout.version,
         layout.hash,
@@ -749,6 +739,16 @@ def _parse_spans(raw: bytes, layout: _Layout, source: str) -> Snapshot:
 _NOT_UTF8 = "the file holds bytes that are not UTF-8 (read as U+FFFD, as Node does; kept)"
 
 
+def _encoding_warnings(raw: bytes) -> list[str]:
+    if raw.isascii():
+        return []
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return [_NOT_UTF8]
+    return []
+
+
 def _hash_issue(stored: str, computed: str) -> str:
     return (
         f"hash: does not match the claims (stored {stored}, computed {computed}); "
@@ -759,16 +759,11 @@ def _hash_issue(stored: str, computed: str) -> str:
 
 def _parse_whole(raw: bytes, source: str) -> Snapshot:
     """A file in another layout: read whole, as ``JSON.parse`` would."""
-    warnings: list[str] = []
+    warnings = _encoding_warnings(raw)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("utf-8", "replace")
-        warnings.append(_NOT_UTF8)
-    try:
-        data, plain = parse_json(text)
+        data, plain = parse_json(raw)  # decodes as Node does; the bytes tell plainness
     except (ValueError, RecursionError) as exc:
-        markers = conflict_lines(text)
+        markers = conflict_lines(raw.decode("utf-8", "replace"))
         if markers:
             raise ConfigError(source, conflict_advice(Path(source).name, markers)) from None
         raise ConfigError(source, f"not valid JSON: {exc}") from None
@@ -824,7 +819,7 @@ def _parse_whole(raw: bytes, source: str) -> Snapshot:
 
 
 def _whole_hash(claims: list[Any], plain: bool) -> str:
-    return hashlib.sha256(_utf8_as_js(_jcs(claims, plain))).hexdigest()
+    return sha256_hex(_jcs(claims, plain))
 
 
 def index_store(data: bytes) -> Snapshot:
