@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 PROJECT = Path(__file__).resolve().parent.parent
+PINNED_COMMIT_DATE = "2026-11-01T00:00:00Z"
 
 
 def _project_state() -> tuple[str, bytes]:
@@ -36,6 +37,11 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     )
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    # Every commit a test makes carries this instant unless the test sets its own, so
+    # nothing a test asserts about history (diffs, expiries, compaction) depends on the
+    # real date (tests pass on any date: SPEC 12.1).
+    monkeypatch.setenv("GIT_COMMITTER_DATE", PINNED_COMMIT_DATE)
+    monkeypatch.setenv("GIT_AUTHOR_DATE", PINNED_COMMIT_DATE)
     for name in ("KB_STORE", "KB_AS_OF", "KB_DEBUG", "KB_COMMITTER", "KB_NO_CACHE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -5,7 +5,8 @@ The reply depends on the last user message:
 * ``server-error`` — always 500;
 * ``malformed`` — 200 with a body that is not JSON;
 * ``echo-auth`` — 401 whose message quotes the API key it was sent;
-* ``hang`` — holds the request for ``hang_s`` seconds before answering;
+* ``hang`` — holds the request for ``hang_s`` seconds (``None``: until ``seen.release``
+  is set) before answering;
 * anything else — 200 with ``echo: <prompt>``.
 Every request is recorded (arrival time, headers, body) for assertions.
 """
@@ -29,6 +30,8 @@ class Seen:
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     counts: dict[str, int] = field(default_factory=dict)
+    release: threading.Event = field(default_factory=threading.Event)
+    """Set to answer the ``hang`` requests still held (always set when the server stops)."""
 
 
 def _completion(model: str, text: str) -> dict[str, Any]:
@@ -46,7 +49,7 @@ def _completion(model: str, text: str) -> dict[str, Any]:
 
 @contextmanager
 def fake_openai_server(
-    *, latency_s: float = 0.0, hang_s: float = 5.0
+    *, latency_s: float = 0.0, hang_s: float | None = 5.0
 ) -> Iterator[tuple[str, Seen]]:
     """Serve on an ephemeral loopback port; yields ``(api_base, seen)``."""
     seen = Seen()
@@ -97,7 +100,7 @@ def fake_openai_server(
                 self._send(200, b"{this is not json")
             else:
                 if prompt == "hang":
-                    time.sleep(hang_s)
+                    seen.release.wait(hang_s)
                 self._send(200, json.dumps(_completion(body["model"], f"echo: {prompt}")).encode())
 
     class Server(ThreadingHTTPServer):
@@ -110,6 +113,7 @@ def fake_openai_server(
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
     finally:
+        seen.release.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
