@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kb.store.canonical import claims_hash  # noqa: E402
-from kb.store.snapshot import Snapshot, render_store  # noqa: E402
+from kb.store.snapshot import Snapshot  # noqa: E402
 from kb.store.ttl import claim_expiry  # noqa: E402
+from kb.store.writing import render_store  # noqa: E402
 
 MODELS = [f"provider{p}:model-{m}" for p in range(5) for m in range(20)]
 TASKS = ["code-edit", "investigation", "synthesis", "extraction", "planning", "judging"]

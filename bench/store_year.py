@@ -5,7 +5,7 @@ cell's claim from the night before is superseded by a new one, and the
 night's evidence file is committed beside the store, exactly as a committing
 ``kb sweep`` does (through ``KnowledgeStore.commit_with_rebase``, in a real git
 repository, commit dates set to the simulated night). Every 7th night
-``kb compact --keep-days 30`` runs (``kb.compaction.compact``). Reads are cold
+``kb compact --keep-days 30`` runs (``kb.store.compaction.compact``). Reads are cold
 (``KB_NO_CACHE=1``), as on a fresh CI machine.
 
 Prints, per month, the store file's size and the median commit time, and
@@ -30,12 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kb.compaction import compact  # noqa: E402
+from kb.store.compaction import compact  # noqa: E402
+from kb.store.evidence import evidence_stem  # noqa: E402
 from kb.store.filestore import Change, CommitContext, KnowledgeStore  # noqa: E402
 from kb.store.models import claim_from_wire  # noqa: E402
 from kb.store.ops import AddClaim, EvalCommitterGate, Op, SupersedeClaim  # noqa: E402
 from kb.store.ttl import claim_expiry, format_instant  # noqa: E402
-from kb.sweep.evidence import evidence_stem  # noqa: E402
 
 TASKS = ["code-edit", "investigation", "synthesis", "extraction", "planning", "judging"]
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

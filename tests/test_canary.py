@@ -12,10 +12,10 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kb.canary import JS_WHITESPACE, fingerprint, normalize_output
 from kb.cli import cli
 from kb.store.canonical import js_stringify
 from kb.store.filestore import KnowledgeStore
+from kb.sweep.canary import JS_WHITESPACE, fingerprint, normalize_output
 from tests.conftest import git
 from tests.sweep_helpers import responses, write_spec
 

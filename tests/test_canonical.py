@@ -22,7 +22,7 @@ from kb.store.canonical import (
     js_stringify,
     sha256_hex,
 )
-from kb.store.snapshot import parse_json
+from kb.store.jsjson import parse_json
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "js_vectors.json").read_text())
 

@@ -250,7 +250,8 @@ def test_a_bad_checkpoint_spec_is_a_config_error(runner: CliRunner, isolated: Pa
 
 
 def test_cells_without_a_recommendation_stay_out_of_the_pool() -> None:
-    from kb.checkpoint import Arm, CheckpointReport, StartRungCell, _pooled
+    from kb.checkpoint import Arm, CheckpointReport, StartRungCell
+    from kb.checkpoint.arms import pooled
     from kb.engine.runs import RunResult
     from kb.evals.suite import CaseVerdict
 
@@ -262,8 +263,8 @@ def test_cells_without_a_recommendation_stay_out_of_the_pool() -> None:
     untested = StartRungCell("l", "b", 1, None, arm("baseline", 5.0), arm("treatment", 5.0))
     report = CheckpointReport(
         cells=[tested, untested],
-        pooled_baseline=_pooled("baseline", [tested.baseline]),
-        pooled_treatment=_pooled("treatment", [tested.treatment]),
+        pooled_baseline=pooled("baseline", [tested.baseline]),
+        pooled_treatment=pooled("treatment", [tested.treatment]),
         informed=arm("informed", 1.0),
         blind=arm("blind", 1.0),
         card="",

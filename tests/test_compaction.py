@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.cli import cli
-from kb.store.snapshot import parse_store
+from kb.store.validation import parse_store
 from tests.cli_helpers import kb, note
 from tests.conftest import git
 
@@ -26,11 +26,23 @@ def at_day(monkeypatch: pytest.MonkeyPatch, day: int) -> str:
 
 
 def write_report(directory: Path, report_id: str, observed_at: str) -> None:
+    """A report's two evidence files, as a sweep that measured nothing would write them."""
     directory.mkdir(exist_ok=True)
-    (directory / f"{report_id}.jsonl").write_text('{"case": "c1"}\n')
-    (directory / f"{report_id}.report.json").write_text(
-        json.dumps({"reportId": report_id, "observedAt": observed_at})
-    )
+    (directory / f"{report_id}.jsonl").write_text("")
+    report = {
+        "format": 2,
+        "reportId": report_id,
+        "observedAt": observed_at,
+        "gate": {"kind": "interval", "tolerance": 0.1, "strength": 0.9, "weakness": 0.5},
+        "pool": [],
+        "worstCaseUsd": None,
+        "spentUsd": 0,
+        "cells": [],
+        "claims": [],
+        "retired": [],
+        "canary": [],
+    }
+    (directory / f"{report_id}.report.json").write_text(json.dumps(report))
 
 
 @pytest.fixture

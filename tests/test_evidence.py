@@ -62,9 +62,16 @@ def test_the_evidence_file_holds_every_run(runner: CliRunner, repo: Path) -> Non
     assert kinds.count("judge") == 20
     first = next(line for line in lines if line["kind"] == "target")
     assert list(first) == [
-        "kind", "label", "model", "case", "taskClass", "repeat", "status", "output",
-        "verdicts", "costUsd", "latencyMs", "attempts",
+        "format", "kind", "label", "model", "case", "taskClass", "repeat", "status", "output",
+        "verdicts", "costUsd", "latencyMs", "attempts", "request", "params", "usage",
+        "priceSource", "caseFingerprint",
     ]  # fmt: skip
+    # Format 2 records what was asked: the request text, params, tokens, price source.
+    assert first["format"] == 2
+    assert first["request"] == {"user": "Question 0?"}
+    assert first["params"] == {}  # the scripted model's replies are the model, not params
+    assert first["usage"] == {"promptTokens": 2, "completionTokens": 5}
+    assert first["priceSource"] == "declared" and len(first["caseFingerprint"]) == 64
     assert first["label"] == "target:scripted:m/case-00" and first["case"] == "case-00"
     assert first["verdicts"][0] == {
         "grader": "golden:contains",

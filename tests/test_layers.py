@@ -18,16 +18,14 @@ import pytest
 
 KB = Path(__file__).resolve().parent.parent / "kb"
 
-#: Lowest first. A module may import its own layer and any layer below it.
+#: Lowest first. A module may import its own layer and any layer below it; each package
+#: is one layer (its modules may import each other, never in a circle).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("kb", "kb.errors", "kb.schema", "kb.atomicfile", "kb.stats", "kb.tomlfile", "kb.__main__"),
     ("kb.store",),
     ("kb.engine",),
     ("kb.evals",),
-    ("kb.sweep.spec", "kb.sweep.pool", "kb.sweep.gate"),
-    ("kb.canary", "kb.canary_baselines"),
     ("kb.sweep",),
-    ("kb.compaction",),
     ("kb.card",),
     ("kb.checkpoint",),
     ("kb.views",),
@@ -50,9 +48,24 @@ def layer_of(module: str) -> int:
     return rank
 
 
-def kb_imports(path: Path) -> set[str]:
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    """Import nodes inside ``if TYPE_CHECKING:`` blocks (annotations, never executed)."""
+    found: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                found |= set(ast.walk(inner))
+    return found
+
+
+def kb_imports(path: Path, *, executed_only: bool = False) -> set[str]:
+    """The kb modules ``path`` imports (lazy ones inside functions included)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_only(tree) if executed_only else set()
+    for node in ast.walk(tree):
+        if node in skip:
+            continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("kb")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -74,10 +87,57 @@ def test_no_upward_import(path: Path) -> None:
 
 
 def test_the_store_never_imports_engine_evals_sweep_or_canary() -> None:
-    banned = ("kb.engine", "kb.evals", "kb.sweep", "kb.canary", "kb.card", "kb.checkpoint")
+    banned = ("kb.engine", "kb.evals", "kb.sweep", "kb.card", "kb.checkpoint", "kb.views")
     for path in (KB / "store").rglob("*.py"):
         for target in kb_imports(path):
             assert not target.startswith(banned), f"{module_name(path)} imports {target}"
+
+
+def test_store_maintenance_and_views_never_import_the_sweep() -> None:
+    """Compaction, evidence reading and the views read the typed records, not the sweep."""
+    readers = [KB / "store" / "compaction.py", KB / "store" / "evidence.py"]
+    readers += sorted((KB / "views").glob("*.py"))
+    for path in readers:
+        for target in kb_imports(path):
+            assert not target.startswith("kb.sweep"), f"{module_name(path)} imports {target}"
+
+
+def _module_of(target: str) -> str | None:
+    """The kb module an import names (``kb.store.snapshot``), if it is one."""
+    for path in MODULES:
+        if module_name(path) == target:
+            return target
+    return None
+
+
+def test_no_import_circles() -> None:
+    """No module reaches itself through the imports it executes (lazy ones included)."""
+    graph = {
+        module_name(path): {
+            found for t in kb_imports(path, executed_only=True) if (found := _module_of(t))
+        }
+        for path in MODULES
+    }
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target == module or target == "kb":
+                continue
+            if state.get(target) == 1:
+                circle = stack[stack.index(target) :] + [target]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if state.get(target) is None:
+                visit(target)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if state.get(module) is None:
+            visit(module)
 
 
 def test_schema_imports_nothing_of_kb_but_errors() -> None:

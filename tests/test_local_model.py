@@ -142,7 +142,7 @@ def test_the_same_model_over_an_openai_compatible_http_server(llama_server: str)
 def test_the_bundled_model_canary_is_stable() -> None:
     from pathlib import Path
 
-    from kb.canary import measure_canaries
+    from kb.sweep.canary import measure_canaries
     from kb.sweep.spec import load_canary_file
 
     prompts = load_canary_file(Path(__file__).parents[1] / "canaries" / "default.toml").prompts

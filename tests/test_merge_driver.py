@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kb.canary_baselines import CanaryBaselines, SubjectBaselines, merge_baselines
 from kb.cli import cli
 from kb.errors import MergeConflict
+from kb.store.baselines import CanaryBaselines, SubjectBaselines, merge_baselines
 from kb.store.canonical import claims_hash
 from kb.store.filestore import CommitContext, KnowledgeStore
 from kb.store.merge import merge_snapshots
 from kb.store.ops import ArchiveClaim, CompactClaim, MarkStale, Op, SupersedeClaim, apply_ops
-from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, parse_store
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot
+from kb.store.validation import parse_store
 from tests.cli_helpers import kb, note
 from tests.conftest import git
 from tests.factories import GATE, add, eval_claim

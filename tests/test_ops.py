@@ -16,7 +16,8 @@ from kb.store.ops import (
     SupersedeClaim,
     apply_ops,
 )
-from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, render_store
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot
+from kb.store.writing import render_store
 from tests.factories import GATE, HUMAN, add, eval_claim, human_claim
 
 

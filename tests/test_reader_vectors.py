@@ -25,17 +25,14 @@ from click.testing import CliRunner
 
 from kb.cli import cli
 from kb.errors import ConfigError
+from kb.store.claim_texts import SpanTexts
 from kb.store.filestore import CommitContext, KnowledgeStore
+from kb.store.jsjson import parse_json
 from kb.store.ops import AddClaim, EvalCommitterGate
-from kb.store.snapshot import (
-    Snapshot,
-    SpanTexts,
-    parse_json,
-    parse_store,
-    render_store,
-    write_store,
-)
+from kb.store.snapshot import Snapshot
 from kb.store.ttl import read_stored_instant
+from kb.store.validation import parse_store
+from kb.store.writing import render_store, write_store
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "rulvar_reader_vectors.json").read_text())
 ACCEPTED = [v for v in VECTORS if v["accepted"]]

@@ -11,7 +11,7 @@ import pytest
 
 from kb.errors import ConfigError
 from kb.store.filestore import KnowledgeStore
-from kb.sweep.run import parse_shard, shard_of
+from kb.sweep.plan import parse_shard, shard_of
 from tests.conftest import git
 
 CASES = [(f"e{i}", "extraction", f"Extract {i}?", f"x{i}") for i in range(3)] + [

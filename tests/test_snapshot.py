@@ -11,7 +11,9 @@ import rfc8785
 
 from kb.errors import ConfigError
 from kb.store.canonical import claims_hash
-from kb.store.snapshot import EMPTY_HASH, parse_store, render_store
+from kb.store.snapshot import EMPTY_HASH
+from kb.store.validation import parse_store
+from kb.store.writing import render_store
 
 RULVAR_FILE = Path(__file__).parent / "data" / "rulvar_store.json"
 
@@ -224,7 +226,7 @@ def test_one_broken_claim_in_a_run_is_named() -> None:
 
 
 def test_status_changes_inside_runs_rehash_exactly() -> None:
-    from kb.store.snapshot import PatchedTexts, claims_hash_of
+    from kb.store.claim_texts import PatchedTexts, claims_hash_of
 
     claims = many_claims(2500)
     snapshot = parse_store(render_store(parse_store(store_text(claims), "w")), "spans")

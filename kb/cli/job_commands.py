@@ -136,17 +136,12 @@ def sweep(
 ) -> None:
     """Measure the pool on the spec's cases and commit the claims (one commit)."""
     from kb.store.diff import diff_markdown
-    from kb.sweep.evidence import cell_history, earlier_reports
-    from kb.sweep.html import report_html
-    from kb.sweep.report import (
-        incomplete_summary,
-        plan_json,
-        plan_text,
-        report_json,
-        summary_text,
-        sweep_markdown,
-    )
-    from kb.sweep.run import execute_sweep, parse_shard, prepare_sweep, report_history_dir
+    from kb.store.evidence import earlier_reports
+    from kb.sweep.plan import parse_shard, prepare_sweep
+    from kb.sweep.report import plan_json, plan_text
+    from kb.sweep.run import execute_sweep
+    from kb.views.html import cell_history, report_html
+    from kb.views.report_text import incomplete_summary, summary_text, sweep_markdown
 
     tries = resolve_attempts(attempts, push)
     _output_dir_exists(html_path, "--html")
@@ -158,7 +153,7 @@ def sweep(
     engine = build_engine(app, sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
     plan = prepare_sweep(
         spec,
-        app.store,
+        app.store.read(),
         observed_at=app.instant(observed_at, "--observed-at"),
         report_id=report_id,
         shard=parse_shard(shard) if shard else None,
@@ -171,10 +166,9 @@ def sweep(
     plan.check_budget(allow_partial=allow_partial)
     if dry_run:
         return
-    total = len(plan.target_runs) + plan.canary_probes + plan.judge_runs_max
-    with progress_bar(total, enabled=not quiet) as advance:
+    with progress_bar(plan.job.size, enabled=not quiet) as advance:
         engine.on_settled = advance
-        report = execute_sweep(
+        done = execute_sweep(
             plan,
             app.store,
             engine,
@@ -183,21 +177,20 @@ def sweep(
             push=push,
             evidence=not no_evidence,
         )
-    body = report_json(report)
+    report = done.report
     if html_path:
-        history = cell_history(
-            earlier_reports(report_history_dir(spec, app.store), body["observedAt"])
-        )
-        html_path.write_text(report_html(body, history), encoding="utf-8")
+        assert done.history_dir is not None
+        earlier = earlier_reports(done.history_dir, report.observed_at)
+        html_path.write_text(report_html(report, cell_history(earlier)), encoding="utf-8")
     if summary_path:
-        changes = diff_markdown(report.store_diff) if report.store_diff is not None else None
-        summary_path.write_text(sweep_markdown(body, changes), encoding="utf-8")
+        changes = diff_markdown(done.store_diff) if done.store_diff is not None else None
+        summary_path.write_text(sweep_markdown(report, changes), encoding="utf-8")
     if as_json:
-        echo_json(body)
+        echo_json(report.to_wire())
     else:
-        click.echo(summary_text(body, report.git_commit))
+        click.echo(summary_text(report, done.git_commit))
     echo_warnings(app)
-    incomplete = incomplete_summary(body)
+    incomplete = incomplete_summary(report)
     if incomplete and not allow_incomplete:
         raise JobFailedError(incomplete)
 
@@ -247,7 +240,7 @@ def canary(
     push: bool,
 ) -> None:
     """Probe every model with the canary; flip claims stale where the model changed."""
-    from kb.canary import canary_line, run_canary
+    from kb.sweep.canary import canary_line, run_canary
 
     tries = resolve_attempts(attempts, push)
     spec = load_job_spec(spec_path, engine_flags)
@@ -265,7 +258,7 @@ def canary(
         allow_partial=allow_partial,
     )
     if as_json:
-        echo_json([r.to_json() for r in results])
+        echo_json([r.to_record().to_wire() for r in results])
     else:
         for result in results:
             click.echo(canary_line(result))
@@ -311,8 +304,9 @@ def checkpoint(
     spec = load_checkpoint_spec(spec_path)
     level = engine_flags.concurrency or spec.section.concurrency
     engine = build_engine(app, EngineConfig(concurrency=level, per_provider=level), engine_flags)
-    claims = app.store.read().claims
-    report = run_checkpoint(spec, claims, engine, as_of=app.as_of, allow_partial=allow_partial)
+    report = run_checkpoint(
+        spec, app.store.read_only(), engine, as_of=app.as_of, allow_partial=allow_partial
+    )
     if as_json:
         echo_json(report.to_json())
     else:
@@ -346,23 +340,23 @@ def report(
     app: App, report_id: str, html_path: Path | None, as_json: bool, evidence_dir: Path | None
 ) -> None:
     """Re-render a past sweep's report from its evidence (work tree or git history)."""
-    from kb.sweep.evidence import cell_history, earlier_reports, evidence_directory, load_evidence
-    from kb.sweep.html import report_html
-    from kb.sweep.report import summary_text
+    from kb.store.evidence import earlier_reports, load_evidence
+    from kb.views.html import cell_history, report_html
+    from kb.views.report_text import summary_text
 
     _output_dir_exists(html_path, "--html")
     found = load_evidence(app.store, report_id, evidence_dir)
-    body = found.report() if found is not None else None
-    if found is None or body is None:
-        where = evidence_directory(app.store, evidence_dir)
+    report = found.full_report() if found is not None else None
+    if found is None or report is None:
+        where = app.store.home.evidence_dir(evidence_dir)
         raise ConfigError(
             "report", f"no evidence for report {report_id!r} in {where} or its git history"
         )
     if html_path:
-        earlier = earlier_reports(evidence_directory(app.store, evidence_dir), body["observedAt"])
-        html_path.write_text(report_html(body, cell_history(earlier)), encoding="utf-8")
+        earlier = earlier_reports(app.store.home.evidence_dir(evidence_dir), report.observed_at)
+        html_path.write_text(report_html(report, cell_history(earlier)), encoding="utf-8")
     if as_json:
-        echo_json(body)
+        echo_json(report.to_wire())
     elif not html_path:
-        click.echo(summary_text(body))
+        click.echo(summary_text(report))
         click.echo(f"(from the evidence in {found.source})")

@@ -103,7 +103,7 @@ def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str
             "merge-driver", f"no such file: {', '.join(missing)} (git passes three that exist)"
         )
     if name.endswith(".canary.json"):
-        from kb.canary_baselines import merge_baselines
+        from kb.store.baselines import merge_baselines
 
         taken = merge_baselines(base, ours, theirs, name)
         click.echo(f"kb: merged {name}: {taken} subjects from theirs", err=True)
@@ -146,7 +146,7 @@ def list_command(
 ) -> None:
     """List claims with their status, lifetime, evidence and metrics."""
     from kb.store.query import ClaimFilter, check_model_filter, select
-    from kb.views import claims_json, format_claims
+    from kb.views.claims import claims_json, format_claims
 
     if model is not None:
         check_model_filter(model)
@@ -168,7 +168,7 @@ def list_command(
 def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     """Show one claim, the git commits that touched it, and the cases behind it."""
     from kb.store.audit import claim_history, compacted_claim
-    from kb.views import claim_evidence, format_claim, format_history
+    from kb.views.claims import claim_evidence, format_claim, format_history
 
     claim = app.store.read().get(claim_id)
     if claim is None:
@@ -204,7 +204,7 @@ def diff(app: App, rev_a: str | None, rev_b: str | None, markdown: bool, as_json
     """What changed in the store between two revisions (claims added, retired, expired)."""
     from kb.store.audit import diff_revisions
     from kb.store.diff import diff_json, diff_markdown
-    from kb.views import format_diff
+    from kb.views.claims import format_diff
 
     changes = diff_revisions(app.store, rev_a, rev_b, app.as_of)
     if as_json:
@@ -361,7 +361,7 @@ def compact(
     One commit, store version + 1; everything removed stays in git history
     (kb show finds a compacted claim there). Needs the store in git.
     """
-    from kb.compaction import compact as compact_store
+    from kb.store.compaction import compact as compact_store
 
     tries = resolve_attempts(attempts, push)
     plan, result = compact_store(

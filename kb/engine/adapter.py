@@ -32,7 +32,7 @@ from typing import Any
 from kb.engine.providers.local import LocalModel
 from kb.engine.providers.scripted import ScriptedFault, ScriptedModel
 from kb.engine.requests import ModelSpec, ProviderRequest, scrub_secrets, secret_values
-from kb.engine.runs import Usage
+from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError
 
 OFFLINE_ENV = {
@@ -58,6 +58,7 @@ class ProviderReply:
     text: str
     usage: Usage
     cost_usd: float
+    price_source: PriceSource
 
 
 class ProviderFailure(Exception):
@@ -293,9 +294,13 @@ class LiteLLMAdapter:
                 scrub_secrets(f"malformed reply: {error}", secrets), retryable=True
             ) from None
         cost = declared_cost(spec, usage)
-        if cost is None and spec.provider not in ("scripted", "local"):
+        source: PriceSource = "declared"
+        if cost is None and spec.provider == "local":
+            cost = 0.0  # kb's bundled model runs on this machine: free, by declaration
+        elif cost is None:
             cost = self._price_table_cost(request, response)
-        return ProviderReply(text=str(text), usage=usage, cost_usd=cost or 0.0)
+            source = "litellm" if cost is not None else "unpriced"
+        return ProviderReply(text=str(text), usage=usage, cost_usd=cost or 0.0, price_source=source)
 
     def _price_table_cost(self, request: ProviderRequest, response: Any) -> float | None:
         """The price-table cost litellm already attached to the reply (computed if absent)."""

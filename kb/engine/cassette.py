@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from kb.atomicfile import write_atomic
 from kb.engine.requests import ProviderRequest
-from kb.engine.runs import Usage
+from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError, VcrMissError
 
 CassetteMode = Literal["record", "replay"]
@@ -50,6 +50,8 @@ class Exchange:
     error: str | None
     attempts: int = 1
     """Provider calls the recorded run took (a replay reports the same)."""
+    price_source: PriceSource | None = None
+    """Where the recorded cost came from (``None``: a cassette made before kb recorded it)."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSONL object."""
@@ -67,6 +69,7 @@ class Exchange:
             "costUsd": self.cost_usd,
             "error": self.error,
             "attempts": self.attempts,
+            **({"priceSource": self.price_source} if self.price_source else {}),
         }
 
 
@@ -85,6 +88,7 @@ def _parse_line(line: str, where: str) -> Exchange:
             cost_usd=float(data["costUsd"]),
             error=data["error"],
             attempts=data.get("attempts", 1),
+            price_source=data.get("priceSource"),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(where, f"corrupt cassette line: {type(exc).__name__}: {exc}") from None
@@ -114,6 +118,8 @@ def _exchange_problem(e: Exchange) -> str | None:
         return "an error exchange needs an error message"
     if not isinstance(e.request, dict):
         return "request must be an object"
+    if e.price_source not in (None, "litellm", "declared", "unpriced"):
+        return "priceSource must be litellm, declared or unpriced"
     return None
 
 

@@ -14,10 +14,16 @@ canary probe. It settles exactly once, in one of five statuses:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from kb.engine.requests import ProviderRequest
 
 RunStatus = Literal["ok", "exhausted", "error", "cancelled", "refused"]
 RunKind = Literal["target", "judge", "canary"]
+PriceSource = Literal["litellm", "declared", "unpriced"]
+"""Where a run's cost came from: litellm's price table, a price the spec (or kb's own
+provider) declares, or nowhere (the run's cost is unknown, reported as unpriced)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,10 @@ class RunResult:
     started_at: float | None = None
     """Monotonic seconds when the run started (``None`` when it never started)."""
     ended_at: float | None = None
+    request: ProviderRequest | None = None
+    """What was asked (``None`` for a run refused before it was built into a call)."""
+    price_source: PriceSource | None = None
+    """Where ``cost_usd`` came from (``None``: the run made no call, or an old cassette)."""
 
     @property
     def latency_ms(self) -> float | None:

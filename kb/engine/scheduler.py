@@ -192,15 +192,15 @@ class Engine:
         limit: asyncio.Semaphore,
         provider_limit: asyncio.Semaphore,
     ) -> RunResult:
-        base = RunResult(label=run.label, kind=run.kind, model=run.spec.key, status="refused")
+        base = RunResult(
+            label=run.label,
+            kind=run.kind,
+            model=run.spec.key,
+            status="refused",
+            request=run.request,
+        )
         if reservation is None:
-            return RunResult(
-                label=run.label,
-                kind=run.kind,
-                model=run.spec.key,
-                status="refused",
-                error="the spend envelope refused this run before it started",
-            )
+            return _replace(base, error="the spend envelope refused this run before it started")
         if self._cancelled:
             envelope.settle(reservation, 0)
             return _replace(base, status="cancelled")
@@ -235,6 +235,7 @@ class Engine:
                     cost_usd=result.cost_usd,
                     error=None if result.status in ("ok", "exhausted") else result.error,
                     attempts=result.attempts,
+                    price_source=result.price_source,
                 )
             )
         return result
@@ -246,7 +247,9 @@ class Engine:
         limit: asyncio.Semaphore,
         provider_limit: asyncio.Semaphore,
     ) -> RunResult:
-        base = RunResult(label=run.label, kind=run.kind, model=run.spec.key, status="ok")
+        base = RunResult(
+            label=run.label, kind=run.kind, model=run.spec.key, status="ok", request=run.request
+        )
         if self.replaying:
             assert self.cassette is not None
             exchange = self.cassette.lookup(run.request, occurrence, run.label)
@@ -260,6 +263,7 @@ class Engine:
                 cost_usd=exchange.cost_usd,
                 error=exchange.error,
                 attempts=exchange.attempts,
+                price_source=exchange.price_source,
                 replayed=True,
                 started_at=now,
                 ended_at=now,
@@ -299,6 +303,7 @@ class Engine:
                         output=reply.text,
                         usage=reply.usage,
                         cost_usd=reply.cost_usd,
+                        price_source=reply.price_source,
                         attempts=attempts,
                         started_at=started,
                         ended_at=time.monotonic(),

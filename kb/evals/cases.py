@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from kb.schema import ModelRefText, StrictModel
+from kb.store.canonical import canonical_json, sha256_hex
 
 GoldenMatch = Literal["exact", "normalized", "contains", "regex", "json"]
 _PREDICATES = ("contains", "not_contains", "regex", "max_chars", "min_chars", "json_path", "one_of")
@@ -156,3 +157,13 @@ def unique_names(cases: Sequence[Case]) -> list[str]:
         seen[case.name] = count
         names.append(case.name if count == 1 else f"{case.name}#{count}")
     return names
+
+
+def case_fingerprint(case: Case) -> str:
+    """The sha256 of the case as it runs: name, prompt, system, schema and graders.
+
+    Computed after templating (a dataset's case holds its rendered prompt and
+    expected values), over RFC 8785 canonical JSON, so any edit to what the
+    case asks or how it is graded changes it, and nothing else does.
+    """
+    return sha256_hex(canonical_json(case.model_dump(by_alias=True, exclude_none=True)))

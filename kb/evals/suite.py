@@ -1,8 +1,12 @@
 """Running cases against models: targets first, then judges, then verdicts.
 
-One call to :func:`run_suites` measures every member on every case in two
-engine phases (all target runs, then the judge runs for the answers that
-came back ok), so a sweep's models run concurrently with each other.
+A job plans its cases as two engine phases: :func:`target_phase` (every
+target run, known before the first call) and :func:`judge_phase` (a bound:
+at most one run per judge grader of each target that settles ok).
+:func:`run_pairs` then runs exactly the planned targets, builds the judge runs
+for the answers that came back ok, and grades. :func:`run_suites` does all
+of it for callers that need no plan (a suite measured on its own), so a
+sweep's models run concurrently with each other either way.
 
 A case passes when its target run settled ``ok`` and every grader passed.
 Its row is *judge-incomplete* when a judge run did not settle ``ok`` (its
@@ -17,10 +21,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kb.engine.budget import SpendEnvelope
+from kb.engine.phases import Phase
 from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
-from kb.evals.cases import Case, JudgeGrader, unique_names
+from kb.evals.cases import Case, JudgeGrader, case_fingerprint, unique_names
 from kb.evals.graders import Grade, grade, judge_request, judge_spec, parse_verdict
 
 
@@ -55,6 +60,8 @@ class CaseVerdict:
     repeat: int | None = None
     judge_models: tuple[ModelSpec, ...] = ()
     """The judge behind each of ``judges``, in the same order."""
+    fingerprint: str = ""
+    """The case's fingerprint (:func:`kb.evals.cases.case_fingerprint`)."""
 
     @property
     def measured(self) -> bool:
@@ -119,22 +126,38 @@ def target_run(run: CaseRun, target_usd: float | None) -> PlannedRun:
     )
 
 
+def target_phase(pairs: Sequence[CaseRun], target_usd: float | None) -> Phase:
+    """Every target run of ``pairs``, in plan order."""
+    return Phase("targets", tuple(target_run(pair, target_usd) for pair in pairs))
+
+
+def judge_phase(pairs: Sequence[CaseRun], judge_usd: float | None, name: str = "judges") -> Phase:
+    """The judge runs of ``pairs``: at most one per judge grader, decided by the targets."""
+    judges = sum(1 for p in pairs for g in p.case.graders if isinstance(g, JudgeGrader))
+    return Phase(
+        name,
+        later=judges,
+        later_ceiling_usd=judge_usd,
+        later_what="judge runs, one per judge grader of each target run that settles ok",
+    )
+
+
 def run_pairs(
     engine: Engine,
     pairs: Sequence[CaseRun],
+    targets: Phase,
     envelope: SpendEnvelope,
     *,
-    target_usd: float | None,
     judge_usd: float | None,
 ) -> list[CaseVerdict]:
-    """Run each planned case run: all targets, then all judges.
+    """Run the planned ``targets`` of ``pairs`` (aligned), then the judges, then grade.
 
     Verdicts come back in the order of ``pairs``.
     """
-    targets = engine.run([target_run(pair, target_usd) for pair in pairs], envelope)
+    targets_done = engine.run(targets.runs, envelope)
     judge_plan: list[PlannedRun] = []
     judge_slots: list[tuple[int, int]] = []  # (pair index, grader index)
-    for index, (pair, result) in enumerate(zip(pairs, targets, strict=True)):
+    for index, (pair, result) in enumerate(zip(pairs, targets_done, strict=True)):
         if result.status != "ok":
             continue
         case = pair.case
@@ -154,7 +177,7 @@ def run_pairs(
     judge_runs: dict[tuple[int, int], RunResult] = dict(zip(judge_slots, judged, strict=True))
     return [
         _verdict(pair, target, index, judge_runs)
-        for index, (pair, target) in enumerate(zip(pairs, targets, strict=True))
+        for index, (pair, target) in enumerate(zip(pairs, targets_done, strict=True))
     ]
 
 
@@ -174,7 +197,8 @@ def run_suites(
         for member in members
         for case, name in zip(cases, names, strict=True)
     ]
-    verdicts = run_pairs(engine, pairs, envelope, target_usd=target_usd, judge_usd=judge_usd)
+    targets = target_phase(pairs, target_usd)
+    verdicts = run_pairs(engine, pairs, targets, envelope, judge_usd=judge_usd)
     size = len(cases)
     return [
         SuiteResult(member, tuple(verdicts[i * size : (i + 1) * size]))
@@ -189,8 +213,11 @@ def _verdict(
     judge_runs: dict[tuple[int, int], RunResult],
 ) -> CaseVerdict:
     case, name = pair.case, pair.name
+    fingerprint = case_fingerprint(case)
     if target.status != "ok":
-        return CaseVerdict(name, case.task_class, target, (), (), False, False, pair.repeat)
+        return CaseVerdict(
+            name, case.task_class, target, (), (), False, False, pair.repeat, (), fingerprint
+        )
     grades: list[Grade] = []
     judges: list[RunResult] = []
     judge_models: list[ModelSpec] = []
@@ -218,4 +245,5 @@ def _verdict(
         passed,
         pair.repeat,
         tuple(judge_models),
+        fingerprint,
     )

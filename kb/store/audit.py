@@ -19,10 +19,10 @@ from kb.store.filestore import (
     ARCHIVED_TRAILER,
     COMPACTED_TRAILER,
     KnowledgeStore,
-    canary_baselines_path,
 )
 from kb.store.models import ModelClaim
-from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, construct_claim, parse_store
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, construct_claim
+from kb.store.validation import parse_store
 
 if TYPE_CHECKING:
     from kb.store.git import GitStoreRepo, StoreCommit
@@ -313,7 +313,7 @@ def _merge_issues(git: GitStoreRepo, commit: StoreCommit, version: int) -> list[
 
 def _beside_issues(store: KnowledgeStore) -> list[str]:
     """The canary baselines file beside the store must be one kb can read."""
-    path = canary_baselines_path(store.path)
+    path = store.home.canary_baselines
     if not path.exists():
         return []
     try:

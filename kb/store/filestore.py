@@ -21,7 +21,6 @@ processes commit at once and shares one temp file name between writers):
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,6 +38,7 @@ from kb.atomicfile import (
 )
 from kb.errors import CasAttemptsExhausted, ConfigError, GitError, KnowledgeCasError
 from kb.store import verified
+from kb.store.home import StoreHome
 from kb.store.ops import (
     DEFAULT_ACTIVE_CLAIMS_CAP,
     ArchiveClaim,
@@ -47,13 +47,9 @@ from kb.store.ops import (
     OpCounts,
     apply_ops,
 )
-from kb.store.snapshot import (
-    EMPTY_SNAPSHOT,
-    Snapshot,
-    index_store,
-    parse_store,
-    write_store,
-)
+from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot
+from kb.store.validation import index_store, parse_store
+from kb.store.writing import write_store
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -143,11 +139,6 @@ class CommitResult:
         return self.change.ops
 
 
-def canary_baselines_path(store_path: Path) -> Path:
-    """``rulvar.models.canary.json`` beside ``rulvar.models.json``."""
-    return store_path.with_name(store_path.name.removesuffix(".json") + ".canary.json")
-
-
 def validate_attempts(attempts: object) -> int:
     """``attempts`` must be a positive integer; checked before anything is read."""
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
@@ -184,7 +175,7 @@ def read_store_file(path: Path) -> Snapshot:
 
 
 class ReadOnlyStore:
-    """A store handle with no way to write: what runs and graders receive."""
+    """A store handle with no way to write: what jobs that only read receive (card, checkpoint)."""
 
     __slots__ = ("_path",)
 
@@ -224,6 +215,11 @@ class KnowledgeStore:
         """Things a caller should tell the user although the commit succeeded."""
 
     @cached_property
+    def home(self) -> StoreHome:
+        """Where the store's neighbours are (evidence, baselines, settings, lock)."""
+        return StoreHome.of(self.path)
+
+    @cached_property
     def git(self) -> GitStoreRepo | None:
         """The git work tree holding the store, or ``None`` for a plain file store."""
         from kb.store.git import GitStoreRepo  # GitPython costs ~0.1 s; reads never need it
@@ -236,11 +232,8 @@ class KnowledgeStore:
 
         if not self.path.parent.is_dir():
             raise ConfigError(str(self.path), "its directory does not exist")
-        if self.git is not None:
-            tag = hashlib.sha256(self.git.rel.encode()).hexdigest()[:12]
-            where = self.git.git_dir / f"kb-store-{tag}.lock"
-        else:
-            where = self.path.parent / f".{self.path.name}.lock"
+        git = self.git
+        where = self.home.lock_file(git.git_dir if git else None, git.rel if git else None)
         return FileLock(str(where), timeout=self.lock_timeout)
 
     def read(self) -> Snapshot:

@@ -36,7 +36,7 @@ from git.exc import GitCommandNotFound
 
 from kb.atomicfile import write_atomic
 from kb.errors import GitError, KnowledgeCasError, StoreDirtyError
-from kb.store.snapshot import conflict_advice, conflict_lines
+from kb.store.layout import conflict_advice, conflict_lines
 
 ZERO_OID = "0" * 40
 _INDEX_LOCK_RETRIES = 20

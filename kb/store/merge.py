@@ -39,19 +39,13 @@ from typing import Any
 
 from kb.atomicfile import replace_with, stream_temp_beside, write_atomic
 from kb.errors import ConfigError, MergeConflict
+from kb.store.claim_texts import PatchedTexts, claims_hash_of
 from kb.store.filestore import KnowledgeStore
 from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP
-from kb.store.snapshot import (
-    EMPTY_SNAPSHOT,
-    ClaimEntry,
-    PatchedTexts,
-    Snapshot,
-    claims_hash_of,
-    entry_of,
-    parse_store,
-    write_store,
-)
+from kb.store.snapshot import EMPTY_SNAPSHOT, ClaimEntry, Snapshot, entry_of
 from kb.store.ttl import stored_instant
+from kb.store.validation import parse_store
+from kb.store.writing import write_store
 
 _TERMINAL = frozenset({"superseded", "archived"})
 # Statuses a claim can move between, in the order its life allows.
@@ -253,9 +247,6 @@ def write_atomic_stream(path: Path, snapshot: Snapshot) -> None:
     replace_with(temp, path)
 
 
-ATTRIBUTES_FILE = ".gitattributes"
-
-
 def attributes_with_driver(existing: bytes | None, names: Sequence[str]) -> bytes | None:
     """``.gitattributes`` beside the store with ``merge=kb`` for each of ``names``.
 
@@ -274,14 +265,12 @@ def attributes_with_driver(existing: bytes | None, names: Sequence[str]) -> byte
 
 
 def driver_files(store: KnowledgeStore) -> dict[str, bytes]:
-    """The ``.gitattributes`` beside the store that routes both kb files to the driver."""
-    from kb.store.filestore import canary_baselines_path
-
-    path = store.path.parent / ATTRIBUTES_FILE
+    """The ``.gitattributes`` beside the store that routes kb's merged files to the driver."""
+    home = store.home
+    path = home.attributes
     existing = path.read_bytes() if path.exists() else None
-    names = [store.path.name, canary_baselines_path(store.path).name]
-    content = attributes_with_driver(existing, names)
-    return {ATTRIBUTES_FILE: content} if content is not None else {}
+    content = attributes_with_driver(existing, [file.name for file in home.merged_files])
+    return {path.name: content} if content is not None else {}
 
 
 def install_merge_driver(store: KnowledgeStore, command: str, committer: str) -> bool:

@@ -35,13 +35,9 @@ from typing import Literal
 
 from kb.errors import ConfigError
 from kb.schema import ARCHIVE_REASONS, LIVE_STATUSES, RULED_OUT_VALUES, ArchiveReason, RuledOut
+from kb.store.claim_texts import PatchedTexts, claims_hash_of
 from kb.store.models import ModelClaim, claim_to_wire
-from kb.store.snapshot import (
-    PatchedTexts,
-    Snapshot,
-    claims_hash_of,
-    entry_of,
-)
+from kb.store.snapshot import Snapshot, entry_of
 from kb.store.ttl import stored_instant
 
 DEFAULT_ACTIVE_CLAIMS_CAP = 8

@@ -71,6 +71,8 @@ class SweepCell:
     task_class: str
     verdicts: tuple[CaseVerdict, ...]
     repeats: int = 1
+    interval: tuple[float, float] | None = None
+    """The 95 % interval, when computed for all cells at once (else computed on use)."""
 
     @cached_property
     def cases(self) -> tuple[CaseOutcome, ...]:
@@ -104,7 +106,7 @@ class SweepCell:
     @property
     def estimate(self) -> CellEstimate:
         """Pass rate and interval over the measured cases."""
-        return CellEstimate(self.passed, self.n)
+        return CellEstimate(self.passed, self.n, self.interval)
 
     @property
     def pass_rate(self) -> float:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from kb.schema import LIVE_STATUSES
 from kb.store.models import ModelClaim
 from kb.store.ops import AddClaim, ArchiveClaim, EvalCommitterGate, Op, SupersedeClaim
+from kb.store.records import RetiredRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.store.ttl import stored_instant
 from kb.sweep.cells import SweepCell
@@ -36,19 +38,15 @@ class Retirement:
     """A prior claim the sweep retired."""
 
     claim_id: str
-    action: str
-    """``superseded`` or ``archived``."""
+    action: Literal["superseded", "archived"]
     by: str | None = None
     reason: str | None = None
 
-    def to_json(self) -> dict[str, str]:
+    def to_record(self) -> RetiredRecord:
         """The report's ``retired[]`` entry."""
-        entry = {"claimId": self.claim_id, "action": self.action}
-        if self.by:
-            entry["by"] = self.by
-        if self.reason:
-            entry["reason"] = self.reason
-        return entry
+        return RetiredRecord(
+            claim_id=self.claim_id, action=self.action, by=self.by, reason=self.reason
+        )
 
 
 def retirements(ops: Sequence[Op]) -> list[Retirement]:

@@ -42,6 +42,8 @@ class CellEstimate:
     successes: float
     """Sum of case scores (a whole number with one run per case)."""
     n: int
+    known_interval: tuple[float, float] | None = None
+    """The interval when it was computed already (for many cells at once, vectorized)."""
 
     @property
     def pass_rate(self) -> float:
@@ -51,6 +53,8 @@ class CellEstimate:
     @property
     def interval(self) -> tuple[float, float]:
         """The 95 % interval every report shows and the interval gate uses."""
+        if self.known_interval is not None:
+            return self.known_interval
         return wilson_interval(self.successes, self.n)
 
 

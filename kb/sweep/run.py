@@ -1,116 +1,137 @@
-"""One nightly sweep, steps 1–9: pool, plan, canary, measure, cells, claims, falsify, commit.
+"""One nightly sweep: plan → measure → decide the change → commit → report.
 
-:func:`prepare_sweep` does everything before the first provider call (read
-the store, build the pool, compute the worst-case authorized spend) so the
-CLI can print it first, or stop there with ``--dry-run``;
-:func:`execute_sweep` spends the money and commits. :func:`run_sweep` is
-both. No function here reads a clock: the sweep instant is a parameter.
+:func:`kb.sweep.plan.prepare_sweep` does everything before the first
+provider call; :func:`execute_sweep` is then a short sequence:
+
+1. :func:`kb.sweep.measure.measure` runs the plan's phases (canary, targets,
+   judges) into cells and claims — it never sees the store;
+2. :func:`decide_change` turns the measurement into the commit against a
+   snapshot — the canary's flips and baselines, the claims and retirements,
+   the evidence files and the report — a pure function of its inputs, which
+   the rebase loop calls again on every compare-and-swap conflict;
+3. the store commits it (one CAS commit, one git commit);
+4. the report is the one the committed change carries, and the diff is
+   computed from the commit's own result (its base, its snapshot, its ops).
+
+:func:`run_sweep` is all of it. No function here reads a clock.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from kb.canary import CanaryChange, CanaryResult, canary_change, classified, measure_canaries
-from kb.canary_baselines import baselines_path
-from kb.engine.budget import SpendEnvelope, SpendForecast, forecast_spend, usd
-from kb.engine.requests import ModelSpec
-from kb.engine.scheduler import Engine, PlannedRun
-from kb.errors import ConfigError
-from kb.evals.cases import JudgeGrader, unique_names
-from kb.evals.graders import judge_spec
-from kb.evals.suite import CaseRun, CaseVerdict, run_pairs, target_run
-from kb.store.audit import diff_revisions
+from kb.engine.scheduler import Engine
+from kb.store.baselines import BaselinesFile
 from kb.store.diff import Side, StoreDiff, diff_snapshots
+from kb.store.evidence import evidence_paths
 from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, validate_attempts
 from kb.store.models import ModelClaim
-from kb.store.ops import EvalCommitterGate
+from kb.store.ops import ArchiveClaim, EvalCommitterGate
+from kb.store.records import ReportFile, render_runs
 from kb.store.snapshot import Snapshot
-from kb.store.ttl import format_instant, stored_instant
-from kb.sweep.cells import SweepCell, cell_claim, claim_id, group_cells
-from kb.sweep.evidence import (
-    DEFAULT_EVIDENCE_DIR,
-    EvidenceContext,
-    canary_records,
-    cell_records,
-    evidence_paths,
-    render_report,
-    render_runs,
-)
-from kb.sweep.falsify import Retirement, live_eval_claims, retirements, sweep_ops
-from kb.sweep.pool import PoolMember, build_pool
-from kb.sweep.report_json import report_body
+from kb.sweep.canary import CanaryChange, canary_change, classified
+from kb.sweep.cells import SweepCell
+from kb.sweep.falsify import sweep_ops
+from kb.sweep.measure import MeasuredCell, Measurement, measure
+from kb.sweep.plan import SweepPlan, prepare_sweep
+from kb.sweep.report import sweep_report
 from kb.sweep.spec import SweepSpec
 
 
 @dataclass(frozen=True)
-class SweepPlan:
-    """Everything decided before the first provider call."""
+class EvidenceTarget:
+    """Where this sweep's evidence goes, and the settings file that records the choice."""
 
-    spec: SweepSpec
-    report_id: str
-    observed_at: int
-    snapshot: Snapshot
-    pool: tuple[PoolMember, ...]
-    pairs: tuple[CaseRun, ...]
-    """Every run this sweep (or shard) makes, in plan order (a case's repeats together)."""
-    target_runs: tuple[PlannedRun, ...]
-    judge_runs_max: int
-    canary_probes: int
-    forecast: SpendForecast
-    """What the envelope would do if every run cost its full ceiling."""
-    shard: tuple[int, int] | None = None
-
-    @property
-    def worst_case_usd(self) -> float | None:
-        """Worst-case authorized spend (``None``: no envelope, unbounded)."""
-        if self.spec.budgets.max_total_usd is None:
-            return None
-        return self.forecast.worst_usd
-
-    def check_budget(self, *, allow_partial: bool = False) -> None:
-        """Refuse, before any call, a sweep the envelope could not pay for in full.
-
-        With ``allow_partial`` (or ``[sweep] allow_partial``) the sweep runs and
-        the envelope refuses the overflow, leaving those cells incomplete.
-        """
-        if self.forecast.exceeds and not (allow_partial or self.spec.sweep.allow_partial):
-            raise ConfigError("budgets.max_total_usd", self.forecast.refusal())
-
-    @property
-    def pool_specs(self) -> list[ModelSpec]:
-        """Every pool member's model spec."""
-        return [member.spec for member in self.pool]
-
-    @property
-    def members(self) -> list[ModelSpec]:
-        """The pool members with at least one cell in this sweep (or shard)."""
-        keys = {pair.member.key for pair in self.pairs}
-        return [member.spec for member in self.pool if member.spec.key in keys]
+    directory: Path
+    settings: dict[str, bytes] = field(default_factory=dict)
+    """The new settings file (by name), when the spec chose a directory not yet recorded."""
 
 
-@dataclass
+def evidence_target(spec: SweepSpec, store: KnowledgeStore) -> EvidenceTarget:
+    """Where a sweep of ``spec`` keeps its evidence.
+
+    A spec's ``evidence_dir`` (relative to the spec) is recorded beside the
+    store, so ``kb show``, ``kb report`` and ``kb compact`` find the files
+    later without being told; without one, the recorded directory (or the
+    default beside the store) is used.
+    """
+    home = store.home
+    if spec.sweep.evidence_dir is None:
+        return EvidenceTarget(home.evidence_dir())
+    chosen = Path(spec.sweep.evidence_dir).expanduser()
+    chosen = chosen if chosen.is_absolute() else spec.path.resolve().parent / chosen
+    git = store.git
+    inside = git is not None and git.rel_of(chosen / "_") is not None
+    settings = home.record_evidence_dir(chosen, inside)
+    if settings == home.settings:
+        return EvidenceTarget(chosen)
+    return EvidenceTarget(chosen, {home.settings_file.name: settings.render()})
+
+
+@dataclass(frozen=True)
+class SweepChange(CanaryChange):
+    """One sweep's commit: the canary's flips and baselines, claims, retirements, evidence."""
+
+    report: ReportFile | None = None
+    """The report of this change (without its runs)."""
+
+
+def decide_change(
+    plan: SweepPlan,
+    measurement: Measurement,
+    snapshot: Snapshot,
+    baselines: BaselinesFile,
+    evidence: EvidenceTarget | None,
+    *,
+    committing: bool,
+) -> SweepChange:
+    """What the sweep commits against ``snapshot`` (pure: the rebase loop calls it again).
+
+    The canary's flips come first, then the claims and retirements; with
+    ``evidence``, the runs file and the report file go into the same commit.
+    """
+    spec = plan.spec
+    prompts = tuple(spec.canary.prompts) if spec.canary is not None else ()
+    found = canary_change(measurement.canaries, snapshot, baselines, prompts)
+    gate = EvalCommitterGate(committer_id=spec.sweep.committer, report_id=plan.report_id)
+    ops = (*found.ops, *sweep_ops(snapshot, measurement.cells, gate, spec.gate))
+    version = (snapshot.version + 1 if ops else snapshot.version) if committing else None
+    canary = classified(measurement.canaries, found, version)
+    report = sweep_report(plan, measurement, ops, canary, version)
+    files = dict(found.files)
+    notes = [found.note] if found.note else []
+    if evidence is not None:
+        runs_file, report_file = evidence_paths(evidence.directory, plan.report_id)
+        files[str(runs_file)] = render_runs(measurement.runs)
+        files[str(report_file)] = report.render()
+        files.update(evidence.settings)
+        if not ops:
+            notes.append("evidence only")
+    return SweepChange(ops, files, ", ".join(notes) or None, outcomes=found.outcomes, report=report)
+
+
+@dataclass(frozen=True)
 class SweepReport:
-    """What a sweep did; ``to_json`` is the ``--json`` report."""
+    """What a sweep did: its plan, measurement, report, and commit."""
 
     plan: SweepPlan
-    cells: list[tuple[SweepCell, ModelClaim | None]] = field(default_factory=list)
-    retired: list[Retirement] = field(default_factory=list)
-    canary: list[dict[str, Any]] = field(default_factory=list)
-    spent_usd: float = 0.0
-    committed_version: int | None = None
-    git_commit: str | None = None
-    commit_message: str | None = None
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    """Every run's evidence record (``runs[]`` of ``--json``, the evidence file's lines)."""
-    evidence_files: list[Path] = field(default_factory=list)
+    measurement: Measurement
+    report: ReportFile
+    """The ``--json`` report (with its runs)."""
+    commit: CommitResult | None = None
+    evidence_files: tuple[Path, ...] = field(default=())
     """Where the evidence was written (empty when not committed or turned off)."""
     store_diff: StoreDiff | None = None
     """What the sweep's commit changed in the store (``None``: nothing committed)."""
+    history_dir: Path | None = None
+    """Where this spec's sweeps keep their reports (earlier ones give deltas and trends)."""
+
+    @property
+    def cells(self) -> Sequence[MeasuredCell]:
+        """Each cell with the claim it earned."""
+        return self.measurement.cells
 
     @property
     def claims(self) -> list[ModelClaim]:
@@ -118,133 +139,20 @@ class SweepReport:
         return [claim for _, claim in self.cells if claim is not None]
 
     @property
-    def provider_errors(self) -> int:
-        """Target runs that failed at the provider (for ``--strict``)."""
-        return sum(cell.non_ok_runs for cell, _ in self.cells)
+    def git_commit(self) -> str | None:
+        """The git commit the sweep made (``None``: none)."""
+        return self.commit.git_commit if self.commit is not None else None
 
+    @property
+    def committed_version(self) -> int | None:
+        """The store version the sweep committed (``None``: nothing committed)."""
+        return self.commit.snapshot.version if self.commit is not None else None
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """``I/N`` with 1 ≤ I ≤ N."""
-    index, sep, total = text.partition("/")
-    if not (sep and index.isdigit() and total.isdigit()) or not 1 <= int(index) <= int(total):
-        raise ConfigError("--shard", f"{text!r} must be I/N with 1 <= I <= N")
-    return int(index), int(total)
-
-
-def shard_of(member_key: str, task_class: str, total: int) -> int:
-    """The shard (1-based) a cell belongs to.
-
-    A hash of the cell itself, not its position: shards that start at
-    different moments may read slightly different pools (another shard
-    already superseded a queued claim), yet every cell still lands in exactly
-    one shard. Cells are never split, so each shard's claims are complete.
-    """
-    digest = hashlib.sha256(f"{member_key}\0{task_class}".encode()).hexdigest()
-    return int(digest, 16) % total + 1
-
-
-def _refuse_backdating(snapshot: Snapshot, pairs: Sequence[CaseRun], observed_at: int) -> None:
-    """A committing sweep may not be older than the live claims it would retire.
-
-    Otherwise a replayed old night would supersede newer knowledge with an
-    older, possibly expired, measurement.
-    """
-    live = live_eval_claims(snapshot)
-    cells = {(p.member.ref, p.member.effort, p.case.task_class) for p in pairs}
-    newer = [
-        claim
-        for key in cells
-        for _, claim in live.get(key, [])
-        if stored_instant(claim.observed_at) > observed_at
-    ]
-    if newer:
-        first = min(newer, key=lambda claim: claim.id)
-        raise ConfigError(
-            "--observed-at",
-            f"{format_instant(observed_at)} is older than {len(newer)} live claim"
-            f"{'s' if len(newer) != 1 else ''} this sweep would retire (e.g. {first.id}, "
-            f"observed {first.observed_at}); measure at a later instant, or replay the old "
-            "night with --no-commit",
+    def cell(self, key: str, task_class: str) -> SweepCell | None:
+        """The cell of a member and task class, if the sweep measured it."""
+        return next(
+            (c for c, _ in self.cells if c.member.key == key and c.task_class == task_class), None
         )
-
-
-def plan_case_runs(
-    spec: SweepSpec, pool: Sequence[PoolMember], shard: tuple[int, int] | None = None
-) -> list[CaseRun]:
-    """Every run of the sweep (or shard) in plan order: member, case, repeat.
-
-    Only measured members run; a shard keeps whole cells (member × task class).
-    """
-    repeats = spec.sweep.repeats
-    named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
-    return [
-        CaseRun(member.spec, case, name, repeat if repeats > 1 else None)
-        for member in pool
-        if member.measured
-        for case, name in named
-        if shard is None or shard_of(member.spec.key, case.task_class, shard[1]) == shard[0]
-        for repeat in range(repeats)
-    ]
-
-
-def prepare_sweep(
-    spec: SweepSpec,
-    store: KnowledgeStore,
-    *,
-    observed_at: int,
-    report_id: str | None = None,
-    shard: tuple[int, int] | None = None,
-    commit: bool = True,
-) -> SweepPlan:
-    """Steps 1–3: read the store, build the pool, plan the runs, bound the spend.
-
-    A report id already used in the store is refused only when the sweep will
-    commit (``commit``): a replay of a past night under its own id may measure.
-    """
-    snapshot = store.read()
-    pool = build_pool(spec.models, snapshot, observed_at)
-    budgets = spec.budgets
-    pairs = plan_case_runs(spec, pool, shard)
-    targets = [target_run(pair, budgets.target_usd) for pair in pairs]
-    judges = sum(1 for p in pairs for g in p.case.graders if isinstance(g, JudgeGrader))
-    probes = len(spec.canary.prompts) * spec.canary.repeats if spec.canary else 0
-    members = len({p.member.key for p in pairs})
-    # The envelope authorizes in this order: canary probes, targets, then judges.
-    ceilings = (
-        [budgets.canary_usd] * (probes * members)
-        + [budgets.target_usd] * len(targets)
-        + [budgets.judge_usd] * judges
-    )
-    forecast = forecast_spend(budgets.max_total_usd, ceilings)
-    report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
-    taken = sorted(
-        {
-            cid
-            for pair in pairs
-            if snapshot.has(cid := claim_id(report_id, pair.member, pair.case.task_class))
-        }
-    )
-    if taken and commit:  # found now, before any money is spent, not at commit time
-        raise ConfigError(
-            "report id",
-            f"{report_id!r} was already used: claim {taken[0]!r} exists; pass a new "
-            "--report-id or --observed-at",
-        )
-    if commit:
-        _refuse_backdating(snapshot, pairs, observed_at)
-    return SweepPlan(
-        spec=spec,
-        report_id=report_id,
-        observed_at=observed_at,
-        snapshot=snapshot,
-        pool=tuple(pool),
-        pairs=tuple(pairs),
-        target_runs=tuple(targets),
-        judge_runs_max=judges,
-        canary_probes=probes * members,
-        forecast=forecast,
-        shard=shard,
-    )
 
 
 def execute_sweep(
@@ -257,151 +165,60 @@ def execute_sweep(
     push: bool = False,
     evidence: bool = True,
 ) -> SweepReport:
-    """Steps 4–9: canary, measure, cells, claims, falsify, one CAS commit (pushed with ``push``).
+    """Steps 4–9: measure, decide, one CAS commit (pushed with ``push``), report.
 
-    The canary's flips and the claims go into one commit, flips first, with
-    the evidence files (unless ``evidence`` is off or ``[sweep] evidence =
-    false``), and only when at least one cell was measured completely: a
+    Nothing is committed unless at least one cell was measured completely: a
     sweep that measured nothing changes nothing.
     """
-    spec = plan.spec
     if commit:
         store.preflight(push=push)
-    envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
-    report = SweepReport(plan)
-    canaries: list[CanaryResult] = []
-    prompts: tuple[str, ...] = ()
-    if spec.canary is not None:
-        prompts = tuple(spec.canary.prompts)
-        canaries = measure_canaries(
-            engine,
-            plan.members,
-            prompts,
-            envelope,
-            canary_usd=spec.budgets.canary_usd,
-            repeats=spec.canary.repeats,
-        )
-    verdicts = run_pairs(
-        engine,
-        plan.pairs,
-        envelope,
-        target_usd=spec.budgets.target_usd,
-        judge_usd=spec.budgets.judge_usd,
-    )
-    engine.finish()
-    fingerprints = {c.member.key: c.fingerprint for c in canaries if c.may_flip}
-    report.cells = measured_cells(plan, verdicts, fingerprints)
-    report.spent_usd = usd(envelope.debited)
-    context = EvidenceContext.of([*plan.pool_specs, *judge_models(spec)])
-    report.runs = canary_records(canaries, context) + [
-        record for cell, _ in report.cells for record in cell_records(cell, context)
-    ]
-    gate = EvalCommitterGate(committer_id=spec.sweep.committer, report_id=plan.report_id)
-    baselines = baselines_path(store.path)
-    evidence_dir = _evidence_dir(spec, store, evidence)
-
-    def build(snapshot: Snapshot) -> CanaryChange:
-        found = canary_change(canaries, snapshot, baselines, prompts)
-        ops = (*found.ops, *sweep_ops(snapshot, report.cells, gate, spec.gate))
-        version = snapshot.version + 1 if ops else snapshot.version
-        files = dict(found.files)
-        notes = [found.note] if found.note else []
-        if evidence_dir is not None:
-            body = report_body(
-                plan,
-                report.cells,
-                retired=retirements(ops),
-                canary=[c.to_json() for c in classified(canaries, found, version)],
-                spent_usd=report.spent_usd,
-                committed_version=version,
-            )
-            runs_file, report_file = evidence_paths(evidence_dir, plan.report_id)
-            files[str(runs_file)] = render_runs(report.runs)
-            files[str(report_file)] = render_report(body)
-            if not ops:
-                notes.append("evidence only")
-        return CanaryChange(ops, files, ", ".join(notes) or None, outcomes=found.outcomes)
-
-    measured = any(cell.complete for cell, _ in report.cells)
+    measurement = measure(plan, engine)
+    target = evidence_target(plan.spec, store)
+    writes = target if evidence and plan.spec.sweep.evidence else None
+    baselines = store.home.canary_baselines
     result = None
-    if commit and measured:
-        context_ = CommitContext(
-            "sweep", spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
-        )
-        result = store.commit_with_rebase(build, context_, attempts=attempts, push=push)
-    change = result.change if result is not None else build(plan.snapshot)
-    assert isinstance(change, CanaryChange)
-    version = result.snapshot.version if result is not None else None
-    report.canary = [c.to_json() for c in classified(canaries, change, version)]
-    report.retired = retirements(change.ops)
-    if result is not None:
-        report.committed_version = version
-        report.git_commit = result.git_commit
-        report.commit_message = result.message
-        if evidence_dir is not None:
-            report.evidence_files = list(evidence_paths(evidence_dir, plan.report_id))
-        report.store_diff = commit_diff(store, result, plan)
-    return report
-
-
-def commit_diff(store: KnowledgeStore, result: CommitResult, plan: SweepPlan) -> StoreDiff:
-    """``kb diff`` of the sweep's own commit (outside git: before and after, no expiries)."""
-    git = store.git
-    if git is not None and result.git_commit is not None and git.resolve(f"{result.git_commit}~1"):
-        commit = result.git_commit[:12]
-        return diff_revisions(store, f"{commit}~1", commit, plan.observed_at)
-    assert result.base is not None
-    before = Side("before", result.base.version, plan.observed_at)
-    after = Side(plan.report_id, result.snapshot.version, plan.observed_at)
-    return diff_snapshots(result.base, result.snapshot, before, after)
-
-
-def report_history_dir(spec: SweepSpec, store: KnowledgeStore) -> Path:
-    """Where earlier reports of this spec's sweeps are (for deltas and trends)."""
-    found = _evidence_dir(spec, store, True)
-    return found if found is not None else store.path.parent / DEFAULT_EVIDENCE_DIR
-
-
-def _evidence_dir(spec: SweepSpec, store: KnowledgeStore, evidence: bool) -> Path | None:
-    """Where this sweep's evidence goes (``None``: turned off)."""
-    if not evidence or not spec.sweep.evidence:
-        return None
-    if spec.sweep.evidence_dir is None:
-        return store.path.parent / DEFAULT_EVIDENCE_DIR
-    chosen = Path(spec.sweep.evidence_dir).expanduser()
-    return chosen if chosen.is_absolute() else spec.path.resolve().parent / chosen
-
-
-def judge_models(spec: SweepSpec) -> list[ModelSpec]:
-    """The judges the spec's cases call."""
-    return [
-        judge_spec(grader)
-        for case in spec.cases
-        for grader in case.graders
-        if isinstance(grader, JudgeGrader)
-    ]
-
-
-def measured_cells(
-    plan: SweepPlan, verdicts: Sequence[CaseVerdict], fingerprints: dict[str, str]
-) -> list[tuple[SweepCell, ModelClaim | None]]:
-    """Steps 6–7: the cells of the verdicts and the claim each emits."""
-    return [
-        (
-            cell,
-            cell_claim(
-                cell,
-                gate=plan.spec.gate,
-                report_id=plan.report_id,
-                observed_at=plan.observed_at,
-                committer=plan.spec.sweep.committer,
-                canary_fingerprint=fingerprints.get(cell.member.key),
+    if commit and measurement.measured_any:
+        result = store.commit_with_rebase(
+            lambda snapshot: decide_change(
+                plan, measurement, snapshot, BaselinesFile.read(baselines), writes, committing=True
             ),
+            CommitContext(
+                "sweep", plan.spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
+            ),
+            attempts=attempts,
+            push=push,
         )
-        for cell in group_cells(
-            [pair.member for pair in plan.pairs], verdicts, plan.spec.sweep.repeats
+    change = (
+        result.change
+        if result is not None
+        else decide_change(
+            plan, measurement, plan.snapshot, BaselinesFile.read(baselines), None, committing=False
         )
-    ]
+    )
+    assert isinstance(change, SweepChange) and change.report is not None
+    return SweepReport(
+        plan,
+        measurement,
+        change.report.with_runs(measurement.runs),
+        commit=result,
+        evidence_files=(
+            evidence_paths(target.directory, plan.report_id)
+            if result is not None and writes is not None
+            else ()
+        ),
+        store_diff=commit_diff(result, plan) if result is not None else None,
+        history_dir=target.directory,
+    )
+
+
+def commit_diff(result: CommitResult, plan: SweepPlan) -> StoreDiff:
+    """``kb diff`` of the sweep's own commit, from the commit's base, result and ops."""
+    assert result.base is not None
+    commit = result.git_commit[:12] if result.git_commit else None
+    before = Side(f"{commit}~1" if commit else "before", result.base.version, plan.observed_at)
+    after = Side(commit or plan.report_id, result.snapshot.version, plan.observed_at)
+    reasons = {op.claim_id: op.reason for op in result.ops if isinstance(op, ArchiveClaim)}
+    return diff_snapshots(result.base, result.snapshot, before, after, reasons)
 
 
 def run_sweep(
@@ -415,8 +232,10 @@ def run_sweep(
     attempts: int = 3,
     push: bool = False,
 ) -> SweepReport:
-    """A whole sweep: :func:`prepare_sweep` then :func:`execute_sweep`."""
+    """A whole sweep: :func:`prepare_sweep`, the budget check, then :func:`execute_sweep`."""
     validate_attempts(attempts)
-    plan = prepare_sweep(spec, store, observed_at=observed_at, report_id=report_id, commit=commit)
+    plan = prepare_sweep(
+        spec, store.read(), observed_at=observed_at, report_id=report_id, commit=commit
+    )
     plan.check_budget()
     return execute_sweep(plan, store, engine, commit=commit, attempts=attempts, push=push)

@@ -24,13 +24,13 @@ git tracks are removed.
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
 from kb.errors import ConfigError
+from kb.store.evidence import SUFFIXES, evidence_stem, report_observed_at
 from kb.store.filestore import (
     DEFAULT_ATTEMPTS,
     Change,
@@ -39,13 +39,12 @@ from kb.store.filestore import (
     KnowledgeStore,
 )
 from kb.store.ops import CompactClaim
-from kb.store.snapshot import Snapshot, index_store, parse_store
+from kb.store.snapshot import Snapshot
 from kb.store.ttl import MIN_INSTANT, format_instant, stored_instant
-from kb.sweep.evidence import evidence_directory, evidence_stem
+from kb.store.validation import index_store, parse_store
 
 TERMINAL = frozenset({"superseded", "archived"})
 _DAY_MS = 86_400_000
-_SUFFIXES = (".report.json", ".jsonl")
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ def plan_compaction(
                 if isinstance(item, dict) and item.get("reportId") is not None
             )
     files = _unreferenced_evidence(
-        store, evidence_directory(store, evidence_dir), {evidence_stem(r) for r in cited}, cutoff_ms
+        store, store.home.evidence_dir(evidence_dir), {evidence_stem(r) for r in cited}, cutoff_ms
     )
     return CompactionPlan(removed, files, cutoff, then.version)
 
@@ -146,7 +145,7 @@ def _unreferenced_evidence(
     for path in sorted(tracked):
         if path.parent != directory:
             continue
-        for suffix in _SUFFIXES:
+        for suffix in SUFFIXES:
             if path.name.endswith(suffix):
                 by_stem.setdefault(path.name[: -len(suffix)], []).append(path)
                 break
@@ -162,10 +161,10 @@ def _unreferenced_evidence(
 
 def _report_observed_ms(path: Path) -> int | None:
     """When the report was observed (``None``: unknown, so its files are kept)."""
+    observed = report_observed_at(path)
     try:
-        body = json.loads(path.read_text("utf-8"))
-        return stored_instant(str(body["observedAt"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return stored_instant(observed) if observed is not None else None
+    except ValueError:
         return None
 
 

@@ -25,18 +25,19 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from kb.canary_baselines import baselines_path, judge, probe_set_id, read_baselines
-from kb.engine.budget import SpendEnvelope, forecast_spend
+from kb.engine.budget import SpendEnvelope
+from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import ConfigError
+from kb.store.baselines import BaselinesFile, judge, probe_set_id
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
+from kb.store.records import CanaryRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.sweep.pool import build_pool
 from kb.sweep.spec import SweepSpec
@@ -107,19 +108,19 @@ class CanaryResult:
         """Only an all-ok, stable fingerprint is evidence of drift."""
         return self.all_ok and self.stable
 
-    def to_json(self) -> dict[str, Any]:
+    def to_record(self) -> CanaryRecord:
         """The ``kb canary --json`` entry (also the sweep report's ``canary[]``)."""
-        entry: dict[str, Any] = self.member.subject.to_wire()
-        entry.update(
-            fingerprint=self.fingerprint,
-            allOk=self.all_ok,
-            probes=[{"prompt": p.prompt, "status": p.status} for p in self.probes],
-            status=self.status,
-            flipped=list(self.flipped),
+        return CanaryRecord.model_validate(
+            {
+                **self.member.subject.to_wire(),
+                "fingerprint": self.fingerprint,
+                "allOk": self.all_ok,
+                "probes": [{"prompt": p.prompt, "status": p.status} for p in self.probes],
+                "status": self.status,
+                "flipped": self.flipped,
+                "version": self.version,
+            }
         )
-        if self.version is not None:
-            entry["version"] = self.version
-        return entry
 
 
 @dataclass(frozen=True)
@@ -162,22 +163,25 @@ class CanaryOptions:
         )
 
 
-def plan_probes(
+def probe_phase(
     members: Sequence[ModelSpec], prompts: Sequence[str], repeats: int, canary_usd: float | None
-) -> list[PlannedRun]:
+) -> Phase:
     """Every probe for every member, declaration order, each ``repeats`` times, temperature 0."""
-    return [
-        PlannedRun(
-            label=f"canary:{member.key}/{p_index}" + (f"#{k + 1}" if repeats > 1 else ""),
-            kind="canary",
-            spec=member,
-            request=build_request(member, prompt, overrides={"temperature": 0}),
-            ceiling_usd=canary_usd,
-        )
-        for member in members
-        for p_index, prompt in enumerate(prompts)
-        for k in range(repeats)
-    ]
+    return Phase(
+        "canary",
+        tuple(
+            PlannedRun(
+                label=f"canary:{member.key}/{p_index}" + (f"#{k + 1}" if repeats > 1 else ""),
+                kind="canary",
+                spec=member,
+                request=build_request(member, prompt, overrides={"temperature": 0}),
+                ceiling_usd=canary_usd,
+            )
+            for member in members
+            for p_index, prompt in enumerate(prompts)
+            for k in range(repeats)
+        ),
+    )
 
 
 def measure_canaries(
@@ -186,25 +190,32 @@ def measure_canaries(
     prompts: Sequence[str],
     envelope: SpendEnvelope,
     *,
-    canary_usd: float | None,
+    canary_usd: float | None = None,
     repeats: int = 1,
+    probes: Phase | None = None,
 ) -> list[CanaryResult]:
-    """Run the probes and compute each member's fingerprint (nothing is written)."""
-    results = engine.run(plan_probes(members, prompts, repeats, canary_usd), envelope)
+    """Run the probes of ``members`` and compute each fingerprint (nothing is written).
+
+    ``probes`` is the job's planned phase (:func:`probe_phase` of the same
+    members, prompts and repeats); without it the phase is built here.
+    """
+    if probes is None:
+        probes = probe_phase(members, prompts, repeats, canary_usd)
+    results = engine.run(probes.runs, envelope)
     canaries = []
     per_member = len(prompts) * repeats
     for m_index, member in enumerate(members):
         runs = results[m_index * per_member : (m_index + 1) * per_member]
-        probes = []
+        found = []
         for p_index, prompt in enumerate(prompts):
             repeat_runs = runs[p_index * repeats : (p_index + 1) * repeats]
             status = next((r.status for r in repeat_runs if r.status != "ok"), "ok")
             answers = tuple(probe_output(r) for r in repeat_runs)
-            probes.append(ProbeResult(prompt, status, answers, tuple(repeat_runs)))
-        outputs = [p.outputs[0] if p.status == "ok" else f"!{p.status}" for p in probes]
-        all_ok = all(p.status == "ok" for p in probes)
+            found.append(ProbeResult(prompt, status, answers, tuple(repeat_runs)))
+        outputs = [p.outputs[0] if p.status == "ok" else f"!{p.status}" for p in found]
+        all_ok = all(p.status == "ok" for p in found)
         canaries.append(
-            CanaryResult(member, tuple(probes), fingerprint(len(prompts), outputs), all_ok)
+            CanaryResult(member, tuple(found), fingerprint(len(prompts), outputs), all_ok)
         )
     return canaries
 
@@ -233,16 +244,16 @@ class CanaryChange(Change):
 def canary_change(
     canaries: Sequence[CanaryResult],
     snapshot: Snapshot,
-    baselines_file: Path,
+    baselines_file: BaselinesFile,
     prompts: Sequence[str],
 ) -> CanaryChange:
-    """What the canary commits against ``snapshot`` and the baselines file (a pure read).
+    """What the canary commits against ``snapshot`` and the baselines file (a pure function).
 
     Only an all-ok, stable fingerprint is judged; a changed probe set is
-    re-baselined and flips nothing (see :mod:`kb.canary_baselines`).
+    re-baselined and flips nothing (see :mod:`kb.store.baselines`).
     """
-    existing = baselines_file.read_bytes() if baselines_file.exists() else None
-    before = read_baselines(baselines_file)
+    existing = baselines_file.data
+    before = baselines_file.parsed
     after = before
     probe_set = probe_set_id(prompts)
     ops: list[Op] = []
@@ -270,7 +281,8 @@ def canary_change(
         status: CanaryStatus = "drift" if flipped else verdict.status
         outcomes[key] = (status, flipped)
     rendered = after.render()
-    files = {baselines_file.name: rendered} if rendered != existing and after.subjects else {}
+    changed = rendered != existing and after.subjects
+    files = {baselines_file.path.name: rendered} if changed else {}
     note = "canary baselines" if files else None
     return CanaryChange(tuple(ops), files, note, outcomes=outcomes)
 
@@ -296,10 +308,10 @@ def settle_canaries(
     Without ``options.commit`` nothing is written and each result says what
     it would do against the current store.
     """
-    baselines = baselines_path(store.path)
+    baselines = store.home.canary_baselines
 
     def build(snapshot: Snapshot) -> CanaryChange:
-        return canary_change(canaries, snapshot, baselines, options.prompts)
+        return canary_change(canaries, snapshot, BaselinesFile.read(baselines), options.prompts)
 
     if not options.commit:
         return classified(canaries, build(store.read()))
@@ -315,23 +327,23 @@ def settle_canaries(
     return classified(canaries, result.change, result.snapshot.version)
 
 
-def probe_pool(
-    members: Sequence[ModelSpec],
-    options: CanaryOptions,
-    engine: Engine,
-    envelope: SpendEnvelope,
-    store: KnowledgeStore,
-) -> list[CanaryResult]:
-    """Probe ``members`` and settle the results (commit or classify)."""
-    canaries = measure_canaries(
-        engine,
-        members,
-        options.prompts,
-        envelope,
-        canary_usd=options.canary_usd,
-        repeats=options.repeats,
-    )
-    return settle_canaries(canaries, store, options)
+@dataclass(frozen=True)
+class CanaryPlan:
+    """``kb canary`` before its first call: who is probed, and the one phase of probes."""
+
+    members: tuple[ModelSpec, ...]
+    options: CanaryOptions
+    job: JobPlan
+
+
+def plan_canary(
+    spec: SweepSpec, snapshot: Snapshot, *, at: int, options: CanaryOptions
+) -> CanaryPlan:
+    """The sweep's measured pool (as of ``at``) and every probe it gets."""
+    pool = build_pool(spec.models, snapshot, at)
+    members = tuple(member.spec for member in pool if member.measured)
+    phase = probe_phase(members, options.prompts, options.repeats, options.canary_usd)
+    return CanaryPlan(members, options, job_plan([phase], spec.budgets.max_total_usd))
 
 
 def run_canary(
@@ -354,17 +366,21 @@ def run_canary(
     options = CanaryOptions.from_spec(
         spec, label=None, commit=commit, push=push, attempts=attempts, repeats=repeats
     )
-    pool = build_pool(spec.models, store.read(), at)
-    members = [member.spec for member in pool if member.measured]
-    probes = len(members) * len(options.prompts) * options.repeats
-    forecast = forecast_spend(spec.budgets.max_total_usd, [options.canary_usd] * probes)
-    if forecast.exceeds and not (allow_partial or spec.sweep.allow_partial):
-        raise ConfigError("budgets.max_total_usd", forecast.refusal())
+    plan = plan_canary(spec, store.read(), at=at, options=options)
+    plan.job.refuse_overspend(allow_partial=allow_partial or spec.sweep.allow_partial)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     try:
-        return probe_pool(members, options, engine, envelope, store)
+        canaries = measure_canaries(
+            engine,
+            plan.members,
+            options.prompts,
+            envelope,
+            repeats=options.repeats,
+            probes=plan.job.phase("canary"),
+        )
     finally:
         engine.finish()
+    return settle_canaries(canaries, store, options)
 
 
 def canary_line(result: CanaryResult) -> str:

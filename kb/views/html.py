@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page a reviewer can open, click and share.
 
-Rendered from the report as data (the ``--json`` body with its ``runs``), so
-a sweep's page and ``kb report``'s page of the same night are the same page.
+Rendered from the report as data (a :class:`ReportFile` with its ``runs``),
+so a sweep's page and ``kb report``'s page of the same night are the same page.
 No script and no fetch: clicking a heatmap cell follows an in-page link and
 CSS ``:target`` reveals that cell's cases (verdict, grader reasons, output,
 error). Each cell shows its change since the previous report of the same
@@ -14,9 +14,9 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kb.store.canonical import to_fixed_2
+from kb.store.records import CellRecord, ReportFile, RunRecord
 
 OUTCOME_COLOURS = {
     "strength": "#1a7f37",
@@ -41,10 +41,15 @@ History = Mapping[tuple[str, str], Sequence[CellPoint]]
 """(subject key, task class) → earlier points, oldest first."""
 
 
-def subject_key_of(entry: Mapping[str, Any]) -> str:
-    """``model`` or ``model@effort`` of a cell or run record."""
-    effort = entry.get("effort")
-    return f"{entry['model']}@{effort}" if effort else str(entry["model"])
+def cell_history(reports: Sequence[ReportFile]) -> History:
+    """Each cell's earlier points (oldest first) from earlier reports."""
+    history: dict[tuple[str, str], list[CellPoint]] = {}
+    for report in reports:
+        for cell in report.cells:
+            history.setdefault((cell.subject_key, cell.task_class), []).append(
+                CellPoint(report.observed_at, report.report_id, cell.pass_rate, cell.complete)
+            )
+    return history
 
 
 def _heat(rate: float) -> str:
@@ -70,12 +75,12 @@ def _sparkline(points: Sequence[float]) -> str:
     )
 
 
-def _delta(cell: Mapping[str, Any], earlier: Sequence[CellPoint]) -> str:
+def _delta(cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
     measured = [p for p in earlier if p.complete]
     if not measured:
         return '<div class="delta new">first measurement</div>'
     previous = measured[-1]
-    change = float(cell["passRate"]) - previous.pass_rate
+    change = cell.pass_rate - previous.pass_rate
     arrow = "▲" if change > 1e-9 else "▼" if change < -1e-9 else "="
     sign = "+" if change > 1e-9 else "−" if change < -1e-9 else "±"
     kind = "up" if change > 1e-9 else "down" if change < -1e-9 else "same"
@@ -91,113 +96,98 @@ def _short_claim(claim_id: str) -> str:
     return "…/" + parts[1] if len(parts) == 2 else claim_id
 
 
-def _cell_td(index: int, cell: Mapping[str, Any], earlier: Sequence[CellPoint]) -> str:
+def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
     esc = html.escape
-    outcome = str(cell["outcome"])
-    n, planned = int(cell["n"]), int(cell["plannedN"])
-    low, high = cell["wilson95"]
+    outcome = cell.outcome
+    n, planned = cell.n, cell.planned_n
+    low, high = cell.wilson95
     if outcome == "incomplete":
         figure = (
-            f'<div class="rate muted">{to_fixed_2(cell["passRate"])}</div>'
+            f'<div class="rate muted">{to_fixed_2(cell.pass_rate)}</div>'
             f'<div class="note">on {n} of {planned} cases: incomplete</div>'
             if n
             else '<div class="rate muted">no result</div>'
         )
         style = ' class="cell incomplete"'
-        why = f'<div class="why">{esc(str(cell.get("incompleteReason", "")))}</div>'
+        why = f'<div class="why">{esc(cell.incomplete_reason or "")}</div>'
     else:
         figure = (
-            f'<div class="rate">{to_fixed_2(cell["passRate"])}</div>'
+            f'<div class="rate">{to_fixed_2(cell.pass_rate)}</div>'
             f'<div class="note">n={n} · 95% [{to_fixed_2(low)}, {to_fixed_2(high)}]</div>'
         )
-        style = f' class="cell" style="background:{_heat(float(cell["passRate"]))}"'
+        style = f' class="cell" style="background:{_heat(cell.pass_rate)}"'
         why = ""
     trend = (
-        _sparkline(
-            [p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [float(cell["passRate"])]
-        )
+        _sparkline([p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [cell.pass_rate])
         if outcome != "incomplete"
         else ""
     )
     delta = _delta(cell, earlier) if outcome != "incomplete" else ""
-    claim = cell.get("claimId")
+    claim = cell.claim_id
     claim_line = (
-        f'<div class="claim" title="{esc(str(claim))}">claim {esc(_short_claim(str(claim)))}</div>'
+        f'<div class="claim" title="{esc(claim)}">claim {esc(_short_claim(claim))}</div>'
         if claim
         else ""
     )
-    for prior in cell.get("priorStands", []):
+    for prior in cell.prior_stands or ():
         claim_line += (
-            f'<div class="claim" title="{esc(str(prior["claimId"]))}">prior '
-            f"{esc(str(prior['polarity']))} stands"
+            f'<div class="claim" title="{esc(prior.claim_id)}">prior '
+            f"{esc(prior.polarity)} stands"
             + (" (hysteresis)" if outcome != "incomplete" else "")
             + "</div>"
         )
-    repeats = cell.get("repeats")
+    repeats = cell.repeats
     if repeats:
-        flaky = sum(1 for case in cell.get("cases", []) if case["stability"] == "flaky")
+        flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
         claim_line = f'<div class="note">x{repeats} repeats · {flaky} flaky</div>' + claim_line
     colour = OUTCOME_COLOURS.get(outcome, "#57606a")
     return (
         f'<td{style} data-outcome="{esc(outcome)}" data-cell="cell-{index}">'
-        f'<a href="#cell-{index}" aria-label="cases of {esc(subject_key_of(cell))} '
-        f'{esc(str(cell["taskClass"]))}">{figure}'
+        f'<a href="#cell-{index}" aria-label="cases of {esc(cell.subject_key)} '
+        f'{esc(cell.task_class)}">{figure}'
         f'<div class="outcome" style="color:{colour}">{esc(outcome)}</div>'
         f"{delta}{trend}{why}{claim_line}</a></td>"
     )
 
 
-def _case_rows(cell: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> str:
+def _case_rows(cell: CellRecord, runs: Sequence[RunRecord]) -> str:
     esc = html.escape
-    key, task_class = subject_key_of(cell), cell["taskClass"]
+    key, task_class = cell.subject_key, cell.task_class
     mine = [
         r
         for r in runs
-        if r.get("kind") == "target"
-        and subject_key_of(r) == key
-        and r.get("taskClass") == task_class
+        if r.kind == "target" and r.subject_key == key and r.task_class == task_class
     ]
     judges = {
-        (r.get("case"), r.get("repeat")): r
+        (r.case, r.repeat): r
         for r in runs
-        if r.get("kind") == "judge"
-        and r.get("taskClass") == task_class
-        and r.get("label", "").startswith(f"judge:{key}/")
+        if r.kind == "judge" and r.task_class == task_class and r.label.startswith(f"judge:{key}/")
     }
-    stability = {c["name"]: c["stability"] for c in cell.get("cases", [])}
+    stability = {c.name: c.stability for c in cell.cases or ()}
     if not mine:
         return '<p class="none">No evidence for these cases (written with --no-evidence?).</p>'
     rows = []
     for run in mine:
-        passed = (
-            run["status"] == "ok"
-            and bool(run["verdicts"])
-            and all(v["passed"] for v in run["verdicts"])
-        )
-        if run["status"] != "ok":
-            verdict, kind = run["status"].upper(), "error"
+        if run.status != "ok":
+            verdict, kind = run.status.upper(), "error"
         else:
-            verdict, kind = ("PASS", "pass") if passed else ("FAIL", "fail")
+            verdict, kind = ("PASS", "pass") if run.passed else ("FAIL", "fail")
         reasons = "".join(
-            f'<li class="{"ok" if v["passed"] else "no"}">{esc(str(v["grader"]))}: '
-            f"{esc(str(v.get('reason', '')))}</li>"
-            for v in run["verdicts"]
+            f'<li class="{"ok" if v.passed else "no"}">{esc(v.grader)}: {esc(v.reason)}</li>'
+            for v in run.verdicts
         )
-        judge = judges.get((run["case"], run["repeat"]))
+        judge = judges.get((run.case, run.repeat))
         if judge is not None:
-            reasons += f'<li class="judge">judge said: {esc(str(judge.get("output", "")))}</li>'
-        output = str(run.get("output", ""))
-        cut = " (cut at 4,000 characters)" if run.get("outputSha256") else ""
-        error = (
-            f'<div class="error">error: {esc(str(run["error"]))}</div>' if run.get("error") else ""
-        )
-        repeat = f" #{int(run['repeat']) + 1}" if stability else ""
-        label = stability.get(run["case"], "")
+            reasons += f'<li class="judge">judge said: {esc(judge.output)}</li>'
+        cut = " (cut at 4,000 characters)" if run.output_sha256 else ""
+        error = f'<div class="error">error: {esc(run.error)}</div>' if run.error else ""
+        repeat = f" #{run.repeat + 1}" if stability else ""
+        label = stability.get(run.case, "")
         rows.append(
-            f'<tr class="{kind}"><td class="case">{esc(str(run["case"]))}{repeat}'
+            f'<tr class="{kind}"><td class="case">{esc(run.case)}{repeat}'
             + (f'<div class="stability {label}">{label}</div>' if label else "")
             + f'</td><td class="verdict">{verdict}</td><td><ul class="reasons">{reasons}</ul>'
-            f'{error}</td><td><pre class="output">{esc(output)}</pre>{cut}</td></tr>'
+            f'{error}</td><td><pre class="output">{esc(run.output)}</pre>{cut}</td></tr>'
         )
     return (
         '<table class="cases-table"><thead><tr><th>case</th><th>verdict</th>'
@@ -258,15 +248,15 @@ code { overflow-wrap: anywhere; }
 """
 
 
-def report_html(body: Mapping[str, Any], history: History | None = None) -> str:
-    """The page for a report body with its ``runs`` (``history``: earlier points per cell)."""
+def report_html(report: ReportFile, history: History | None = None) -> str:
+    """The page for a report with its ``runs`` (``history``: earlier points per cell)."""
     esc = html.escape
     history = history or {}
-    cells = list(body["cells"])
-    runs = list(body.get("runs", []))
-    classes = list(dict.fromkeys(str(c["taskClass"]) for c in cells))
-    members = list(dict.fromkeys(subject_key_of(c) for c in cells))
-    index_of = {(subject_key_of(c), str(c["taskClass"])): i for i, c in enumerate(cells)}
+    cells = list(report.cells)
+    runs = list(report.runs or ())
+    classes = list(dict.fromkeys(c.task_class for c in cells))
+    members = list(dict.fromkeys(c.subject_key for c in cells))
+    index_of = {(c.subject_key, c.task_class): i for i, c in enumerate(cells)}
     rows = []
     for member in members:
         tds = [f'<th scope="row">{esc(member)}</th>']
@@ -279,23 +269,22 @@ def report_html(body: Mapping[str, Any], history: History | None = None) -> str:
             tds.append(_cell_td(found, cells[found], earlier))
         rows.append("<tr>" + "".join(tds) + "</tr>")
     sections = "".join(
-        f'<section class="cases" id="cell-{i}"><h3>{esc(subject_key_of(c))} · '
-        f"{esc(str(c['taskClass']))}: {esc(str(c['outcome']))}</h3>"
+        f'<section class="cases" id="cell-{i}"><h3>{esc(c.subject_key)} · '
+        f"{esc(c.task_class)}: {esc(c.outcome)}</h3>"
         + (
-            f'<p class="why">{esc(str(c["incompleteReason"]))}'
-            + (f" — first error: {esc(str(c['firstError']))}" if c.get("firstError") else "")
+            f'<p class="why">{esc(c.incomplete_reason)}'
+            + (f" — first error: {esc(c.first_error)}" if c.first_error else "")
             + "</p>"
-            if c.get("incompleteReason")
+            if c.incomplete_reason
             else ""
         )
         + _case_rows(c, runs)
         + '<p><a href="#heatmap">↑ back to the heatmap</a></p></section>'
         for i, c in enumerate(cells)
     )
-    gate = body.get("gate", {})
-    strength, weakness = gate.get("strength", 0.9), gate.get("weakness", 0.5)
-    tolerance = gate.get("tolerance", 0.1)
-    if gate.get("kind") == "point":
+    gate = report.gate
+    strength, weakness, tolerance = gate.strength, gate.weakness, gate.tolerance
+    if gate.kind == "point":
         rule = f"point gate: strength at pass rate ≥ {strength}, weakness ≤ {weakness}"
     else:
         rule = (
@@ -318,47 +307,49 @@ def report_html(body: Mapping[str, Any], history: History | None = None) -> str:
     )
     retired = (
         "".join(
-            f"<li><code>{esc(str(r['claimId']))}</code> — "
+            f"<li><code>{esc(r.claim_id)}</code> — "
             + (
-                f"superseded by <code>{esc(str(r['by']))}</code>"
-                if r.get("by")
-                else f"archived ({esc(str(r.get('reason', '')))})"
+                f"superseded by <code>{esc(r.by)}</code>"
+                if r.by
+                else f"archived ({esc(r.reason or '')})"
             )
             + "</li>"
-            for r in body.get("retired", [])
+            for r in report.retired
         )
         or "<li>none</li>"
     )
     claims = (
         "".join(
             f"<li><code>{esc(str(c['id']))}</code> — {esc(str(c['statement']))}</li>"
-            for c in body.get("claims", [])
+            for c in report.claims
         )
         or "<li>none</li>"
     )
     canary = "".join(
-        f"<li><code>{esc(subject_key_of(e))}</code> — {esc(str(e['status']))}"
-        + (f", flipped {len(e['flipped'])} stale" if e.get("flipped") else "")
-        + f", fingerprint <code>{esc(str(e['fingerprint'])[:16])}</code></li>"
-        for e in body.get("canary", [])
+        f"<li><code>{esc(e.subject_key)}</code> — {esc(e.status)}"
+        + (f", flipped {len(e.flipped)} stale" if e.flipped else "")
+        + f", fingerprint <code>{esc(e.fingerprint[:16])}</code></li>"
+        for e in report.canary
     )
     pool = "".join(
-        f"<li><code>{esc(str(m['model']))}</code> — {esc(str(m['origin']))}"
-        + (f" <em>(skipped: {esc(str(m['skipped']))})</em>" if m.get("skipped") else "")
+        f"<li><code>{esc(m.model)}</code> — {esc(m.origin)}"
+        + (f" <em>(skipped: {esc(m.skipped)})</em>" if m.skipped else "")
         + "</li>"
-        for m in body.get("pool", [])
+        for m in report.pool
     )
     committed = (
-        f"store v{body['committedVersion']}" if "committedVersion" in body else "not committed"
+        f"store v{report.committed_version}"
+        if report.committed_version is not None
+        else "not committed"
     )
     header = "<th>model</th>" + "".join(f'<th scope="col">{esc(c)}</th>' for c in classes)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>kb sweep {esc(str(body["reportId"]))}</title>
+<title>kb sweep {esc(report.report_id)}</title>
 <style>{STYLE}</style></head><body>
-<h1>kb sweep <code>{esc(str(body["reportId"]))}</code></h1>
-<p class="meta">observed {esc(str(body["observedAt"]))} · spent ${float(body["spentUsd"]):.4f}
+<h1>kb sweep <code>{esc(report.report_id)}</code></h1>
+<p class="meta">observed {esc(report.observed_at)} · spent ${report.spent_usd:.4f}
 · {esc(committed)}</p>
 <h2>Pass rate by model and task class</h2>
 <p class="hint">Click a cell to see its cases: verdicts, grader reasons, outputs, errors.</p>

@@ -41,16 +41,10 @@ from typing import Any, Literal
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
 from kb.store.canonical import js_stringify, sha256_hex
-from kb.store.filestore import canary_baselines_path
 from kb.store.merge import leave_textual_conflict
 
 BaselineStatus = Literal["no-drift", "drift", "rebaselined"]
 FORMAT_VERSION = 1
-
-
-def baselines_path(store_path: Path) -> Path:
-    """``rulvar.models.canary.json`` beside ``rulvar.models.json``."""
-    return canary_baselines_path(store_path)
 
 
 def probe_set_id(prompts: Sequence[str]) -> str:
@@ -140,14 +134,40 @@ def _sorted(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class BaselinesFile:
+    """The baselines file as read: its path and bytes (``None``: it does not exist)."""
+
+    path: Path
+    data: bytes | None
+
+    @classmethod
+    def read(cls, path: Path) -> BaselinesFile:
+        """Read ``path`` (a missing file is no baselines yet)."""
+        try:
+            return cls(path, path.read_bytes())
+        except FileNotFoundError:
+            return cls(path, None)
+
+    @property
+    def parsed(self) -> CanaryBaselines:
+        """The baselines it holds (a malformed file is a ``ConfigError``)."""
+        return parse_baselines(self.data, str(self.path))
+
+
 def read_baselines(path: Path) -> CanaryBaselines:
     """The baselines file at ``path`` (empty when absent); a malformed file is a ``ConfigError``."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    return BaselinesFile.read(path).parsed
+
+
+def parse_baselines(raw: bytes | None, source: str) -> CanaryBaselines:
+    """Baselines from a file's bytes (``None``: no file, no baselines)."""
+    if raw is None:
         return CanaryBaselines()
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"not valid JSON: {exc}") from None
+        raise ConfigError(source, f"not valid JSON: {exc}") from None
     try:
         if data.get("version") != FORMAT_VERSION:
             raise ValueError(f"version must be {FORMAT_VERSION}")
@@ -162,7 +182,7 @@ def read_baselines(path: Path) -> CanaryBaselines:
             for key, entry in data["subjects"].items()
         }
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(str(path), f"not a canary baselines file: {exc}") from None
+        raise ConfigError(source, f"not a canary baselines file: {exc}") from None
     return CanaryBaselines(probe_sets, subjects)
 
 

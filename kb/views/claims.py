@@ -6,7 +6,7 @@ Views return strings; printing is the CLI's job.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,12 @@ from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
 from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.diff import StoreDiff
+from kb.store.evidence import load_evidence
 from kb.store.filestore import KnowledgeStore
+from kb.store.jsjson import js_plain_value
 from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
-from kb.store.snapshot import Snapshot, js_plain_value
+from kb.store.snapshot import Snapshot
 
 _MAX_CASES_SHOWN = 5
 
@@ -144,8 +146,6 @@ def _excerpt(text: str) -> str:
 
 def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | None) -> str:
     """The ``cases:`` block of ``kb show``: every case run behind the claim's measurement."""
-    from kb.sweep.evidence import load_evidence  # only kb show needs the sweep's modules
-
     reports = [ev["reportId"] for ev in claim.evidence if ev["kind"] == "eval"]
     if not reports:
         return "cases: none (an editorial claim points at a journal, not at eval runs)"
@@ -161,37 +161,28 @@ def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | N
         runs = [
             run
             for run in found.runs
-            if run.get("kind") == "target"
-            and run.get("model") == claim.model
-            and run.get("effort") == claim.effort
-            and run.get("taskClass") == claim.task_class
+            if run.kind == "target"
+            and run.model == claim.model
+            and run.effort == claim.effort
+            and run.task_class == claim.task_class
         ]
-        passed = sum(1 for run in runs if _run_passed(run))
+        passed = sum(1 for run in runs if run.passed)
         lines.append(
             f"cases ({passed} of {len(runs)} runs passed; evidence of {report_id} from "
             f"{found.source}):"
         )
         for run in runs:
             verdict = (
-                ("PASS" if _run_passed(run) else "FAIL")
-                if run["status"] == "ok"
-                else (str(run["status"]).upper())
+                ("PASS" if run.passed else "FAIL") if run.status == "ok" else run.status.upper()
             )
-            repeat = f"#{int(run['repeat']) + 1}" if int(run.get("repeat", 0)) else ""
-            reasons = "; ".join(
-                str(v.get("reason", "")) for v in run.get("verdicts", []) if not v["passed"]
-            )
-            why = reasons or run.get("error") or ""
+            repeat = f"#{run.repeat + 1}" if run.repeat else ""
+            reasons = "; ".join(v.reason for v in run.verdicts if not v.passed)
+            why = reasons or run.error or ""
             lines.append(
-                f"  {verdict:<5} {run['case']}{repeat}  {_excerpt(str(run.get('output', '')))!r}"
-                + (f"  — {_excerpt(str(why))}" if why else "")
+                f"  {verdict:<5} {run.case}{repeat}  {_excerpt(run.output)!r}"
+                + (f"  — {_excerpt(why)}" if why else "")
             )
     return "\n".join(lines)
-
-
-def _run_passed(run: Mapping[str, Any]) -> bool:
-    verdicts = run.get("verdicts", [])
-    return run.get("status") == "ok" and bool(verdicts) and all(v["passed"] for v in verdicts)
 
 
 def format_diff(changes: StoreDiff) -> str:

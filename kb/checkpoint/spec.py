@@ -1,0 +1,170 @@
+"""The checkpoint spec: load, validate, and refuse leakage from the seeding cases."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from kb.card import Ladder, LaddersFile, Profile, load_ladders, parse_ladders
+from kb.engine.requests import ModelSpec
+from kb.errors import ConfigError
+from kb.evals.cases import Case, JudgeGrader
+from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
+from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
+from kb.store.models import ModelClaim
+from kb.sweep.spec import ModelEntry, duplicate_name_issues, load_spec, resolve_models
+from kb.tomlfile import read_toml
+
+
+class CheckpointSection(StrictModel):
+    """``[checkpoint]``."""
+
+    orchestrator: ModelRefText
+    """The model that picks profiles in criterion 2."""
+    ladders: str | None = None
+    """A ladders file (else ``[[ladders]]`` in this file)."""
+    seeded_by: list[str] = Field(default_factory=list)
+    """Sweep specs whose cases produced the claims (their prompts must not reappear)."""
+    concurrency: int = Field(default=8, ge=1)
+    allow_unbounded: bool = False
+
+
+class CheckpointBudgets(StrictModel):
+    """``[budgets]``."""
+
+    target_usd: float | None = Field(default=None, gt=0)
+    judge_usd: float | None = Field(default=None, gt=0)
+    orchestrator_usd: float | None = Field(default=None, gt=0)
+    max_total_usd: float | None = Field(default=None, gt=0)
+
+
+class _CheckpointFile(StrictModel):
+    checkpoint: CheckpointSection
+    budgets: CheckpointBudgets = Field(default_factory=CheckpointBudgets)
+    models: list[ModelEntry] = Field(default_factory=list)
+    ladders: list[Ladder] = Field(default_factory=list)
+    floors: dict[str, list[str]] = Field(default_factory=dict)
+    profiles: list[Profile] = Field(default_factory=list)
+    cases: list[Case] = Field(default_factory=list)
+    datasets: list[DatasetSpec] = Field(default_factory=list)
+    """More eval cases (criterion 1) from JSONL or CSV files, as in a sweep spec."""
+    orchestrated: list[Case] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """A validated checkpoint spec."""
+
+    path: Path
+    section: CheckpointSection
+    budgets: CheckpointBudgets
+    params: dict[str, dict[str, Any]]
+    """Params per ``model@effort`` key (and per bare model as a fallback)."""
+    ladders: LaddersFile
+    cases: tuple[Case, ...]
+    orchestrated: tuple[Case, ...]
+    seeding_cases: tuple[Case, ...]
+
+    def model(self, ref: str, effort: str | None = None) -> ModelSpec:
+        """A model with the params the spec gives it."""
+        params = self.params.get(subject_key(ref, effort), self.params.get(ref, {}))
+        return ModelSpec(ref, effort, params)
+
+
+def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
+    """Load and validate a checkpoint spec (leakage is checked against the store later).
+
+    ``[[models]]`` entries are the sweep's: the same params, with relative
+    paths (a scripted ``script``, a local ``model_path``) resolved against
+    this spec's directory.
+    """
+    path = Path(path)
+    raw = read_toml(path, str(path))
+    issues: list[str] = []
+    spec = validate_into(_CheckpointFile, raw, "", issues)
+    if spec is None:
+        raise ConfigError(str(path), issues)
+    base = path.resolve().parent
+    ladders = _ladders(spec, base, str(path))
+    if not ladders.profiles:
+        issues.append("profiles: criterion 2 needs at least one [[profiles]] entry")
+    models = resolve_models(list(enumerate(spec.models)), base, issues)
+    located = [LocatedCase(case, f"cases[{i}]") for i, case in enumerate(spec.cases)]
+    for dataset in spec.datasets:
+        located.extend(load_dataset(dataset, base, issues))
+    issues += duplicate_name_issues(located)
+    issues += _budget_issues(spec, [item.case for item in located])
+    if not located:
+        issues.append("cases: criterion 1 needs [[cases]] or [[datasets]]")
+    seeding: list[Case] = []
+    for sweep_path in spec.checkpoint.seeded_by:
+        seeding.extend(load_spec(base / sweep_path).cases)
+    if issues:
+        raise ConfigError(str(path), issues)
+    return CheckpointSpec(
+        path,
+        spec.checkpoint,
+        spec.budgets,
+        {model.key: dict(model.params) for model in models},
+        ladders,
+        tuple(item.case for item in located),
+        tuple(spec.orchestrated),
+        tuple(seeding),
+    )
+
+
+def _ladders(spec: _CheckpointFile, base: Path, source: str) -> LaddersFile:
+    if spec.checkpoint.ladders is not None:
+        return load_ladders(base / spec.checkpoint.ladders)
+    inline = {
+        "ladders": [ladder.model_dump() for ladder in spec.ladders],
+        "floors": spec.floors,
+        "profiles": [p.model_dump() for p in spec.profiles],
+    }
+    return parse_ladders(inline, source)
+
+
+def _budget_issues(spec: _CheckpointFile, eval_cases: Sequence[Case]) -> list[str]:
+    if spec.checkpoint.allow_unbounded:
+        return []
+    needed = ["target_usd", "orchestrator_usd", "max_total_usd"]
+    cases = [*eval_cases, *spec.orchestrated]
+    if any(isinstance(g, JudgeGrader) for case in cases for g in case.graders):
+        needed.append("judge_usd")
+    return [
+        f"budgets.{name}: missing (or set checkpoint.allow_unbounded)"
+        for name in needed
+        if getattr(spec.budgets, name) is None
+    ]
+
+
+def leakage_issues(spec: CheckpointSpec, claims: Sequence[ModelClaim]) -> list[str]:
+    """Checkpoint cases that share a name or prompt with the cases behind the claims."""
+    seen_names = {
+        case_id
+        for claim in claims
+        if claim.claim_class == "eval-measured"
+        for ev in claim.evidence
+        if ev["kind"] == "eval"
+        for case_id in ev["caseIds"]
+    }
+    seen_names |= {case.name for case in spec.seeding_cases}
+    seen_prompts = {case.prompt for case in spec.seeding_cases}
+    issues = []
+    for kind, cases in (("cases", spec.cases), ("orchestrated", spec.orchestrated)):
+        for index, case in enumerate(cases):
+            if case.name in seen_names:
+                issues.append(
+                    f"{kind}[{index}].name: {case.name!r} is a case that produced "
+                    "the store's claims (measuring on seeding cases is leakage)"
+                )
+            if case.prompt in seen_prompts:
+                issues.append(
+                    f"{kind}[{index}].prompt: the same prompt produced the store's "
+                    "claims (measuring on seeding cases is leakage)"
+                )
+    return issues

@@ -1,0 +1,97 @@
+"""Where a report's evidence files are, and reading them back (work tree or git history).
+
+Each report has two files in the evidence directory (:meth:`StoreHome.evidence_dir`):
+``<stem>.jsonl`` (its runs) and ``<stem>.report.json`` (its report), where
+the stem is the report id with ``%`` and ``/`` escaped. They are read into
+the types of :mod:`kb.store.records`; a file that is gone from the work tree
+(compacted, or never checked out) is read from the newest commit that held
+it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kb.errors import ConfigError
+from kb.store.filestore import KnowledgeStore
+from kb.store.records import ReportFile, RunRecord, parse_report, parse_runs
+
+RUNS_SUFFIX = ".jsonl"
+REPORT_SUFFIX = ".report.json"
+SUFFIXES = (REPORT_SUFFIX, RUNS_SUFFIX)
+
+
+def evidence_stem(report_id: str) -> str:
+    """The file name stem for a report id (a ``/`` in the id cannot be a path separator)."""
+    return report_id.replace("%", "%25").replace("/", "%2F")
+
+
+def evidence_paths(directory: Path, report_id: str) -> tuple[Path, Path]:
+    """The runs file and the report file of ``report_id`` in ``directory``."""
+    stem = evidence_stem(report_id)
+    return directory / f"{stem}{RUNS_SUFFIX}", directory / f"{stem}{REPORT_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class LoadedEvidence:
+    """A past report's evidence, and where it was found."""
+
+    report: ReportFile | None
+    """The report file (``None`` when only the runs were found)."""
+    runs: list[RunRecord]
+    source: str
+    """``the work tree`` or ``git <commit>``."""
+
+    def full_report(self) -> ReportFile | None:
+        """The ``--json`` report again: the report with its runs."""
+        return self.report.with_runs(self.runs) if self.report is not None else None
+
+
+def load_evidence(
+    store: KnowledgeStore, report_id: str, directory: Path | None = None
+) -> LoadedEvidence | None:
+    """A report's evidence from the work tree, else from git history (``None``: nowhere)."""
+    runs_path, report_path = evidence_paths(store.home.evidence_dir(directory), report_id)
+    if runs_path.is_file():
+        report = (
+            parse_report(report_path.read_bytes(), str(report_path))
+            if report_path.is_file()
+            else None
+        )
+        runs = parse_runs(runs_path.read_bytes(), str(runs_path))
+        return LoadedEvidence(report, runs, "the work tree")
+    git = store.git
+    found = git.last_version_of(runs_path) if git is not None else None
+    if git is None or found is None:
+        return None
+    commit, data = found
+    short = commit[:12]
+    blob = git.blob_in_path(commit, git.rel_of(report_path) or "")
+    report = parse_report(git.read_blob(blob), f"{short}:{report_path.name}") if blob else None
+    return LoadedEvidence(report, parse_runs(data, f"{short}:{runs_path.name}"), f"git {short}")
+
+
+def earlier_reports(directory: Path, observed_at: str) -> list[ReportFile]:
+    """Reports in ``directory`` observed before ``observed_at``, oldest first.
+
+    For trends: a report file kb cannot read is left out (it never stops
+    tonight's report), as is anything that is not a report file.
+    """
+    found = []
+    for path in directory.glob(f"*{REPORT_SUFFIX}") if directory.is_dir() else ():
+        try:
+            report = parse_report(path.read_bytes(), str(path))
+        except (OSError, ConfigError):
+            continue
+        if report.observed_at < observed_at:
+            found.append(report)
+    return sorted(found, key=lambda report: report.observed_at)
+
+
+def report_observed_at(path: Path) -> str | None:
+    """When the report in ``path`` was observed (``None``: unreadable)."""
+    try:
+        return parse_report(path.read_bytes(), str(path)).observed_at
+    except (OSError, ConfigError):
+        return None

@@ -1,0 +1,148 @@
+"""The store's neighbours: every file kb keeps beside the store, resolved in one place.
+
+A store ``rulvar.models.json`` lives with
+
+* ``rulvar.models.canary.json`` — the canary baselines per probe set;
+* ``rulvar.models.settings.json`` — what a sweep spec chose that every
+  later command must honour without a flag (today: where the evidence
+  goes, when a spec set ``evidence_dir``);
+* ``kb-evidence/`` — each report's runs and report file (or the directory
+  the settings name);
+* ``.gitattributes`` — the lines that route the store and its baselines to
+  kb's merge driver;
+* the lock (in the git directory inside a work tree, else
+  ``.rulvar.models.json.lock`` beside the store).
+
+Commands and the core ask :class:`StoreHome` for these paths and never
+build them themselves, so a setting one command honours every command
+honours. The settings file is small, tracked and committed with the sweep
+that changed it; kb never writes it by hand-edit and refuses one it cannot
+read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from kb.errors import ConfigError
+from kb.store.canonical import js_stringify
+
+DEFAULT_EVIDENCE_DIR = "kb-evidence"
+ATTRIBUTES_FILE = ".gitattributes"
+SETTINGS_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """What the settings file records (``None``: not recorded, the default applies)."""
+
+    evidence_dir: str | None = None
+    """Where evidence goes: relative to the store's directory, or absolute."""
+
+    def render(self) -> bytes:
+        """Deterministic JSON (two-space indent, trailing newline)."""
+        document: dict[str, Any] = {"format": SETTINGS_FORMAT}
+        if self.evidence_dir is not None:
+            document["evidenceDir"] = self.evidence_dir
+        return (js_stringify(document, indent=2) + "\n").encode("utf-8")
+
+
+@dataclass(frozen=True)
+class StoreHome:
+    """Where each of a store's neighbours is."""
+
+    store_path: Path
+    """The store file (absolute)."""
+
+    @classmethod
+    def of(cls, store_path: Path | str) -> StoreHome:
+        """The home of the store at ``store_path``."""
+        return cls(Path(store_path).absolute())
+
+    @property
+    def directory(self) -> Path:
+        """The store's directory: every neighbour's path is relative to it."""
+        return self.store_path.parent
+
+    @property
+    def _stem(self) -> str:
+        return self.store_path.name.removesuffix(".json")
+
+    @property
+    def canary_baselines(self) -> Path:
+        """``rulvar.models.canary.json``."""
+        return self.directory / f"{self._stem}.canary.json"
+
+    @property
+    def settings_file(self) -> Path:
+        """``rulvar.models.settings.json``."""
+        return self.directory / f"{self._stem}.settings.json"
+
+    @property
+    def attributes(self) -> Path:
+        """The ``.gitattributes`` beside the store."""
+        return self.directory / ATTRIBUTES_FILE
+
+    @property
+    def merged_files(self) -> tuple[Path, ...]:
+        """The files kb's merge driver merges (the store first)."""
+        return (self.store_path, self.canary_baselines)
+
+    def lock_file(self, git_dir: Path | None, rel: str | None) -> Path:
+        """The store lock: in the git directory inside a work tree (no untracked file)."""
+        if git_dir is not None and rel is not None:
+            tag = hashlib.sha256(rel.encode()).hexdigest()[:12]
+            return git_dir / f"kb-store-{tag}.lock"
+        return self.directory / f".{self.store_path.name}.lock"
+
+    @cached_property
+    def settings(self) -> StoreSettings:
+        """The recorded settings (defaults when there is no settings file)."""
+        return read_settings(self.settings_file)
+
+    def evidence_dir(self, override: Path | None = None) -> Path:
+        """Where the evidence is: ``override``, else the recorded directory, else the default."""
+        if override is not None:
+            return override
+        recorded = self.settings.evidence_dir
+        if recorded is None:
+            return self.directory / DEFAULT_EVIDENCE_DIR
+        chosen = Path(recorded).expanduser()
+        return chosen if chosen.is_absolute() else self.directory / chosen
+
+    def record_evidence_dir(self, chosen: Path, inside_work_tree: bool) -> StoreSettings:
+        """The settings with ``chosen`` as the evidence directory.
+
+        Recorded relative to the store's directory when it is inside the work
+        tree (so every clone finds it), else as the absolute path.
+        """
+        value = (
+            os.path.relpath(chosen, self.directory) if inside_work_tree else str(chosen.absolute())
+        )
+        default = os.path.normpath(DEFAULT_EVIDENCE_DIR)
+        return StoreSettings(None if os.path.normpath(value) == default else value)
+
+
+def read_settings(path: Path) -> StoreSettings:
+    """The settings file at ``path`` (defaults when absent; malformed: ``ConfigError``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return StoreSettings()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != SETTINGS_FORMAT:
+        raise ConfigError(str(path), f"not a kb settings file (format {SETTINGS_FORMAT})")
+    unknown = sorted(set(data) - {"format", "evidenceDir"})
+    if unknown:
+        raise ConfigError(str(path), f"unknown keys {', '.join(unknown)}")
+    evidence_dir = data.get("evidenceDir")
+    if evidence_dir is not None and (not isinstance(evidence_dir, str) or not evidence_dir):
+        raise ConfigError(str(path), "evidenceDir must be a non-empty string")
+    return StoreSettings(evidence_dir)

@@ -1,0 +1,346 @@
+"""The evidence files as types: one model per shape, read and written by the same classes.
+
+A committing sweep writes two files per report beside the store (see
+:mod:`kb.store.evidence`): ``<report>.jsonl``, one :class:`RunRecord` per
+line, and ``<report>.report.json``, one :class:`ReportFile`. The ``--json``
+report is the same :class:`ReportFile` with its ``runs``. Every reader —
+``kb report``, ``kb show``, the HTML, the trends, compaction, ``kb diff`` —
+validates into these models, so a field is named, typed and documented
+once.
+
+**Formats.** Each file carries a ``format`` number. Format 1 is what kb v2
+wrote (no ``format`` key; ``tests/data/format1`` holds files made by v2);
+format 2 (this kb) adds to every run what was asked: the request text, the
+effective params, token usage, where the price came from and the case's
+fingerprint. A reader accepts formats 1 and 2 and refuses a newer one with
+a line that says so. Unknown keys are refused: a typo in a hand-made file
+fails loudly instead of reading as absent.
+
+**Wire form.** camelCase keys; optional keys are omitted when they do not
+apply (never ``null``), except the few whose ``null`` means something
+(``taskClass`` of a canary probe, ``latencyMs`` of a run that never started,
+``worstCaseUsd`` of an unbounded sweep). Numbers print as JavaScript prints
+them (``1``, not ``1.0``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+
+from kb.errors import ConfigError
+from kb.schema import subject_key, validation_issues
+from kb.store.canonical import js_stringify
+
+FORMAT = 2
+"""The format this kb writes."""
+READABLE_FORMATS = (1, 2)
+TEXT_LIMIT = 4000
+"""Outputs and request texts longer than this are cut and carry the sha256 of the full text."""
+
+RunKind = Literal["target", "judge", "canary"]
+PriceSource = Literal["litellm", "declared", "unpriced"]
+
+
+class WireModel(BaseModel):
+    """A persisted shape: strict keys, camelCase on the wire, absent optional keys omitted."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    KEEP_NULL: ClassVar[frozenset[str]] = frozenset()
+    """Wire keys whose ``null`` is printed (it means something there)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None or k in self.KEEP_NULL}
+        return data
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object as written."""
+        dumped: dict[str, Any] = self.model_dump(by_alias=True, mode="json")
+        return dumped
+
+
+def cut_text(text: str) -> tuple[str, str | None]:
+    """``text`` up to :data:`TEXT_LIMIT` characters, and the full text's sha256 when cut."""
+    if len(text) <= TEXT_LIMIT:
+        return text, None
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return text[:TEXT_LIMIT], digest
+
+
+# -- one run ---------------------------------------------------------------------------
+
+
+class Verdict(WireModel):
+    """What one grader said about one answer."""
+
+    grader: str
+    passed: bool
+    score: float | None = None
+    reason: str
+
+
+class RequestRecord(WireModel):
+    """What was asked: the system and user text (each cut at 4,000 characters)."""
+
+    system: str | None = None
+    system_sha256: str | None = Field(default=None, alias="systemSha256")
+    user: str
+    user_sha256: str | None = Field(default=None, alias="userSha256")
+
+
+class UsageRecord(WireModel):
+    """Token counts as the provider reported them."""
+
+    prompt_tokens: int = Field(alias="promptTokens")
+    completion_tokens: int = Field(alias="completionTokens")
+
+
+class RunRecord(WireModel):
+    """One line of ``<report>.jsonl``: one settled run (target, judge or canary probe)."""
+
+    KEEP_NULL: ClassVar[frozenset[str]] = frozenset({"taskClass", "latencyMs"})
+
+    format: int = FORMAT
+    kind: RunKind
+    label: str
+    model: str
+    effort: str | None = None
+    case: str
+    """The case name; for a canary probe, the probe prompt."""
+    task_class: str | None = Field(alias="taskClass")
+    """``None`` for a canary probe."""
+    repeat: int
+    status: Literal["ok", "exhausted", "error", "cancelled", "refused"]
+    output: str
+    """The answer (secrets cut), at most 4,000 characters."""
+    output_sha256: str | None = Field(default=None, alias="outputSha256")
+    """The full answer's sha256, when it was cut."""
+    verdicts: tuple[Verdict, ...] = ()
+    cost_usd: float = Field(alias="costUsd")
+    latency_ms: float | None = Field(alias="latencyMs")
+    attempts: int
+    error: str | None = None
+    request: RequestRecord | None = None
+    """Format 2: what was asked."""
+    params: dict[str, Any] | None = None
+    """Format 2: the params the call was made with (secrets cut)."""
+    usage: UsageRecord | None = None
+    """Format 2: tokens."""
+    price_source: PriceSource | None = Field(default=None, alias="priceSource")
+    """Format 2: ``litellm`` (its price table), ``declared`` (the spec's price) or ``unpriced``."""
+    case_fingerprint: str | None = Field(default=None, alias="caseFingerprint")
+    """Format 2: the sha256 of the case as it was run (target and judge runs)."""
+
+    @property
+    def subject_key(self) -> str:
+        """``model`` or ``model@effort``."""
+        return subject_key(self.model, self.effort)
+
+    @property
+    def passed(self) -> bool:
+        """Settled ok and every grader passed."""
+        return self.status == "ok" and bool(self.verdicts) and all(v.passed for v in self.verdicts)
+
+
+# -- one report ------------------------------------------------------------------------
+
+
+class GateRecord(WireModel):
+    """The gate the sweep's claims passed through."""
+
+    kind: Literal["interval", "point"]
+    tolerance: float
+    strength: float
+    weakness: float
+
+
+class PoolRecord(WireModel):
+    """Who was in the pool, why, and whether it was measured."""
+
+    model: str
+    origin: str
+    measured: bool
+    skipped: str | None = None
+
+
+class CaseStability(WireModel):
+    """A repeated case: how many of its runs passed."""
+
+    name: str
+    passes: int
+    runs: int
+    stability: Literal["stable-pass", "flaky", "stable-fail"]
+
+
+class PriorStands(WireModel):
+    """An earlier claim of the cell that the sweep left in place."""
+
+    claim_id: str = Field(alias="claimId")
+    polarity: str
+    status: str
+
+
+class CellRecord(WireModel):
+    """One (member, task class) cell of a report."""
+
+    model: str
+    effort: str | None = None
+    task_class: str = Field(alias="taskClass")
+    pass_rate: float = Field(alias="passRate")
+    n: int
+    planned_n: int = Field(alias="plannedN")
+    total_cost_usd: float = Field(alias="totalCostUsd")
+    case_names: tuple[str, ...] = Field(alias="caseNames")
+    exhausted_runs: int | None = Field(default=None, alias="exhaustedRuns")
+    non_ok_runs: int | None = Field(default=None, alias="nonOkRuns")
+    judge_incomplete_runs: int | None = Field(default=None, alias="judgeIncompleteRuns")
+    envelope_exhausted: bool | None = Field(default=None, alias="envelopeExhausted")
+    refused_run_label: str | None = Field(default=None, alias="refusedRunLabel")
+    incomplete_reason: str | None = Field(default=None, alias="incompleteReason")
+    first_error: str | None = Field(default=None, alias="firstError")
+    wilson95: tuple[float, float]
+    """The 95 % interval the interval gate used (cases as the unit of sampling)."""
+    repeats: int | None = None
+    cases: tuple[CaseStability, ...] | None = None
+    outcome: Literal["strength", "weakness", "none", "incomplete"]
+    claim_id: str | None = Field(default=None, alias="claimId")
+    prior_stands: tuple[PriorStands, ...] | None = Field(default=None, alias="priorStands")
+
+    @property
+    def subject_key(self) -> str:
+        """``model`` or ``model@effort``."""
+        return subject_key(self.model, self.effort)
+
+    @property
+    def complete(self) -> bool:
+        """The cell could claim (whatever it earned)."""
+        return self.outcome != "incomplete"
+
+
+class RetiredRecord(WireModel):
+    """A prior claim the sweep retired."""
+
+    claim_id: str = Field(alias="claimId")
+    action: Literal["superseded", "archived"]
+    by: str | None = None
+    reason: str | None = None
+
+
+class ProbeRecord(WireModel):
+    """One canary probe's status."""
+
+    prompt: str
+    status: str
+
+
+class CanaryRecord(WireModel):
+    """One member's canary (``kb canary --json`` prints a list of these)."""
+
+    model: str
+    effort: str | None = None
+    fingerprint: str
+    all_ok: bool = Field(alias="allOk")
+    probes: tuple[ProbeRecord, ...]
+    status: Literal["no-drift", "drift", "rebaselined", "incomplete", "unstable"]
+    flipped: tuple[str, ...] = ()
+    version: int | None = None
+
+    @property
+    def subject_key(self) -> str:
+        """``model`` or ``model@effort``."""
+        return subject_key(self.model, self.effort)
+
+
+class ReportFile(WireModel):
+    """``<report>.report.json``, and (with ``runs``) the sweep's ``--json`` report."""
+
+    KEEP_NULL: ClassVar[frozenset[str]] = frozenset({"worstCaseUsd"})
+
+    format: int = FORMAT
+    report_id: str = Field(alias="reportId")
+    observed_at: str = Field(alias="observedAt")
+    gate: GateRecord
+    pool: tuple[PoolRecord, ...]
+    worst_case_usd: float | None = Field(alias="worstCaseUsd")
+    """The worst-case authorized spend (``None``: unbounded)."""
+    spent_usd: float = Field(alias="spentUsd")
+    cells: tuple[CellRecord, ...]
+    claims: tuple[dict[str, Any], ...]
+    """The claims the sweep emitted, exactly as the store holds them."""
+    retired: tuple[RetiredRecord, ...]
+    canary: tuple[CanaryRecord, ...]
+    committed_version: int | None = Field(default=None, alias="committedVersion")
+    runs: tuple[RunRecord, ...] | None = None
+    """Every run (``--json`` only; the file keeps them in ``<report>.jsonl``)."""
+
+    def with_runs(self, runs: Sequence[RunRecord]) -> ReportFile:
+        """The report with its runs (what ``--json`` prints)."""
+        return self.model_copy(update={"runs": tuple(runs)})
+
+    def render(self) -> bytes:
+        """The report file: this report without its runs, two-space indented."""
+        wire = self.to_wire()
+        wire.pop("runs", None)
+        return (js_stringify(wire, indent=2) + "\n").encode("utf-8", "surrogatepass")
+
+
+# -- reading and writing -----------------------------------------------------------------------
+
+
+def render_runs(records: Iterable[RunRecord]) -> bytes:
+    """The JSONL file: one compact object per line, numbers as JavaScript prints them."""
+    return "".join(js_stringify(record.to_wire()) + "\n" for record in records).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+def _format_issue(data: Mapping[str, Any]) -> str | None:
+    found = data.get("format", 1)
+    if isinstance(found, bool) or not isinstance(found, int) or found not in READABLE_FORMATS:
+        newer = isinstance(found, int) and not isinstance(found, bool) and found > FORMAT
+        hint = " (written by a newer kb: upgrade kb to read it)" if newer else ""
+        return f"format {found!r} is not one this kb reads ({READABLE_FORMATS}){hint}"
+    return None
+
+
+def _validated(model: type[WireModel], data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"must be a JSON object, got {type(data).__name__}")
+    issue = _format_issue(data)
+    if issue is not None:
+        raise ConfigError(where, issue)
+    try:
+        return model.model_validate({"format": 1, **data})
+    except ValidationError as exc:
+        raise ConfigError(where, validation_issues("", exc)) from None
+
+
+def parse_runs(data: bytes, source: str) -> list[RunRecord]:
+    """The records of an evidence file (a line that is not a run record: ``ConfigError``)."""
+    records = []
+    for number, line in enumerate(data.decode("utf-8", "surrogatepass").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise ConfigError(f"{source}:{number}", f"not valid JSON: {exc}") from None
+        records.append(_validated(RunRecord, value, f"{source}:{number}"))
+    return records
+
+
+def parse_report(data: bytes, source: str) -> ReportFile:
+    """A report file (format 1 or 2)."""
+    try:
+        value = json.loads(data.decode("utf-8", "surrogatepass"))
+    except ValueError as exc:
+        raise ConfigError(source, f"not valid JSON: {exc}") from None
+    report: ReportFile = _validated(ReportFile, value, source)
+    return report

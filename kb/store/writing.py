@@ -1,0 +1,61 @@
+"""Writing the store file: ``JSON.stringify(store, null, 2)`` plus a newline, streamed."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from typing import IO, Any
+
+from kb.store.canonical import js_stringify
+from kb.store.claim_texts import WireTexts, claims_hash_of
+from kb.store.models import ModelClaim, claim_from_wire
+from kb.store.snapshot import Snapshot
+
+
+def build_snapshot(
+    version: int,
+    wire: Iterable[Mapping[str, Any]],
+    claims: Iterable[ModelClaim] | None = None,
+) -> Snapshot:
+    """A snapshot of ``wire`` with its hash computed.
+
+    ``claims`` are the validated claims the wire objects render (validated
+    here when not given).
+    """
+    wire_list = list(wire)
+    built = tuple(claims) if claims is not None else tuple(map(claim_from_wire, wire_list))
+    texts = WireTexts(wire_list)
+    return Snapshot(version, claims_hash_of(texts), built, texts=texts)
+
+
+def write_store(snapshot: Snapshot, handle: IO[bytes]) -> None:
+    """Write the file: ``JSON.stringify(store, null, 2)`` plus a trailing newline.
+
+    Streams claim by claim; a claim read from a file is copied as it stood.
+    """
+    if snapshot.extra:
+        document = {
+            "version": snapshot.version,
+            "hash": snapshot.hash,
+            "claims": list(snapshot.wire),
+            **snapshot.extra,
+        }
+        handle.write((js_stringify(document, indent=2) + "\n").encode("utf-8", "surrogatepass"))
+        return
+    header = f'{{\n  "version": {snapshot.version},\n  "hash": "{snapshot.hash}",\n  "claims": ['
+    handle.write(header.encode())
+    texts = snapshot.texts
+    if not len(texts):
+        handle.write(b"]\n}\n")
+        return
+    for index in range(len(texts)):
+        handle.write(b"\n    " if index == 0 else b",\n    ")
+        handle.write(texts.text(index))
+    handle.write(b"\n  ]\n}\n")
+
+
+def render_store(snapshot: Snapshot) -> str:
+    """The file text (see :func:`write_store`)."""
+    buffer = io.BytesIO()
+    write_store(snapshot, buffer)
+    return buffer.getvalue().decode("utf-8", "surrogatepass")

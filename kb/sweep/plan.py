@@ -1,0 +1,204 @@
+"""Steps 1–3 of a sweep: read the store, build the pool, plan every run, bound the spend.
+
+:func:`prepare_sweep` does everything before the first provider call, so the
+CLI can print the plan first (or stop there with ``--dry-run``). The plan's
+:class:`JobPlan` holds the exact phases the sweep then runs — the canary
+probes, the target runs, and the bound on judge runs — so the dry run, the
+spend forecast and the budget refusal all read the same runs. No function
+here reads a clock: the sweep instant is a parameter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kb.engine.phases import JobPlan, Phase, job_plan
+from kb.engine.requests import ModelSpec
+from kb.errors import ConfigError
+from kb.evals.cases import JudgeGrader, unique_names
+from kb.evals.graders import judge_spec
+from kb.evals.suite import CaseRun, judge_phase, target_phase
+from kb.store.snapshot import Snapshot
+from kb.store.ttl import format_instant, stored_instant
+from kb.sweep.canary import probe_phase
+from kb.sweep.cells import claim_id
+from kb.sweep.falsify import live_eval_claims
+from kb.sweep.pool import PoolMember, build_pool
+from kb.sweep.spec import SweepSpec
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """Everything decided before the first provider call."""
+
+    spec: SweepSpec
+    report_id: str
+    observed_at: int
+    snapshot: Snapshot
+    pool: tuple[PoolMember, ...]
+    pairs: tuple[CaseRun, ...]
+    """Every case run this sweep (or shard) makes, in plan order (a case's repeats together)."""
+    job: JobPlan
+    """The phases the engine runs: ``canary``, ``targets`` (aligned with ``pairs``), ``judges``."""
+    shard: tuple[int, int] | None = None
+
+    @property
+    def members(self) -> list[ModelSpec]:
+        """The pool members with at least one cell in this sweep (or shard)."""
+        keys = {pair.member.key for pair in self.pairs}
+        return [member.spec for member in self.pool if member.spec.key in keys]
+
+    @property
+    def worst_case_usd(self) -> float | None:
+        """Worst-case authorized spend (``None``: no envelope, unbounded)."""
+        return self.job.worst_case_usd
+
+    def check_budget(self, *, allow_partial: bool = False) -> None:
+        """Refuse, before any call, a sweep the envelope could not pay for in full.
+
+        With ``allow_partial`` (or ``[sweep] allow_partial``) the sweep runs and
+        the envelope refuses the overflow, leaving those cells incomplete.
+        """
+        self.job.refuse_overspend(allow_partial=allow_partial or self.spec.sweep.allow_partial)
+
+    @property
+    def judge_models(self) -> list[ModelSpec]:
+        """The judges the spec's cases call."""
+        return [
+            judge_spec(grader)
+            for case in self.spec.cases
+            for grader in case.graders
+            if isinstance(grader, JudgeGrader)
+        ]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` with 1 ≤ I ≤ N."""
+    index, sep, total = text.partition("/")
+    if not (sep and index.isdigit() and total.isdigit()) or not 1 <= int(index) <= int(total):
+        raise ConfigError("--shard", f"{text!r} must be I/N with 1 <= I <= N")
+    return int(index), int(total)
+
+
+def shard_of(member_key: str, task_class: str, total: int) -> int:
+    """The shard (1-based) a cell belongs to.
+
+    A hash of the cell itself, not its position: shards that start at
+    different moments may read slightly different pools (another shard
+    already superseded a queued claim), yet every cell still lands in exactly
+    one shard. Cells are never split, so each shard's claims are complete.
+    """
+    digest = hashlib.sha256(f"{member_key}\0{task_class}".encode()).hexdigest()
+    return int(digest, 16) % total + 1
+
+
+def plan_case_runs(
+    spec: SweepSpec, pool: Sequence[PoolMember], shard: tuple[int, int] | None = None
+) -> list[CaseRun]:
+    """Every case run of the sweep (or shard) in plan order: member, case, repeat.
+
+    Only measured members run; a shard keeps whole cells (member × task class).
+    """
+    repeats = spec.sweep.repeats
+    named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
+    return [
+        CaseRun(member.spec, case, name, repeat if repeats > 1 else None)
+        for member in pool
+        if member.measured
+        for case, name in named
+        if shard is None or shard_of(member.spec.key, case.task_class, shard[1]) == shard[0]
+        for repeat in range(repeats)
+    ]
+
+
+def sweep_phases(
+    spec: SweepSpec, pairs: Sequence[CaseRun], members: Sequence[ModelSpec]
+) -> list[Phase]:
+    """The sweep's phases in the order the engine runs (and the envelope authorizes) them."""
+    budgets = spec.budgets
+    phases = []
+    if spec.canary is not None:
+        phases.append(
+            probe_phase(members, spec.canary.prompts, spec.canary.repeats, budgets.canary_usd)
+        )
+    phases.append(target_phase(pairs, budgets.target_usd))
+    phases.append(judge_phase(pairs, budgets.judge_usd))
+    return phases
+
+
+def _refuse_backdating(snapshot: Snapshot, pairs: Sequence[CaseRun], observed_at: int) -> None:
+    """A committing sweep may not be older than the live claims it would retire.
+
+    Otherwise a replayed old night would supersede newer knowledge with an
+    older, possibly expired, measurement.
+    """
+    live = live_eval_claims(snapshot)
+    cells = {(p.member.ref, p.member.effort, p.case.task_class) for p in pairs}
+    newer = [
+        claim
+        for key in cells
+        for _, claim in live.get(key, [])
+        if stored_instant(claim.observed_at) > observed_at
+    ]
+    if newer:
+        first = min(newer, key=lambda claim: claim.id)
+        raise ConfigError(
+            "--observed-at",
+            f"{format_instant(observed_at)} is older than {len(newer)} live claim"
+            f"{'s' if len(newer) != 1 else ''} this sweep would retire (e.g. {first.id}, "
+            f"observed {first.observed_at}); measure at a later instant, or replay the old "
+            "night with --no-commit",
+        )
+
+
+def _refuse_used_report_id(snapshot: Snapshot, report_id: str, pairs: Sequence[CaseRun]) -> None:
+    taken = sorted(
+        {
+            cid
+            for pair in pairs
+            if snapshot.has(cid := claim_id(report_id, pair.member, pair.case.task_class))
+        }
+    )
+    if taken:  # found now, before any money is spent, not at commit time
+        raise ConfigError(
+            "report id",
+            f"{report_id!r} was already used: claim {taken[0]!r} exists; pass a new "
+            "--report-id or --observed-at",
+        )
+
+
+def prepare_sweep(
+    spec: SweepSpec,
+    snapshot: Snapshot,
+    *,
+    observed_at: int,
+    report_id: str | None = None,
+    shard: tuple[int, int] | None = None,
+    commit: bool = True,
+) -> SweepPlan:
+    """Steps 1–3 against the store as ``snapshot`` holds it: pool, runs, phases.
+
+    A report id already used in the store is refused only when the sweep will
+    commit (``commit``): a replay of a past night under its own id may measure.
+    """
+    pool = build_pool(spec.models, snapshot, observed_at)
+    pairs = plan_case_runs(spec, pool, shard)
+    report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
+    if commit:
+        _refuse_used_report_id(snapshot, report_id, pairs)
+        _refuse_backdating(snapshot, pairs, observed_at)
+    keys = {pair.member.key for pair in pairs}
+    members = [member.spec for member in pool if member.spec.key in keys]
+    phases = sweep_phases(spec, pairs, members)
+    return SweepPlan(
+        spec=spec,
+        report_id=report_id,
+        observed_at=observed_at,
+        snapshot=snapshot,
+        pool=tuple(pool),
+        pairs=tuple(pairs),
+        job=job_plan(phases, spec.budgets.max_total_usd),
+        shard=shard,
+    )

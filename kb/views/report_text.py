@@ -1,0 +1,131 @@
+"""A sweep's report as text: the human summary, the failing line, the step-summary markdown.
+
+Each reads a :class:`ReportFile` (the same object a sweep's ``--json``
+prints and ``kb report`` reads back), so tonight's summary and a past
+night's re-render are the same text. Views return strings; printing is the
+CLI's job.
+"""
+
+from __future__ import annotations
+
+from kb.store.canonical import to_fixed_2
+from kb.store.records import CellRecord, ReportFile
+
+CANARY_WORDS = {
+    "no-drift": "no drift",
+    "drift": "DRIFT",
+    "rebaselined": "rebaselined (new probe set)",
+    "incomplete": "incomplete",
+    "unstable": "unstable",
+}
+
+
+def _money(value: float | None) -> str:
+    return "unbounded" if value is None else f"${value:.4f}"
+
+
+def _count(cell: CellRecord) -> str:
+    """``7/8 of 8`` cases passed of measured of planned; with repeats, the flaky count too."""
+    n, planned = cell.n, cell.planned_n
+    if n == 0:
+        return f"no result (0 of {planned} measured)"
+    if cell.repeats is None:
+        return f"{round(cell.pass_rate * n)}/{n} of {planned}"
+    flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
+    return f"{n} of {planned} cases x{cell.repeats}, {flaky} flaky"
+
+
+def incomplete_summary(report: ReportFile) -> str | None:
+    """The failing line of a report with incomplete cells (``None``: every cell complete)."""
+    cells = report.cells
+    broken = [cell for cell in cells if cell.outcome == "incomplete"]
+    if not broken:
+        return None
+    first = broken[0]
+    cause = first.incomplete_reason or "nothing measured"
+    if first.first_error:
+        cause += f"; first error: {first.first_error}"
+    committed = (
+        f"the {len(cells) - len(broken)} complete cells are committed (store "
+        f"v{report.committed_version})"
+        if report.committed_version is not None
+        else "nothing was committed"
+    )
+    return (
+        f"{len(broken)} of {len(cells)} cells incomplete, e.g. {first.subject_key} "
+        f"{first.task_class}: {cause}; {committed}"
+    )
+
+
+def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
+    """The human summary of a report: cells, claims, retirements, commit, spend."""
+    lines = ["cells:"]
+    for cell in report.cells:
+        low, high = cell.wilson95
+        rate = (
+            f"passRate {to_fixed_2(cell.pass_rate)} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
+            if cell.n
+            else ""
+        )
+        line = (
+            f"  {cell.subject_key:<28} {cell.task_class:<22} {_count(cell)}  {rate}"
+            f"${cell.total_cost_usd:.4f}  {cell.outcome}"
+        )
+        if cell.incomplete_reason:
+            line += f" ({cell.incomplete_reason})"
+        for prior in cell.prior_stands or ():
+            line += f"; prior {prior.polarity} stands: {prior.claim_id}"
+        lines.append(line)
+        if cell.first_error:
+            lines.append(f"    first error: {cell.first_error}")
+    claims, retired = report.claims, report.retired
+    lines.append(f"claims: {len(claims)}")
+    lines += [f"  + {claim['id']}: {claim['statement']}" for claim in claims]
+    lines.append(f"retired: {len(retired)}")
+    for entry in retired:
+        how = f"superseded by {entry.by}" if entry.by else f"archived ({entry.reason})"
+        lines.append(f"  - {entry.claim_id}: {how}")
+    for canary in report.canary:
+        flipped = f", {len(canary.flipped)} claims flipped stale" if canary.flipped else ""
+        words = CANARY_WORDS.get(canary.status, canary.status)
+        lines.append(f"canary {canary.subject_key}: {words}{flipped}")
+    if report.committed_version is not None:
+        git = f" [git {git_commit[:12]}]" if git_commit else ""
+        lines.append(f"committed: store v{report.committed_version}{git}")
+    elif claims or retired:
+        lines.append("not committed")
+    else:
+        lines.append("nothing to commit")
+    lines.append(
+        f"spend: ${report.spent_usd:.4f} debited; worst case authorized "
+        f"{_money(report.worst_case_usd)}"
+    )
+    return "\n".join(lines)
+
+
+def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
+    """``kb sweep --summary``: the cells as a table, then what the commit changed.
+
+    ``store_changes`` is ``kb diff --markdown`` of the sweep's own commit
+    (``None`` when nothing was committed).
+    """
+    lines = [
+        f"## kb sweep `{report.report_id}`",
+        "",
+        f"Observed {report.observed_at}; spent ${report.spent_usd:.4f}.",
+        "",
+        "| model | task class | pass rate | 95% interval | n | outcome |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for cell in report.cells:
+        low, high = cell.wilson95
+        outcome = str(cell.outcome)
+        if outcome == "incomplete":
+            outcome += f": {cell.incomplete_reason or ''}".replace("|", "\\|")
+        lines.append(
+            f"| {cell.subject_key} | {cell.task_class} | {to_fixed_2(cell.pass_rate)} | "
+            f"{to_fixed_2(low)}–{to_fixed_2(high)} | {cell.n}/{cell.planned_n} | {outcome} |"
+        )
+    lines.append("")
+    lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
+    return "\n".join(lines)

@@ -1,0 +1,128 @@
+"""The typed evidence files: format 2 written, format 1 (kb v2's own files) still read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kb.errors import ConfigError
+from kb.store.evidence import earlier_reports
+from kb.store.records import FORMAT, ReportFile, parse_report, parse_runs, render_runs
+from kb.views.html import cell_history, report_html
+from kb.views.report_text import summary_text
+from tests.cli_helpers import kb
+from tests.sweep_helpers import scripted_model, write_spec
+
+FORMAT1 = Path(__file__).parent / "data" / "format1"
+NIGHTS = ["kb-sweep-2026-11-29T02:00:00.000Z", "kb-sweep-2026-11-30T02:00:00.000Z"]
+
+
+@pytest.mark.parametrize("night", NIGHTS)
+def test_format_1_files_made_by_kb_v2_read_into_the_same_models(night: str) -> None:
+    report = parse_report((FORMAT1 / f"{night}.report.json").read_bytes(), night)
+    runs = parse_runs((FORMAT1 / f"{night}.jsonl").read_bytes(), night)
+    assert report.format == 1 and {run.format for run in runs} == {1}
+    assert report.report_id == night and len(report.cells) == 3
+    assert [c.outcome for c in report.cells] == ["strength", "weakness", "incomplete"]
+    assert report.cells[2].incomplete_reason is not None
+    kinds = {run.kind for run in runs}
+    assert kinds == {"canary", "target", "judge"}
+    # Format 1 never recorded what was asked: those fields read as absent.
+    assert all(run.request is None and run.price_source is None for run in runs)
+    # Read back and written again, a v2 report keeps every key it had (numbers as JS prints).
+    original = json.loads((FORMAT1 / f"{night}.report.json").read_text())
+    assert report.to_wire() == {"format": 1, **original}
+
+
+def test_the_second_v2_night_has_repeats_and_a_drift() -> None:
+    report = parse_report((FORMAT1 / f"{NIGHTS[1]}.report.json").read_bytes(), "night 2")
+    assert report.cells[0].repeats == 2 and report.cells[0].cases is not None
+    assert [c.status for c in report.canary] == ["no-drift", "drift", "no-drift"]
+
+
+def test_views_render_a_v2_night_with_its_trend(tmp_path: Path) -> None:
+    night = parse_report((FORMAT1 / f"{NIGHTS[1]}.report.json").read_bytes(), "n")
+    runs = parse_runs((FORMAT1 / f"{NIGHTS[1]}.jsonl").read_bytes(), "n")
+    text = summary_text(night)
+    assert "scripted:weak@low" in text and "canary scripted:weak@low: DRIFT" in text
+    earlier = earlier_reports(FORMAT1, night.observed_at)
+    assert [r.report_id for r in earlier] == [NIGHTS[0]]
+    page = report_html(night.with_runs(runs), cell_history(earlier))
+    assert "vs 2026-11-29" in page and "case-00" in page
+
+
+def test_kb_report_and_kb_show_read_a_v2_night(runner: CliRunner, repo: Path) -> None:
+    shutil.copytree(
+        FORMAT1, repo / "kb-evidence", ignore=shutil.ignore_patterns("*.py", "*.models.json")
+    )
+    shutil.copy(FORMAT1 / "rulvar.models.json", repo / "rulvar.models.json")
+    result = kb(runner, "report", NIGHTS[1])
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "committed: store v2" in result.stdout
+        and "(from the evidence in the work tree)" in result.stdout
+    )
+    as_json = json.loads(kb(runner, "report", NIGHTS[1], "--json").stdout)
+    assert as_json["format"] == 1 and len(as_json["runs"]) > 0
+    claim = f"{NIGHTS[1]}/scripted:strong/extraction"
+    shown = kb(runner, "--as-of", "2026-12-01", "show", claim)
+    assert shown.exit_code == 0, shown.stderr
+    assert "cases (12 of 12 runs passed" in shown.stdout
+
+
+def test_a_sweep_writes_format_2_and_reads_it_back(runner: CliRunner, repo: Path) -> None:
+    assert kb(runner, "init").exit_code == 0
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 7)])
+    result = kb(
+        runner, "sweep", str(spec), "--json", "--quiet", "--observed-at", "2026-11-29T02:00:00Z"
+    )
+    assert result.exit_code == 0, result.stderr
+    printed = json.loads(result.stdout)
+    stem = "kb-sweep-2026-11-29T02:00:00.000Z"
+    report = parse_report((repo / "kb-evidence" / f"{stem}.report.json").read_bytes(), "r")
+    runs = parse_runs((repo / "kb-evidence" / f"{stem}.jsonl").read_bytes(), "r")
+    assert report.format == FORMAT == 2 and {run.format for run in runs} == {2}
+    assert report.with_runs(runs).to_wire() == printed
+    assert render_runs(runs) == (repo / "kb-evidence" / f"{stem}.jsonl").read_bytes()
+    assert report.render() == (repo / "kb-evidence" / f"{stem}.report.json").read_bytes()
+
+
+def test_a_newer_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    data = json.loads((FORMAT1 / f"{NIGHTS[0]}.report.json").read_text()) | {"format": 3}
+    with pytest.raises(ConfigError) as caught:
+        parse_report(json.dumps(data).encode(), "r.report.json")
+    assert "format 3 is not one this kb reads" in str(caught.value)
+    assert "upgrade kb" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"kind": "target"}', "label: missing"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_a_broken_run_line_names_its_file_and_line(line: str, problem: str) -> None:
+    good = (FORMAT1 / f"{NIGHTS[0]}.jsonl").read_text().splitlines()[0]
+    with pytest.raises(ConfigError) as caught:
+        parse_runs(f"{good}\n{line}\n".encode(), "night.jsonl")
+    assert str(caught.value).startswith("night.jsonl:2: ") and problem in str(caught.value)
+
+
+def test_an_unknown_key_in_a_report_is_refused() -> None:
+    data = json.loads((FORMAT1 / f"{NIGHTS[0]}.report.json").read_text())
+    data["cells"][0]["pasRate"] = 1
+    with pytest.raises(ConfigError) as caught:
+        parse_report(json.dumps(data).encode(), "r")
+    assert "cells[0].pasRate: unknown key" in str(caught.value)
+
+
+def test_reading_is_the_inverse_of_writing() -> None:
+    report = parse_report((FORMAT1 / f"{NIGHTS[1]}.report.json").read_bytes(), "r")
+    again = ReportFile.model_validate_json(report.render())
+    assert again == report
