@@ -2,17 +2,36 @@
 
 Every failure the core can report is a subclass of :class:`KbError`. The core
 raises them and never prints; the CLI turns them into one line on stderr and an
-exit code, in one place (``kb.cli.exit_code_for``)::
+exit code, in one place (``kb.cli.app.exit_code_for``)::
 
     KbError                         base; never raised directly
     ├── ConfigError                 bad input: store file, spec, flag, ops batch (exit 2)
     │   ├── StoreDirtyError         the store file has edits git has not committed (exit 2)
+    │   ├── StoreMissingError       no store where one was expected (run kb init) (exit 2)
     │   └── VcrMissError            a replayed request is not in the cassette (exit 2)
     ├── KnowledgeCasError           the store moved under a commit; retryable
     │   └── CasAttemptsExhausted    the rebase loop gave up (exit 3)
+    ├── MergeConflict               two branches' stores cannot both stand (exit 1)
     ├── GitError                    git itself failed (not a conflict) (exit 1)
+    ├── PushRejected                a push lost a race to another push (retried, then exit 3)
+    ├── GraderError                 a grader could not grade: a defect of the suite (exit 1)
+    ├── ProviderFailure             one provider attempt failed (the engine retries it or
+    │                               settles the run ``error``; it never reaches the user)
     ├── JobFailedError              the job ran and its outcome is a failure (exit 1)
     └── JobInterrupted              SIGINT/SIGTERM stopped the job; nothing committed (exit 130)
+
+Signals between kb's own modules, never shown as errors (each is caught a
+step away and turned into one of the above, or into a settled run)::
+
+    ValueError
+    ├── ModelRefError               text that is not ``provider:model``
+    └── InstantError                a string that is not an instant kb and V8 agree on
+    Exception
+    ├── ScriptedFault               the scripted provider's drill: an error or a timeout
+    └── MergeClash                  why the merge driver cannot merge (becomes MergeConflict)
+    BaseException
+    └── SignalReceived              SIGINT/SIGTERM outside a running phase (becomes
+                                    JobInterrupted)
 
 ``ConfigError`` carries every problem it found in ``issues`` (each already
 prefixed with its path, e.g. ``claims[3].polarity: …``); its message joins them
@@ -22,6 +41,7 @@ so the user sees all of them at once instead of fixing one per run.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class KbError(Exception):
@@ -52,6 +72,17 @@ class StoreDirtyError(ConfigError):
 
 class VcrMissError(ConfigError):
     """A replayed request has no recorded exchange left in the cassette."""
+
+
+class StoreMissingError(ConfigError):
+    """No store where one was expected; kb never creates one implicitly."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(str(path), "no store")
+
+    def __str__(self) -> str:
+        return f"no store at {self.path} (run kb init)"
 
 
 class KnowledgeCasError(KbError):
@@ -96,6 +127,32 @@ class GitError(KbError):
     """A git command failed for a reason other than a compare-and-swap conflict."""
 
 
+class PushRejected(KbError):
+    """The remote refused a fast-forward push (someone else pushed first)."""
+
+
+class GraderError(KbError):
+    """A grader could not grade (a defect of the suite, not of the model)."""
+
+
+class ProviderFailure(KbError):
+    """A failed provider call, with whether to retry it and after how long."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status_code = status_code
+
+
 class JobFailedError(KbError):
     """The job ran to the end and its outcome is a failure (e.g. checkpoint not passed)."""
 
@@ -110,3 +167,31 @@ class JobInterrupted(KbError):
             f"interrupted by {signal_name}: nothing committed, the store is unchanged; "
             f"${spent_usd:.4f} spent on the runs that finished"
         )
+
+
+class ModelRefError(ValueError):
+    """Text that is not ``provider:model``."""
+
+
+class InstantError(ValueError):
+    """A string that is not an instant kb and JavaScript agree on."""
+
+
+class ScriptedFault(Exception):
+    """A scripted failure: ``kind`` is ``error`` or ``timeout``."""
+
+    def __init__(self, kind: str, prompt: str) -> None:
+        self.kind = kind
+        super().__init__(f"scripted {kind} for prompt {prompt[:60]!r}")
+
+
+class MergeClash(Exception):
+    """Why the merge cannot stand (the caller names the file: :class:`MergeConflict`)."""
+
+
+class SignalReceived(BaseException):
+    """SIGINT or SIGTERM outside a running phase (inside one, the engine stops itself)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name

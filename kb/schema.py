@@ -27,6 +27,8 @@ from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
+from kb.errors import ModelRefError
+
 Polarity = Literal["strength", "weakness"]
 ClaimClass = Literal["eval-measured", "human-editorial"]
 ClaimStatus = Literal["active", "stale", "superseded", "archived"]
@@ -54,10 +56,6 @@ TASK_CLASS_VOCABULARY = (
     "planning",
     "judging",
 )
-
-
-class ModelRefError(ValueError):
-    """Text that is not ``provider:model``."""
 
 
 @dataclass(frozen=True)

@@ -64,11 +64,6 @@ def wilson_arrays(
     return low, high
 
 
-def case_scores(passes: npt.ArrayLike, repeats: int) -> npt.NDArray[np.float64]:
-    """Each case's score: the fraction of its ``repeats`` runs that passed."""
-    return np.asarray(passes, dtype=np.float64) / float(repeats)
-
-
 def successes_from_rate(pass_rate: float, n: int) -> int:
     """The whole pass count closest to a stored ``passRate`` over ``n`` cases (for display)."""
     return min(n, max(0, round(pass_rate * n)))

@@ -208,3 +208,35 @@ def test_kb_diff_lists_claims_that_expired_between_the_two_instants(
     after = kb(runner, "--as-of", "2026-12-05", "diff", "HEAD~1").stdout
     assert f"  x expired     {claims['scripted:weak']} (at 2026-12-01T02:00:00.000Z)" in after
     assert claims["scripted:strong"] not in after.split("added")[-1].split("expired")[-1]
+
+
+def test_a_specs_evidence_dir_is_recorded_so_every_command_finds_it(
+    runner: CliRunner, repo: Path
+) -> None:
+    spec = write_spec(
+        repo / "s.toml", [scripted_model("m", 9)], extra_sweep='evidence_dir = "nightly-evidence"'
+    )
+    (claim,) = sweep(runner, spec, 29)["claims"]
+    settings = json.loads((repo / "rulvar.models.settings.json").read_text())
+    assert settings == {"format": 1, "evidenceDir": "nightly-evidence"}
+    committed = git(repo, "show", "--name-only", "--format=", "HEAD").split()
+    assert "rulvar.models.settings.json" in committed
+    assert "nightly-evidence/kb-sweep-2026-11-29T02:00:00.000Z.jsonl" in committed
+    # No flag: kb show, kb report and kb compact read where the spec put the evidence.
+    shown = kb(runner, "show", claim["id"]).stdout
+    assert "cases (9 of 10 runs passed; evidence of kb-sweep-2026-11-29T02:00:00.000Z" in shown
+    report = kb(runner, "report", "kb-sweep-2026-11-29T02:00:00.000Z")
+    assert report.exit_code == 0 and "(from the evidence in the work tree)" in report.stdout
+    # A second night of the same spec records nothing new.
+    sweep(runner, spec, 30)
+    assert "rulvar.models.settings.json" not in git(
+        repo, "show", "--name-only", "--format=", "HEAD"
+    )
+
+
+def test_a_broken_settings_file_is_refused_before_any_call(runner: CliRunner, repo: Path) -> None:
+    (repo / "rulvar.models.settings.json").write_text('{"format": 1, "evidenceDirr": "x"}')
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 9)])
+    result = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", "2026-11-29T02:00:00Z")
+    assert result.exit_code == 2
+    assert "rulvar.models.settings.json: unknown keys evidenceDirr" in result.stderr

@@ -441,3 +441,29 @@ def test_a_task_class_too_long_for_a_statement_is_refused(
     spec = write_spec(isolated / "s.toml", [scripted_model("m", 10)], task_class="t" * 101)
     result = kb(runner, "sweep", str(spec))
     assert result.exit_code == 2 and "task_class" in result.stderr
+
+
+def test_the_dry_run_lists_exactly_the_runs_the_sweep_makes(
+    runner: CliRunner, initialized_store: Path, isolated: Path
+) -> None:
+    judge = (
+        '{ kind = "judge", model = "scripted:judge", instructions = "ok?", '
+        'params = { default = "{\\"passed\\": true, \\"reason\\": \\"r\\"}" } }'
+    )
+    spec = write_spec(
+        isolated / "s.toml",
+        [scripted_model("m", 10), scripted_model("n", 3)],
+        graders=f'{{ kind = "golden", expected = "answer", match = "contains" }}, {judge}',
+        budgets={"target_usd": 0.01, "judge_usd": 0.01, "canary_usd": 0.01, "max_total_usd": 5},
+        extra='\n[canary]\nprompts = ["Ping?", "Pong?"]\n',
+    )
+    dry = kb(runner, "sweep", str(spec), "--dry-run", "--observed-at", NIGHT)
+    listed = [line.split()[0] for line in dry.stdout.splitlines() if line.startswith("  canary:")]
+    listed += [line.split()[0] for line in dry.stdout.splitlines() if line.startswith("  target:")]
+    assert "(+ up to 20 judge runs, one per judge grader of each target run that settles ok" in (
+        dry.stdout
+    )
+    done = kb(runner, "sweep", str(spec), "--json", "--quiet", "--observed-at", NIGHT)
+    runs = json.loads(done.stdout)["runs"]
+    assert [r["label"] for r in runs if r["kind"] != "judge"] == listed
+    assert sum(1 for r in runs if r["kind"] == "judge") == 20

@@ -29,15 +29,9 @@ from kb.errors import (
     JobInterrupted,
     KbError,
     KnowledgeCasError,
+    SignalReceived,
+    StoreMissingError,
 )
-
-
-class SignalReceived(BaseException):
-    """SIGINT or SIGTERM outside a running phase (inside one, the engine stops itself)."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal_name = signal_name
 
 
 def install_signal_handlers() -> None:
@@ -159,12 +153,8 @@ class App:
 
     def instant(self, text: str | None, flag: str) -> int:
         """``text`` as an instant (ms); else ``--as-of``; else now (the one clock read)."""
-        from kb.store.ttl import (
-            InstantError,
-            check_claim_instant,
-            instant_from_datetime,
-            parse_instant,
-        )
+        from kb.errors import InstantError
+        from kb.store.ttl import check_claim_instant, instant_from_datetime, parse_instant
 
         chosen, where = (text, flag) if text is not None else (self.as_of_text, "--as-of")
         try:
@@ -231,17 +221,6 @@ def global_options(func: F) -> F:
         help=STORE_HELP,
     )(func)
     return click.option("--as-of", expose_value=False, callback=_set_as_of, help=AS_OF_HELP)(func)
-
-
-class StoreMissingError(ConfigError):
-    """No store where one was expected; kb never creates one implicitly."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        super().__init__(str(path), "no store")
-
-    def __str__(self) -> str:
-        return f"no store at {self.path} (run kb init)"
 
 
 @dataclass(frozen=True)

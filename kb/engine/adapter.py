@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.engine.providers.local import LocalModel
-from kb.engine.providers.scripted import ScriptedFault, ScriptedModel
+from kb.engine.providers.scripted import ScriptedModel
 from kb.engine.requests import ModelSpec, ProviderRequest, scrub_secrets, secret_values
 from kb.engine.runs import PriceSource, Usage
-from kb.errors import ConfigError
+from kb.errors import ConfigError, ProviderFailure, ScriptedFault
 
 OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -59,24 +59,6 @@ class ProviderReply:
     usage: Usage
     cost_usd: float
     price_source: PriceSource
-
-
-class ProviderFailure(Exception):
-    """A failed provider call, with whether to retry it and after how long."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        retry_after: float | None = None,
-        status_code: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-        self.retry_after = retry_after
-        self.status_code = status_code
 
 
 def load_litellm() -> Any:

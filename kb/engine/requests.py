@@ -16,8 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kb.errors import ConfigError
-from kb.schema import ModelRef, ModelRefError, Subject, subject_key
+from kb.errors import ConfigError, ModelRefError
+from kb.schema import ModelRef, Subject, subject_key
 from kb.store.canonical import canonical_json, sha256_hex
 
 #: Params naming a local file: keyed by content, never by absolute path.

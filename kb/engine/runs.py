@@ -33,11 +33,6 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
-    @property
-    def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
 
 @dataclass(frozen=True)
 class RunResult:

@@ -269,7 +269,7 @@ class Engine:
                 ended_at=now,
             )
         adapter = self._live_adapter()
-        from kb.engine.adapter import ProviderFailure
+        from kb.errors import ProviderFailure
 
         started = None
         attempts = 0

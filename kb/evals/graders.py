@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.engine.requests import ModelSpec, ProviderRequest, build_request
-from kb.errors import KbError
+from kb.errors import GraderError
 from kb.evals.cases import Criterion, GoldenGrader, JudgeGrader, RubricGrader
 
 VERDICT_SCHEMA: dict[str, Any] = {
@@ -28,10 +28,6 @@ JUDGE_SYSTEM = (
     "You grade another model's answer against criteria. Reply with only a JSON object "
     '{"passed": true|false, "reason": "<one sentence>"}.'
 )
-
-
-class GraderError(KbError):
-    """A grader could not grade (a defect of the suite, not of the model)."""
 
 
 @dataclass(frozen=True)

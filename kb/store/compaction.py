@@ -55,8 +55,6 @@ class CompactionPlan:
     evidence_files: tuple[Path, ...]
     cutoff: str
     """The instant ``as_of - keep_days`` (kb's instant form)."""
-    cutoff_version: int | None
-    """The store version committed at the cut-off (``None``: none was; nothing qualifies)."""
 
     def change(self, store_dir: Path) -> Change:
         """The commit: the claims out of the file, the evidence files out of the tree."""
@@ -101,7 +99,7 @@ def plan_compaction(
     commit = git.store_commit_before(cutoff_ms // 1000)
     blob = git.blob_in(commit)
     if blob is None:
-        return CompactionPlan((), (), cutoff, None)
+        return CompactionPlan((), (), cutoff)
     then = _entries_at(git.read_blob(blob), f"{commit}:{git.rel}")
     status_then = {entry.id: entry.status for entry in then.entries}
     removed = tuple(
@@ -121,7 +119,7 @@ def plan_compaction(
     files = _unreferenced_evidence(
         store, store.home.evidence_dir(evidence_dir), {evidence_stem(r) for r in cited}, cutoff_ms
     )
-    return CompactionPlan(removed, files, cutoff, then.version)
+    return CompactionPlan(removed, files, cutoff)
 
 
 def _entries_at(data: bytes, source: str) -> Snapshot:

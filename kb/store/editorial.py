@@ -6,16 +6,8 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from kb.errors import ConfigError
-from kb.schema import (
-    ArchiveReason,
-    Confidence,
-    ModelRefError,
-    Polarity,
-    RuledOut,
-    Subject,
-    validation_issues,
-)
+from kb.errors import ConfigError, ModelRefError
+from kb.schema import ArchiveReason, Confidence, Polarity, RuledOut, Subject, validation_issues
 from kb.store.models import EvalEvidence, JournalEvidence, ModelClaim
 from kb.store.ops import ArchiveClaim, HumanGate, Op
 from kb.store.snapshot import Snapshot

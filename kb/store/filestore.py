@@ -318,7 +318,8 @@ class KnowledgeStore:
 
         On the final attempt the local commit is kept (unpublished) and named.
         """
-        from kb.store.git import PushRejected, catch_up, push
+        from kb.errors import PushRejected
+        from kb.store.git import catch_up, push
 
         assert self.git is not None and result.git_commit is not None
         try:

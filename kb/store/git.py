@@ -35,7 +35,7 @@ from git import Git
 from git.exc import GitCommandNotFound
 
 from kb.atomicfile import write_atomic
-from kb.errors import GitError, KnowledgeCasError, StoreDirtyError
+from kb.errors import GitError, KnowledgeCasError, PushRejected, StoreDirtyError
 from kb.store.layout import conflict_advice, conflict_lines
 
 ZERO_OID = "0" * 40
@@ -105,11 +105,11 @@ class GitStoreRepo:
     @cached_property
     def git_dir(self) -> Path:
         """The repository's git directory (where kb keeps its lock and temp index)."""
-        return Path(self._run("rev-parse", "--absolute-git-dir").strip())
+        return Path(self.run("rev-parse", "--absolute-git-dir").strip())
 
-    # -- running git -------------------------------------------------------------
+    # -- running git (the one runner; the push and merge helpers below use it too) ----
 
-    def _call(
+    def call(
         self, *args: str, env: dict[str, str] | None = None, strip: bool = True
     ) -> tuple[int, str, str]:
         """Run ``git args``; its exit status, stdout and stderr (never raises on failure)."""
@@ -122,21 +122,23 @@ class GitStoreRepo:
         )
         return int(status), str(out), str(err)
 
-    def _run(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
-        status, out, err = self._call(*args, env=env, strip=strip)
+    def run(self, *args: str, env: dict[str, str] | None = None, strip: bool = True) -> str:
+        """Run ``git args``; its stdout (a failure is a :class:`GitError` with git's words)."""
+        status, out, err = self.call(*args, env=env, strip=strip)
         if status != 0:
             raise GitError(f"git {args[0]} failed: {err.strip() or out.strip()}")
         return out
 
-    def _try(self, *args: str, env: dict[str, str] | None = None) -> str | None:
-        status, out, _ = self._call(*args, env=env)
+    def try_run(self, *args: str, env: dict[str, str] | None = None) -> str | None:
+        """Run ``git args``; its stdout, or ``None`` when git failed (a question, not an order)."""
+        status, out, _ = self.call(*args, env=env)
         return out if status == 0 else None
 
     def _identity(self) -> dict[str, str]:
         """Use the user's git identity; fall back to ``kb`` only where none is configured."""
         if self._identity_env is None:
-            missing = self._try("var", "GIT_COMMITTER_IDENT") is None or (
-                self._try("var", "GIT_AUTHOR_IDENT") is None
+            missing = self.try_run("var", "GIT_COMMITTER_IDENT") is None or (
+                self.try_run("var", "GIT_AUTHOR_IDENT") is None
             )
             self._identity_env = dict(_FALLBACK_IDENTITY) if missing else {}
         return self._identity_env
@@ -145,27 +147,27 @@ class GitStoreRepo:
 
     def head(self) -> tuple[str, str | None]:
         """The ref a commit advances (``refs/heads/X`` or ``HEAD`` when detached), and its oid."""
-        ref = self._try("symbolic-ref", "-q", "HEAD")
+        ref = self.try_run("symbolic-ref", "-q", "HEAD")
         ref = ref.strip() if ref else "HEAD"
-        oid = self._try("rev-parse", "-q", "--verify", "HEAD^{commit}")
+        oid = self.try_run("rev-parse", "-q", "--verify", "HEAD^{commit}")
         return ref, (oid.strip() if oid else None)
 
     def blob_in(self, commit: str | None) -> str | None:
         """The store's blob oid in ``commit`` (``None`` when absent or no commit)."""
         if commit is None:
             return None
-        out = self._try("rev-parse", "-q", "--verify", f"{commit}:{self.rel}")
+        out = self.try_run("rev-parse", "-q", "--verify", f"{commit}:{self.rel}")
         return out.strip() if out else None
 
     def blob_in_index(self) -> str | None:
         """The store's blob oid in the user's index."""
-        out = self._run("ls-files", "-s", "--", self.rel)
+        out = self.run("ls-files", "-s", "--", self.rel)
         return out.split()[1] if out else None
 
     def hash_file(self, path: Path, *, write: bool = False) -> str:
         """The blob oid of a file's bytes (stored in the object database with ``write``)."""
         args = ["hash-object", "--no-filters"] + (["-w"] if write else []) + ["--", str(path)]
-        return self._run(*args).strip()
+        return self.run(*args).strip()
 
     def read_blob(self, oid: str) -> bytes:
         """Raw bytes of a blob."""
@@ -184,18 +186,18 @@ class GitStoreRepo:
 
     def resolve(self, rev: str) -> str | None:
         """The commit ``rev`` names (``None`` when it names none)."""
-        out = self._try("rev-parse", "-q", "--verify", f"{rev}^{{commit}}")
+        out = self.try_run("rev-parse", "-q", "--verify", f"{rev}^{{commit}}")
         return out.strip() if out else None
 
     def commit_seconds(self, commit: str) -> int:
         """When ``commit`` was made (committer time, seconds since the epoch)."""
-        return int(self._run("show", "-s", "--format=%ct", commit).strip())
+        return int(self.run("show", "-s", "--format=%ct", commit).strip())
 
     def trailer_values(self, key: str, since: str | None, until: str) -> list[str]:
         """Every ``key:`` trailer value in commits after ``since`` up to ``until``."""
         span = f"{since}..{until}" if since else until
         # Not --first-parent: an archive made on a merged branch counts too.
-        status, out, _ = self._call("log", "--format=%(trailers:only,unfold)", span)
+        status, out, _ = self.call("log", "--format=%(trailers:only,unfold)", span)
         prefix = f"{key}: "
         return [
             line[len(prefix) :].strip()
@@ -211,7 +213,7 @@ class GitStoreRepo:
         rel = self.rel_of(path)
         if rel is None or self.head()[1] is None:
             return None
-        status, out, _ = self._call("log", "--format=%H", "HEAD", "--", rel)
+        status, out, _ = self.call("log", "--format=%H", "HEAD", "--", rel)
         for commit in out.split() if status == 0 else []:
             blob = self.blob_in_path(commit, rel)
             if blob is not None:
@@ -222,7 +224,7 @@ class GitStoreRepo:
         """The newest first-parent commit that changed the store at or before ``seconds``."""
         if self.head()[1] is None:
             return None
-        status, out, _ = self._call(
+        status, out, _ = self.call(
             "log",
             "--first-parent",
             "-1",
@@ -236,14 +238,14 @@ class GitStoreRepo:
 
     def tracked_files(self, rel_dir: str) -> list[str]:
         """Paths git tracks under ``rel_dir`` (work-tree relative)."""
-        status, out, _ = self._call("ls-files", "-z", "--", rel_dir)
+        status, out, _ = self.call("ls-files", "-z", "--", rel_dir)
         return [p for p in out.split("\0") if p] if status == 0 else []
 
     def commits_with_trailer(self, key: str, value: str) -> list[StoreCommit]:
         """First-parent commits whose message has the line ``key: value``, newest first."""
         if self.head()[1] is None:
             return []
-        status, out, _ = self._call(
+        status, out, _ = self.call(
             "log",
             "--first-parent",
             "-z",
@@ -262,7 +264,7 @@ class GitStoreRepo:
         """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first."""
         if self.head()[1] is None:
             return []
-        out = self._run(
+        out = self.run(
             "log",
             "--first-parent",
             "--reverse",
@@ -305,7 +307,7 @@ class GitStoreRepo:
             self.clear_intent()
             return Reconciled("clean")
         if intent is not None and head is not None and head_blob is not None:
-            parent = self._try("rev-parse", "-q", "--verify", f"{head}^1")
+            parent = self.try_run("rev-parse", "-q", "--verify", f"{head}^1")
             parent_blob = self.blob_in(parent.strip() if parent else None)
             if file_blob == head_blob and index_blob == parent_blob:
                 if self.set_index_blobs({self.rel: head_blob}):
@@ -337,7 +339,7 @@ class GitStoreRepo:
         blobs: dict[str, str] = {}
         removed: list[str] = []
         for rel in rels:
-            blob = self._try("rev-parse", "-q", "--verify", f"{head}:{rel}") if head else None
+            blob = self.try_run("rev-parse", "-q", "--verify", f"{head}:{rel}") if head else None
             if blob is None:  # the commit removed it (kb compact)
                 (self.top / rel).unlink(missing_ok=True)
                 removed.append(rel)
@@ -366,7 +368,7 @@ class GitStoreRepo:
         """The blob of ``rel`` in ``commit`` (``None`` when absent)."""
         if commit is None:
             return None
-        out = self._try("rev-parse", "-q", "--verify", f"{commit}:{rel}")
+        out = self.try_run("rev-parse", "-q", "--verify", f"{commit}:{rel}")
         return out.strip() if out else None
 
     @cached_property
@@ -409,11 +411,11 @@ class GitStoreRepo:
         for rel, blob in blobs.items():
             args += ["--cacheinfo", f"100644,{blob},{rel}"]
         for attempt in range(_INDEX_LOCK_RETRIES):
-            status, _, err = self._call(*args)
+            status, _, err = self.call(*args)
             if status == 0:
                 # --cacheinfo records no stat data; refreshing it lets later porcelain
                 # (git status, git reset --keep) see the entries as up to date.
-                self._try("update-index", "-q", "--refresh", "--", *blobs)
+                self.try_run("update-index", "-q", "--refresh", "--", *blobs)
                 return True
             if "index.lock" not in err:
                 raise GitError(f"git update-index failed: {err.strip()}")
@@ -446,14 +448,14 @@ class GitStoreRepo:
         env = {"GIT_INDEX_FILE": index_path}
         try:
             if expected_head is not None:
-                self._run("read-tree", expected_head, env=env)
+                self.run("read-tree", expected_head, env=env)
             else:
-                self._run("read-tree", "--empty", env=env)
+                self.run("read-tree", "--empty", env=env)
             args = ["update-index", "--add", "--force-remove", *removed]
             for rel, blob in blobs.items():
                 args += ["--cacheinfo", f"100644,{blob},{rel}"]
-            self._run(*args, env=env)
-            tree = self._run("write-tree", env=env).strip()
+            self.run(*args, env=env)
+            tree = self.run("write-tree", env=env).strip()
         finally:
             Path(index_path).unlink(missing_ok=True)
         trailer_text = "\n".join(f"{key}: {value}" for key, value in trailers)
@@ -461,9 +463,9 @@ class GitStoreRepo:
         if expected_head is not None:
             args += ["-p", expected_head]
         args += ["-m", message, "-m", trailer_text]
-        commit = self._run(*args, env=self._identity()).strip()
+        commit = self.run(*args, env=self._identity()).strip()
         self.write_intent(commit, [rel for rel in [*files, *removed] if rel != self.rel])
-        status, _, err = self._call(
+        status, _, err = self.call(
             "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID
         )
         if status != 0:
@@ -482,8 +484,8 @@ MERGE_DRIVER = "kb"
 
 def register_merge_driver(repo: GitStoreRepo, command: str) -> None:
     """Register kb's merge driver in the repository's config (``merge.kb.driver``)."""
-    repo._run("config", f"merge.{MERGE_DRIVER}.name", "kb: re-apply the other branch's store ops")
-    repo._run("config", f"merge.{MERGE_DRIVER}.driver", command)
+    repo.run("config", f"merge.{MERGE_DRIVER}.name", "kb: re-apply the other branch's store ops")
+    repo.run("config", f"merge.{MERGE_DRIVER}.driver", command)
 
 
 def textual_merge(ours: Path, base: Path, theirs: Path, labels: Sequence[str]) -> bytes:
@@ -529,21 +531,17 @@ class PushTarget:
         return f"refs/remotes/{self.remote}/{self.branch}"
 
 
-class PushRejected(Exception):
-    """The remote refused a fast-forward push (someone else pushed first)."""
-
-
 def push_target(repo: GitStoreRepo) -> PushTarget:
     """The branch's upstream (``git branch --set-upstream-to``), else ``origin/<branch>``."""
     ref, _ = repo.head()
     if not ref.startswith("refs/heads/"):
         raise GitError("--push needs a branch checked out, not a detached HEAD")
     branch = ref.removeprefix("refs/heads/")
-    remote = repo._try("config", f"branch.{branch}.remote")
-    merge = repo._try("config", f"branch.{branch}.merge")
+    remote = repo.try_run("config", f"branch.{branch}.remote")
+    merge = repo.try_run("config", f"branch.{branch}.merge")
     remote_name = remote.strip() if remote else "origin"
     remote_branch = merge.strip().removeprefix("refs/heads/") if merge else branch
-    if repo._try("remote", "get-url", remote_name) is None:
+    if repo.try_run("remote", "get-url", remote_name) is None:
         raise GitError(f"--push: no remote {remote_name!r} is configured")
     return PushTarget(remote_name, remote_branch, ref)
 
@@ -564,7 +562,7 @@ def push(repo: GitStoreRepo, target: PushTarget) -> None:
     from advice text: a hook that refuses the push is a :class:`GitError`
     (exit 1), not a race to retry.
     """
-    status, out, err = repo._call(
+    status, out, err = repo.call(
         "push",
         "--porcelain",
         target.remote,
@@ -582,7 +580,7 @@ def push(repo: GitStoreRepo, target: PushTarget) -> None:
 
 def fetch(repo: GitStoreRepo, target: PushTarget) -> str | None:
     """Fetch the remote branch; its tip (``None`` when the remote has no such branch)."""
-    status, _, err = repo._call(
+    status, _, err = repo.call(
         "fetch",
         "--quiet",
         target.remote,
@@ -593,13 +591,13 @@ def fetch(repo: GitStoreRepo, target: PushTarget) -> str | None:
         if "couldn't find remote ref" in err:
             return None
         raise GitError(f"git fetch {target.remote} failed: {err.strip()}")
-    return repo._run("rev-parse", target.remote_ref).strip()
+    return repo.run("rev-parse", target.remote_ref).strip()
 
 
 def unpublished(repo: GitStoreRepo, target: PushTarget, remote_tip: str | None) -> list[str]:
     """Local commits on the branch that the remote does not have."""
     base = [f"^{remote_tip}"] if remote_tip else []
-    return repo._run("rev-list", target.local_ref, *base).split()
+    return repo.run("rev-list", target.local_ref, *base).split()
 
 
 def check_publishable(repo: GitStoreRepo, target: PushTarget) -> None:
@@ -650,7 +648,7 @@ def catch_up(repo: GitStoreRepo, target: PushTarget, droppable: set[str]) -> str
             f"not make (e.g. {foreign[0][:12]}); push or rebase them onto {target.remote}/"
             f"{target.branch} first"
         )
-    repo._try("update-index", "-q", "--refresh")
-    repo._run("read-tree", "-m", "-u", old, remote_tip)
-    repo._run("update-ref", "-m", "kb: catch up with the remote", target.local_ref, remote_tip, old)
+    repo.try_run("update-index", "-q", "--refresh")
+    repo.run("read-tree", "-m", "-u", old, remote_tip)
+    repo.run("update-ref", "-m", "kb: catch up with the remote", target.local_ref, remote_tip, old)
     return remote_tip

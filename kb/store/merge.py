@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kb.atomicfile import replace_with, stream_temp_beside, write_atomic
-from kb.errors import ConfigError, MergeConflict
+from kb.errors import ConfigError, MergeClash, MergeConflict
 from kb.store.claim_texts import PatchedTexts, claims_hash_of
 from kb.store.filestore import KnowledgeStore
 from kb.store.ops import DEFAULT_ACTIVE_CLAIMS_CAP
@@ -51,10 +51,6 @@ _TERMINAL = frozenset({"superseded", "archived"})
 # Statuses a claim can move between, in the order its life allows.
 _FOLLOWS = {("active", "stale"), ("active", "superseded"), ("active", "archived")}
 _FOLLOWS |= {("stale", "superseded"), ("stale", "archived")}
-
-
-class _Clash(Exception):
-    """Why the merge cannot stand (the caller names the file: :class:`MergeConflict`)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ def read_side(data: bytes | None, side: str) -> Snapshot:
     try:
         return parse_store(data, side)
     except ConfigError as exc:
-        raise _Clash(f"{side} cannot be read: {exc.issues[0]}") from None
+        raise MergeClash(f"{side} cannot be read: {exc.issues[0]}") from None
 
 
 def merge_snapshots(
@@ -130,7 +126,7 @@ def merge_snapshots(
 
     if conflicts:
         more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-        raise _Clash(conflicts[0] + more)
+        raise MergeClash(conflicts[0] + more)
 
     _one_replacement_active(base, ours, statuses, appended)
     entries = [
@@ -197,7 +193,7 @@ def _check_cap(
     before = active(ours) | active(theirs)
     for (model, task_class), count in sorted(active(merged).items()):
         if count > cap and count > before.get((model, task_class), 0):
-            raise _Clash(
+            raise MergeClash(
                 f"{count} active claims for ({model}, {task_class}) after the merge, over the "
                 f"cap of {cap}",
             )
@@ -213,7 +209,7 @@ def merge_store_files(base: Path, ours: Path, theirs: Path, name: str) -> Merged
     try:
         snapshots = [read_side(data, side) for data, side in zip(sides, _SIDES, strict=True)]
         merged = merge_snapshots(*snapshots)
-    except _Clash as clash:
+    except MergeClash as clash:
         leave_textual_conflict(base, ours, theirs, name)
         raise MergeConflict(name, str(clash)) from None
     write_atomic_stream(ours, merged.snapshot)

@@ -29,6 +29,7 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from kb.errors import InstantError
 from kb.schema import (
     STRICT,
     ArchiveReason,
@@ -40,12 +41,11 @@ from kb.schema import (
     Polarity,
     RuledOut,
     StrictModel,
-    Subject,
     subject_key,
     utf16_length,
 )
 from kb.store.canonical import LONE_SURROGATE
-from kb.store.ttl import InstantError, parse_instant, read_stored_instant
+from kb.store.ttl import parse_instant, read_stored_instant
 
 __all__ = [
     "ArchiveReason",
@@ -216,11 +216,6 @@ class ModelClaim(StrictModel):
     def subject_key(self) -> str:
         """``model`` or ``model@effort``: the subject as one string (claim ids use it)."""
         return subject_key(self.subject["model"], self.subject.get("effort"))
-
-    @property
-    def about(self) -> Subject:
-        """The subject as a :class:`kb.schema.Subject`."""
-        return Subject.from_wire(self.subject)
 
     @property
     def canary_fingerprint(self) -> str | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kb.errors import ConfigError
-from kb.schema import ModelRef, ModelRefError
+from kb.errors import ConfigError, ModelRefError
+from kb.schema import ModelRef
 from kb.store.snapshot import ClaimView, Snapshot
 from kb.store.ttl import claim_expired
 

@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kb.errors import InstantError
+
 if TYPE_CHECKING:
     from typing import Protocol
 
@@ -61,10 +63,6 @@ _INSTANT = re.compile(
     r"(?:T(?P<h>\d{2}):(?P<mi>\d{2})(?::(?P<s>\d{2})(?:\.(?P<f>\d+))?)?"
     r"(?P<tz>Z|[+-]\d{2}:\d{2}))?"
 )
-
-
-class InstantError(ValueError):
-    """A string that is not an instant kb and JavaScript agree on."""
 
 
 @lru_cache(maxsize=8192)

@@ -3,29 +3,10 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping
-from typing import IO, Any
+from typing import IO
 
 from kb.store.canonical import js_stringify
-from kb.store.claim_texts import WireTexts, claims_hash_of
-from kb.store.models import ModelClaim, claim_from_wire
 from kb.store.snapshot import Snapshot
-
-
-def build_snapshot(
-    version: int,
-    wire: Iterable[Mapping[str, Any]],
-    claims: Iterable[ModelClaim] | None = None,
-) -> Snapshot:
-    """A snapshot of ``wire`` with its hash computed.
-
-    ``claims`` are the validated claims the wire objects render (validated
-    here when not given).
-    """
-    wire_list = list(wire)
-    built = tuple(claims) if claims is not None else tuple(map(claim_from_wire, wire_list))
-    texts = WireTexts(wire_list)
-    return Snapshot(version, claims_hash_of(texts), built, texts=texts)
 
 
 def write_store(snapshot: Snapshot, handle: IO[bytes]) -> None:

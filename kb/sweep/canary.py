@@ -399,12 +399,3 @@ def canary_line(result: CanaryResult) -> str:
     if result.status == "rebaselined":
         return head + "rebaselined (a new probe set: its baseline recorded, nothing flipped)"
     return head + "no drift"
-
-
-STATUS_WORDS = {
-    "no-drift": "no drift",
-    "drift": "DRIFT",
-    "rebaselined": "rebaselined (new probe set)",
-    "incomplete": "incomplete",
-    "unstable": "unstable",
-}

@@ -30,19 +30,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kb.errors import ConfigError
+from kb.errors import ConfigError, ScriptedFault
 
 SCRIPTED_KEYS = frozenset(
     {"responses", "contains", "script", "default", "cost_usd", "latency_ms", "errors", "timeouts"}
 )
-
-
-class ScriptedFault(Exception):
-    """A scripted failure: ``kind`` is ``error`` or ``timeout``."""
-
-    def __init__(self, kind: str, prompt: str) -> None:
-        self.kind = kind
-        super().__init__(f"scripted {kind} for prompt {prompt[:60]!r}")
 
 
 @dataclass(frozen=True)
