@@ -7,8 +7,11 @@ directory, are fsynced, the temp file takes the target's permission bits
 directory is fsynced. A failure removes the temp file and is reported as an
 ``OSError`` naming the *target*, never the temp file's name.
 
-Split in two (:func:`write_temp_beside`, :func:`replace_with`) because the
-store publishes its git commit between the two steps.
+Split in two (:func:`write_temp_beside`, :func:`replace_with`) because a
+store commit writes every file before it publishes its git commit: the
+:class:`Replacement` swaps a set of files in (and removes others) so that,
+until it is kept, every step can be undone — the ref only moves once every
+file is in place, and a ref that cannot move puts the old files back.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -24,11 +28,16 @@ from pathlib import Path
 from typing import IO, Any
 
 TEMP_SUFFIX = ".kb-tmp"
+BACKUP_SUFFIX = ".kb-old"
 
 
 def temp_files_beside(path: Path) -> list[Path]:
-    """Temp files a killed writer may have left next to ``path``."""
-    return list(path.parent.glob(f".{path.name}.*{TEMP_SUFFIX}"))
+    """Temp files (and undo copies) a killed writer may have left next to ``path``."""
+    return [
+        found
+        for suffix in (TEMP_SUFFIX, BACKUP_SUFFIX)
+        for found in path.parent.glob(f".{path.name}.*{suffix}")
+    ]
 
 
 def _mode_for(path: Path) -> int:
@@ -118,3 +127,77 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class Replacement:
+    """Files swapped in (and removed) as one undoable step.
+
+    Each target that exists is first kept as an undo copy beside it (a hard
+    link: O(1) whatever its size; a copy where links are refused), then the
+    new file is renamed over it. :meth:`undo` puts every target back as it
+    was; :meth:`keep` drops the undo copies. Leftover copies of a killed
+    writer are cleared with its temp files (:func:`temp_files_beside`).
+    """
+
+    def __init__(self) -> None:
+        self._done: list[tuple[Path, Path | None]] = []
+        """(target, its undo copy or ``None`` when it did not exist), in order."""
+
+    def _keep_old(self, path: Path) -> Path | None:
+        if not path.exists():
+            return None
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=BACKUP_SUFFIX, dir=path.parent)
+        os.close(fd)
+        backup = Path(name)
+        backup.unlink()
+        try:
+            os.link(path, backup)
+        except OSError:
+            try:
+                shutil.copy2(path, backup)
+            except OSError as exc:
+                backup.unlink(missing_ok=True)
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
+        return backup
+
+    def put(self, temp: Path, path: Path) -> None:
+        """Swap ``temp`` in as ``path`` (undoable)."""
+        with _target_named(temp, path):
+            backup = self._keep_old(path)
+            try:
+                os.replace(temp, path)
+            except BaseException:
+                if backup is not None:
+                    backup.unlink(missing_ok=True)
+                raise
+        self._done.append((path, backup))
+        fsync_directory(path.parent)
+
+    def remove(self, path: Path) -> None:
+        """Remove ``path`` (undoable)."""
+        backup = self._keep_old(path)
+        if backup is None:
+            return
+        try:
+            path.unlink()
+        except OSError as exc:
+            backup.unlink(missing_ok=True)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        self._done.append((path, backup))
+
+    def undo(self) -> None:
+        """Put every target back as it was, newest change first."""
+        for path, backup in reversed(self._done):
+            if backup is None:
+                path.unlink(missing_ok=True)
+            else:
+                os.replace(backup, path)
+            fsync_directory(path.parent)
+        self._done.clear()
+
+    def keep(self) -> None:
+        """The change stands: drop the undo copies."""
+        for _, backup in self._done:
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+        self._done.clear()

@@ -186,23 +186,23 @@ def test_concurrent_git_activity_is_a_detected_conflict(
     store = KnowledgeStore("rulvar.models.json")
     store.commit(adds("a"), 0, CTX)
     before = (repo / "rulvar.models.json").read_bytes()
-    real_commit_file = GitStoreRepo.commit_files
+    real_publish = GitStoreRepo.publish
     moved = []
 
     def someone_commits_first(self: GitStoreRepo, *args: object, **kwargs: object) -> object:
-        if not moved:
+        if not moved:  # the files are in place: the user commits just before the ref moves
             moved.append(True)
             git(repo, "commit", "-q", "--allow-empty", "-m", "user: concurrent commit")
-        return real_commit_file(self, *args, **kwargs)  # type: ignore[arg-type]
+        return real_publish(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(GitStoreRepo, "commit_files", someone_commits_first)
+    monkeypatch.setattr(GitStoreRepo, "publish", someone_commits_first)
     with pytest.raises(KnowledgeCasError, match="moved"):
         store.commit(adds("b"), 1, CTX)
     assert (repo / "rulvar.models.json").read_bytes() == before
     assert git(repo, "log", "-1", "--format=%s") == "user: concurrent commit\n"
     # The rebase loop simply builds on the user's commit next time.
     moved.clear()
-    monkeypatch.setattr(GitStoreRepo, "commit_files", real_commit_file)
+    monkeypatch.setattr(GitStoreRepo, "publish", real_publish)
     result = store.commit_with_rebase(lambda s: adds("b"), CTX)
     assert result is not None
     assert git(repo, "log", "-2", "--format=%s").splitlines() == [
@@ -241,7 +241,7 @@ def test_an_untracked_existing_store_is_refused(repo: Path) -> None:
         KnowledgeStore(path).commit(adds("b"), 1, CTX)
 
 
-def test_a_crash_between_git_and_file_is_rolled_forward(
+def test_a_crash_between_the_built_commit_and_its_files_is_rolled_forward(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = KnowledgeStore("rulvar.models.json")
@@ -250,13 +250,14 @@ def test_a_crash_between_git_and_file_is_rolled_forward(
     old_bytes = path.read_bytes()
 
     def killed(*args: object) -> None:
-        raise SystemExit("killed after update-ref, before the file replace")
+        raise SystemExit("killed after the commit was built, before the file replace")
 
     with monkeypatch.context() as patch, pytest.raises(SystemExit):
         patch.setattr("kb.atomicfile.os.replace", killed)
         store.commit(adds("b"), 1, CTX)
     assert path.read_bytes() == old_bytes  # the file is the previous valid store
-    assert "store v2" in git(repo, "log", "-1", "--format=%s")  # git already has the new one
+    # HEAD never moves before the file is in place (SPEC 12.3): git still has v1.
+    assert "store v1" in git(repo, "log", "-1", "--format=%s")
 
     fresh = KnowledgeStore("rulvar.models.json")
     result = fresh.commit_with_rebase(lambda s: adds(f"c-after-v{s.version}"), CTX)

@@ -303,3 +303,122 @@ def test_kb_diff_over_a_merge_tells_what_the_branch_brought(repo: Path, runner: 
     data = json.loads(shown.output)
     assert [c["id"] for c in data["added"]] == ["early"]
     assert [(c["id"], c["reason"]) for c in data["archived"]] == [("w", "deprecated")]
+
+
+# -- a driver that cannot run fails closed (SPEC 12.3) ------------------------------------
+
+
+def branches_with_a_note_each(repo: Path, runner: CliRunner) -> tuple[str, str]:
+    """main and feature each add a human note after kb init; returns the two note ids."""
+    assert kb(runner, "init").exit_code == 0
+    git(repo, "checkout", "-q", "-b", "feature")
+    theirs = note(runner, "planning", "2026-11-20T00:00:00Z")
+    git(repo, "checkout", "-q", "main")
+    ours = note(runner, "judging", "2026-11-21T00:00:00Z")
+    return ours, theirs
+
+
+def bare_path(tmp_path: Path) -> str:
+    """A PATH with git and nothing else: no python3, no kb."""
+    import shutil
+
+    bin_dir = tmp_path / "bare-bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    return str(bin_dir)
+
+
+def merge_with(repo: Path, branch: str, **env: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        ["git", "merge", "--no-edit", branch],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
+
+
+def test_a_driver_whose_virtualenv_moved_still_merges_with_another_python(
+    repo: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    import sys
+
+    from kb.store.merge_driver import driver_command
+
+    ours, theirs = branches_with_a_note_each(repo, runner)
+    # The interpreter that installed the driver is gone (its virtualenv moved) ...
+    git(repo, "config", "merge.kb.driver", driver_command("/gone/venv/bin/python3"))
+    # ... but a python3 on PATH can import kb: it merges.
+    path = f"{Path(sys.executable).parent}:{bare_path(tmp_path)}"
+    done = merge_with(repo, "feature", PATH=path, KB_PYTHON="")
+    assert done.returncode == 0, done.stderr
+    assert {ours, theirs} <= {claim.id for claim in store_at(repo).claims}
+    assert kb(runner, "verify").exit_code == 0
+
+
+def test_a_driver_that_cannot_run_leaves_conflict_markers_and_loses_nothing(
+    repo: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    from kb.store.merge_driver import driver_command
+
+    ours, theirs = branches_with_a_note_each(repo, runner)
+    git(repo, "config", "merge.kb.driver", driver_command("/gone/venv/bin/python3"))
+    done = merge_with(repo, "feature", PATH=bare_path(tmp_path), KB_PYTHON="")
+    assert done.returncode != 0
+    assert "kb merge driver: no Python here can import kb" in done.stdout + done.stderr
+    text = (repo / STORE).read_text()
+    assert "<<<<<<< ours:" in text and ">>>>>>> theirs:" in text
+    assert ours in text and theirs in text  # both notes are in the file, inside the markers
+    assert "UU rulvar.models.json" in git(repo, "status", "--porcelain")
+    listed = runner.invoke(cli, ["list"])
+    assert listed.exit_code == 2 and "unresolved git merge conflict" in listed.stderr
+    # An ordinary git commit of what git status shows cannot pass for a store.
+    git(repo, "add", STORE)
+    git(repo, "commit", "-q", "--no-edit")
+    assert runner.invoke(cli, ["verify"]).exit_code == 2
+
+
+def test_an_unmerged_store_without_markers_is_refused_by_every_command(
+    repo: Path, runner: CliRunner
+) -> None:
+    """The v2 failure: a driver that failed without markers left ours, unmarked, unmerged."""
+    ours, theirs = branches_with_a_note_each(repo, runner)
+    git(repo, "config", "merge.kb.driver", "false")  # fails and writes nothing
+    assert merge(repo, "feature").returncode != 0
+    assert "UU rulvar.models.json" in git(repo, "status", "--porcelain")
+    before = (repo / STORE).read_bytes()
+    assert theirs.encode() not in before  # the file is ours alone
+    for command in (
+        ["list"],
+        ["show", ours],
+        ["queue"],
+        ["verify"],
+        ["archive", ours, "--reason", "rejected"],
+    ):
+        result = runner.invoke(cli, command)
+        assert result.exit_code == 2, (command, result.output)
+        assert "git left this file unmerged" in result.stderr, command
+        assert "kb merge-driver --install, then merge again" in result.stderr
+    assert (repo / STORE).read_bytes() == before
+
+
+def test_a_driver_that_fails_inside_kb_still_leaves_markers(
+    repo: Path, runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from kb.store import merge_driver
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug in the merge")
+
+    base, ours, theirs = tmp_path / "base", tmp_path / "ours", tmp_path / "theirs"
+    empty = b'{\n  "version": 0,\n  "hash": "x",\n  "claims": []\n}\n'
+    base.write_bytes(empty)
+    ours.write_bytes(empty.replace(b'"version": 0', b'"version": 1'))
+    theirs.write_bytes(empty.replace(b'"version": 0', b'"version": 2'))
+    monkeypatch.setattr(merge_driver, "merge_store_files", broken)
+    result = runner.invoke(cli, ["merge-driver", str(base), str(ours), str(theirs), STORE])
+    assert result.exit_code == 1
+    assert "kb's merge driver failed (RuntimeError: a bug in the merge)" in result.stderr
+    assert "<<<<<<< ours:" in ours.read_text()

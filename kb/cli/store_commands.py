@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
@@ -57,8 +56,10 @@ def init(app: App, committer: str) -> None:
 
 
 def merge_driver_command() -> str:
-    """How git runs kb's merge driver: this Python, so it works outside an activated venv."""
-    return f"{shlex.quote(sys.executable)} -m kb merge-driver %O %A %B %P"
+    """How git runs kb's merge driver (see :func:`kb.store.merge.driver_command`)."""
+    from kb.store.merge_driver import driver_command
+
+    return driver_command(sys.executable)
 
 
 MERGE_DRIVER_EPILOG = """\b
@@ -102,20 +103,9 @@ def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str
         raise ConfigError(
             "merge-driver", f"no such file: {', '.join(missing)} (git passes three that exist)"
         )
-    if name.endswith(".canary.json"):
-        from kb.store.baselines import merge_baselines
+    from kb.store.merge_driver import run_merge_driver
 
-        taken = merge_baselines(base, ours, theirs, name)
-        click.echo(f"kb: merged {name}: {taken} subjects from theirs", err=True)
-        return
-    from kb.store.merge import merge_store_files
-
-    merged = merge_store_files(base, ours, theirs, name)
-    click.echo(
-        f"kb: merged {name}: store v{merged.snapshot.version}, from theirs +{merged.added} "
-        f"claims, {merged.changed} status changes, {merged.removed} compacted",
-        err=True,
-    )
+    click.echo(run_merge_driver(base, ours, theirs, name), err=True)
 
 
 LIST_EPILOG = """\b

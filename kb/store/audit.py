@@ -230,12 +230,21 @@ def _describe(before: dict[str, Any] | None, after: dict[str, Any] | None) -> st
 
 
 def _read_fully(store: KnowledgeStore) -> Snapshot | None:
-    """The store validated in full (never through the record of verified bytes)."""
+    """The store validated in full (never through the record of verified bytes).
+
+    Refused, like every read, when git holds it unmerged or ahead of the file.
+    """
+    from kb.store.git import read_guard_issue
+
     try:
         data = store.path.read_bytes()
     except FileNotFoundError:
         return None
-    return parse_store(data, str(store.path))
+    snapshot = parse_store(data, str(store.path))
+    issue = read_guard_issue(store.path, snapshot.version)
+    if issue is not None:
+        raise ConfigError(str(store.path), issue)
+    return snapshot
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kb.atomicfile import (
-    replace_with,
+    Replacement,
     stream_temp_beside,
     temp_files_beside,
     write_temp_beside,
 )
-from kb.errors import CasAttemptsExhausted, ConfigError, GitError, KnowledgeCasError
+from kb.errors import (
+    CasAttemptsExhausted,
+    ConfigError,
+    GitError,
+    KnowledgeCasError,
+    StoreDirtyError,
+)
 from kb.store import verified
 from kb.store.home import StoreHome
 from kb.store.ops import (
@@ -54,7 +60,7 @@ from kb.store.writing import write_store
 if TYPE_CHECKING:
     from filelock import FileLock
 
-    from kb.store.git import GitStoreRepo, PushTarget
+    from kb.store.git import GitStoreRepo, PreparedCommit, PushTarget
 
 DEFAULT_STORE_NAME = "rulvar.models.json"
 #: One per archived claim, ``<claim id> <reason>``: the reason is not a claim field.
@@ -174,6 +180,24 @@ def read_store_file(path: Path) -> Snapshot:
     return snapshot
 
 
+def read_store_checked(path: Path) -> Snapshot:
+    """:func:`read_store_file`, refused when git says the file is not the store.
+
+    In a git work tree, a store git left unmerged (a merge kb's driver did
+    not merge) or one older than ``HEAD``'s is refused with what to run
+    (:func:`kb.store.git.read_guard_issue`), so no command — ``kb list``
+    included — reads one side of a merge, or a stale file, as the store.
+    """
+    from kb.store.git import read_guard_issue
+
+    snapshot = read_store_file(path)
+    if path.exists():
+        issue = read_guard_issue(path, snapshot.version)
+        if issue is not None:
+            raise StoreDirtyError(str(path), issue)
+    return snapshot
+
+
 class ReadOnlyStore:
     """A store handle with no way to write: what jobs that only read receive (card, checkpoint)."""
 
@@ -189,7 +213,7 @@ class ReadOnlyStore:
 
     def read(self) -> Snapshot:
         """The current snapshot."""
-        return read_store_file(self._path)
+        return read_store_checked(self._path)
 
 
 class KnowledgeStore:
@@ -238,7 +262,7 @@ class KnowledgeStore:
 
     def read(self) -> Snapshot:
         """The current snapshot (validated; a missing file is version 0)."""
-        return read_store_file(self.path)
+        return read_store_checked(self.path)
 
     def _read_with_stamp(self) -> tuple[Snapshot, FileStamp]:
         # The stamp first: a change between the two is then seen at commit time.
@@ -468,13 +492,21 @@ class KnowledgeStore:
     ) -> str | None:
         """Make ``snapshot`` the store (``None``: unchanged); write and delete files beside it.
 
-        Inside git the commit (a compare-and-swap on ``head``) is published
-        first, then the files beside the store, then the store file itself;
-        a crash in between is finished by the next command (see
-        :meth:`GitStoreRepo.reconcile`).
+        The order is what keeps every claim: the new bytes go to temp files;
+        inside git the commit is built (objects only) and an intent marker
+        names it; every file is swapped into the work tree, the store last
+        (readers look at it); only then does the ref move, by compare-and-swap.
+        A failure at any step undoes the files already swapped and leaves the
+        ref where it was; a kill is finished by the next command
+        (:meth:`GitStoreRepo.reconcile`).
         """
         temps: dict[Path, Path] = {}
+        deleted = [self.path.parent / name for name in change.deleted]
         try:
+            for name, content in change.files.items():
+                target = self.path.parent / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                temps[target] = write_temp_beside(target, content)
             if snapshot is not None:
                 temp, written = stream_temp_beside(
                     self.path, lambda handle: write_store(snapshot, handle)
@@ -482,42 +514,50 @@ class KnowledgeStore:
                 temps[self.path] = temp
                 # Built from validated claims with a hash kb computed: as good as a full read.
                 verified.remember(written)
-            for name, content in change.files.items():
-                target = self.path.parent / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                temps[target] = write_temp_beside(target, content)
-            deleted = [self.path.parent / name for name in change.deleted]
-            commit_oid, blobs, removed = self._git_commit(temps, deleted, head, message, trailers)
+            prepared = self._prepare_git_commit(temps, deleted, head, message, trailers)
         except BaseException:
             for temp in temps.values():
                 temp.unlink(missing_ok=True)
             raise
-        for target in deleted:
-            target.unlink(missing_ok=True)
-        for target, temp in sorted(temps.items(), key=lambda item: item[0] == self.path):
-            replace_with(temp, target)  # the store last: it is what readers look at
-        if self.git is not None and (blobs or removed):
-            if self.git.set_index_blobs(blobs, removed):
+        swap = Replacement()
+        try:
+            for target in deleted:
+                swap.remove(target)
+            for target, temp in sorted(temps.items(), key=lambda item: item[0] == self.path):
+                swap.put(temp, target)
+            if prepared is not None:
+                assert self.git is not None
+                self.git.publish(prepared)
+        except Exception:
+            for temp in temps.values():
+                temp.unlink(missing_ok=True)
+            swap.undo()
+            if self.git is not None:
+                self.git.clear_intent()
+            raise
+        swap.keep()
+        if self.git is not None and prepared is not None:
+            if self.git.set_index_blobs(prepared.blobs, prepared.removed):
                 self.git.clear_intent()
             else:
                 self.warnings.append(
-                    f"committed {commit_oid[:12] if commit_oid else ''}, but git's index was "
-                    "locked and still shows the old store; the next kb command repairs it "
-                    "(do not `git commit` the store meanwhile)"
+                    f"committed {prepared.commit[:12]}, but git's index was locked and still "
+                    "shows the old store; the next kb command repairs it (do not `git commit` "
+                    "the store meanwhile)"
                 )
-        return commit_oid
+        return prepared.commit if prepared is not None else None
 
-    def _git_commit(
+    def _prepare_git_commit(
         self,
         temps: Mapping[Path, Path],
         deleted: Sequence[Path],
         head: HeadRef | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
-    ) -> tuple[str | None, dict[str, str], list[str]]:
-        """One git commit of every file inside the work tree (none outside git)."""
+    ) -> PreparedCommit | None:
+        """The one git commit of every file inside the work tree (none outside git)."""
         if self.git is None or head is None:
-            return None, {}, []
+            return None
         tracked = {}
         for target, temp in temps.items():
             rel = self.git.rel_of(target)
@@ -533,8 +573,8 @@ class KnowledgeStore:
                 self.git.check_clean(rel)
                 removed.append(rel)
         if not tracked and not removed:
-            return None, {}, []
-        commit, blobs = self.git.commit_files(
+            return None
+        return self.git.prepare_commit(
             tracked,
             ref=head[0],
             expected_head=head[1],
@@ -542,4 +582,3 @@ class KnowledgeStore:
             trailers=trailers,
             removed=removed,
         )
-        return commit, blobs, removed

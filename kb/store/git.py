@@ -8,15 +8,17 @@ anything moved the branch since we read it (a concurrent ``git commit``,
 another kb writer on a clone sharing the repository), the update is refused
 and surfaces as :class:`KnowledgeCasError`, which the rebase loop retries.
 
-Crash recovery: the file store publishes the ref first and replaces the
-file second, so a process killed in between leaves ``HEAD`` one kb commit
-ahead of the work-tree file. Before publishing, kb writes an *intent
-marker* (``kb-intent-*`` in the git directory, naming the new commit) and
-removes it once the file and the index caught up. :meth:`reconcile`
-finishes an interrupted commit only when the marker names ``HEAD`` — so a
-user who deliberately checks out an older store is never "rolled forward"
-— and refuses any other difference between the work tree, the index and
-``HEAD`` with :class:`StoreDirtyError` rather than overwrite it.
+Commit order: every file of a commit is written into the work tree
+before the branch ref moves. :meth:`prepare_commit` builds the commit in
+git's object database and writes an *intent marker* (``kb-intent-*`` in the
+git directory, naming the commit); the file store then swaps its files in
+and only then :meth:`publish` moves the ref by compare-and-swap — a ref
+that will not move puts the files back. The marker goes once the index
+caught up. A process killed anywhere leaves a state :meth:`reconcile`
+finishes (the commit is complete in git, so its files are written and the
+ref moved) or puts back; it never leaves ``HEAD`` ahead of the work-tree
+store, and a user who deliberately checks out an older store is never
+"rolled forward" (that is refused with :class:`StoreDirtyError`).
 """
 
 from __future__ import annotations
@@ -24,19 +26,21 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-
-from git import Git
-from git.exc import GitCommandNotFound
+from typing import TYPE_CHECKING
 
 from kb.atomicfile import write_atomic
 from kb.errors import GitError, KnowledgeCasError, PushRejected, StoreDirtyError
 from kb.store.layout import conflict_advice, conflict_lines
+
+if TYPE_CHECKING:
+    from git import Git
 
 ZERO_OID = "0" * 40
 _INDEX_LOCK_RETRIES = 20
@@ -74,12 +78,17 @@ class GitStoreRepo:
         self.top = top
         self.rel = rel
         self.store_path = store_path
-        self._git = Git(str(top))
+        from git import Git  # GitPython costs ~0.1 s to import: only where git is driven
+
+        self._git: Git = Git(str(top))
         self._identity_env: dict[str, str] | None = None
 
     @classmethod
     def discover(cls, store_path: Path) -> GitStoreRepo | None:
         """The repository whose work tree holds ``store_path``, or ``None`` outside git."""
+        from git import Git
+        from git.exc import GitCommandNotFound
+
         directory = store_path.parent
         if not directory.is_dir():
             return None
@@ -286,38 +295,63 @@ class GitStoreRepo:
         except ValueError:
             return None
 
+    def unmerged(self, rel: str | None = None) -> bool:
+        """Whether git's index holds ``rel`` (the store by default) as unmerged."""
+        out = self.try_run("ls-files", "-u", "--", rel or self.rel)
+        return bool(out and out.strip())
+
     def reconcile(self) -> Reconciled:
         """Check the store is committed; finish a commit a crash interrupted; else refuse.
 
-        Call with the store lock held. Files committed beside the store (the
-        intent marker lists them) are rolled forward with it.
+        Call with the store lock held. A commit writes every file into the work
+        tree before its ref moves, under an intent marker naming the commit
+        (and the files beside the store it carries):
+
+        * the marker names ``HEAD``: the ref moved, the index may lag — it is
+          pointed at the commit's blobs;
+        * the marker names a child of ``HEAD``: the writer died between its
+          files and its ref — the commit (already in git's object database)
+          is finished: its files are written and the ref moves by CAS;
+        * any other marker is stale (the branch moved on): files that still
+          hold that commit's bytes are put back as ``HEAD`` has them.
+
+        Anything else that differs from ``HEAD`` is refused, never overwritten.
         """
-        _, head = self.head()
+        if self.unmerged():
+            text = self.store_path.read_text("utf-8", "replace") if self.store_path.exists() else ""
+            markers = conflict_lines(text)
+            advice = conflict_advice(self.rel, markers) if markers else unmerged_advice(self.rel)
+            raise StoreDirtyError(str(self.store_path), advice)
+        ref, head = self.head()
+        intent, beside = self.read_intent()
+        action = "clean"
+        if intent is not None:
+            parent = self.try_run("rev-parse", "-q", "--verify", f"{intent}^1")
+            parent = parent.strip() if parent else None
+            if intent == head:
+                self._write_commit_files(head, beside)
+            elif parent == head and self._only_ours(intent, head, beside):
+                self._write_commit_files(intent, beside)
+                old = head or ZERO_OID
+                status, _, err = self.call("update-ref", "-m", "kb: finish", ref, intent, old)
+                if status != 0:
+                    raise KnowledgeCasError(f"finishing an interrupted commit: {err.strip()}")
+                head, action = intent, "rolled-forward"
+            elif intent != head:
+                self._put_back(intent, head, beside)
+                self.clear_intent()
+                intent = None
         head_blob = self.blob_in(head)
         index_blob = self.blob_in_index()
         exists = self.store_path.exists()
         file_blob = self.hash_file(self.store_path) if exists else None
-        intent, beside = self.read_intent()
-        if intent is not None and intent != head:
-            self.clear_intent()  # a commit that never got published: nothing to finish
-            intent, beside = None, []
-        if intent is not None and beside:
-            self._roll_forward_beside(head, beside)
         if file_blob == head_blob and index_blob == head_blob:
             self.clear_intent()
-            return Reconciled("clean")
-        if intent is not None and head is not None and head_blob is not None:
-            parent = self.try_run("rev-parse", "-q", "--verify", f"{head}^1")
-            parent_blob = self.blob_in(parent.strip() if parent else None)
-            if file_blob == head_blob and index_blob == parent_blob:
-                if self.set_index_blobs({self.rel: head_blob}):
-                    self.clear_intent()
-                return Reconciled("index-refreshed")
-            if file_blob == parent_blob and index_blob == parent_blob:
-                write_atomic(self.store_path, self.read_blob(head_blob))
-                if self.set_index_blobs({self.rel: head_blob}):
-                    self.clear_intent()
-                return Reconciled("rolled-forward")
+            return Reconciled(action)
+        if intent is not None and file_blob == head_blob and head_blob is not None:
+            if self.set_index_blobs({self.rel: head_blob}):
+                self.clear_intent()
+            return Reconciled("index-refreshed" if action == "clean" else action)
         where = "staged" if index_blob != head_blob else "unstaged"
         markers = conflict_lines(self.store_path.read_text("utf-8", "replace")) if exists else []
         if markers:
@@ -328,29 +362,69 @@ class GitStoreRepo:
             detail = "the store file is not committed in git"
         else:
             detail = f"the store file has {where} changes git has not committed"
+            behind = self._behind_head(head_blob)
+            if behind:
+                detail += f" ({behind})"
         raise StoreDirtyError(
             str(self.store_path),
-            f"{detail}; commit or restore it (git restore --staged --worktree {self.rel}) "
-            "before kb commits",
+            f"{detail}; commit or restore it (git restore --staged --worktree "
+            f"{self.rel}) before kb commits",
         )
 
-    def _roll_forward_beside(self, head: str | None, rels: Sequence[str]) -> None:
-        """Write the files an interrupted commit carried beside the store, as ``head`` has them."""
+    def _behind_head(self, head_blob: str | None) -> str | None:
+        """``it is store v3, HEAD holds v4 …`` when the work-tree store is older than HEAD's."""
+        if head_blob is None:
+            return None
+        ours = store_version(self.store_path.read_bytes()[:200])
+        theirs = store_version(self.read_blob(head_blob)[:200])
+        if ours is None or theirs is None or ours >= theirs:
+            return None
+        return (
+            f"it is store v{ours} while HEAD holds v{theirs}: committing it would drop "
+            "the claims HEAD has"
+        )
+
+    def _commit_blobs(self, commit: str | None, rels: Sequence[str]) -> dict[str, str | None]:
+        """Each path's blob in ``commit`` (``None``: absent there)."""
+        return {rel: self.blob_in_path(commit, rel) for rel in rels}
+
+    def _present_blob(self, rel: str) -> str | None:
+        target = self.top / rel
+        return self.hash_file(target) if target.exists() else None
+
+    def _only_ours(self, intent: str, head: str | None, beside: Sequence[str]) -> bool:
+        """Every file still holds either ``HEAD``'s bytes or the interrupted commit's."""
+        rels = [self.rel, *beside]
+        new, old = self._commit_blobs(intent, rels), self._commit_blobs(head, rels)
+        return all(self._present_blob(rel) in (new[rel], old[rel]) for rel in rels)
+
+    def _write_commit_files(self, commit: str, beside: Sequence[str]) -> None:
+        """Make the work tree and the index hold ``commit``'s version of the store's files."""
         blobs: dict[str, str] = {}
         removed: list[str] = []
-        for rel in rels:
-            blob = self.try_run("rev-parse", "-q", "--verify", f"{head}:{rel}") if head else None
+        for rel, blob in self._commit_blobs(commit, [*beside, self.rel]).items():
+            target = self.top / rel
             if blob is None:  # the commit removed it (kb compact)
-                (self.top / rel).unlink(missing_ok=True)
+                target.unlink(missing_ok=True)
                 removed.append(rel)
                 continue
-            blob = blob.strip()
-            target = self.top / rel
             if not target.exists() or self.hash_file(target) != blob:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 write_atomic(target, self.read_blob(blob))
             blobs[rel] = blob
         self.set_index_blobs(blobs, removed)
+
+    def _put_back(self, intent: str, head: str | None, beside: Sequence[str]) -> None:
+        """Files that hold an unpublished commit's bytes return to ``HEAD``'s version."""
+        for rel, blob in self._commit_blobs(intent, [*beside, self.rel]).items():
+            target = self.top / rel
+            if blob is None or not target.exists() or self.hash_file(target) != blob:
+                continue
+            committed = self.blob_in_path(head, rel)
+            if committed is None:
+                target.unlink()
+            else:
+                write_atomic(target, self.read_blob(committed))
 
     def check_clean(self, rel: str) -> None:
         """Refuse to overwrite a file beside the store that differs from what git has."""
@@ -424,7 +498,7 @@ class GitStoreRepo:
 
     # -- writing ----------------------------------------------------------------------
 
-    def commit_files(
+    def prepare_commit(
         self,
         files: Mapping[str, Path],
         *,
@@ -433,13 +507,13 @@ class GitStoreRepo:
         message: str,
         trailers: Sequence[tuple[str, str]],
         removed: Sequence[str] = (),
-    ) -> tuple[str, dict[str, str]]:
-        """Commit each file's bytes at its path and advance ``ref`` by compare-and-swap.
+    ) -> PreparedCommit:
+        """Build the commit of each file's bytes at its path, without moving any ref.
 
         ``files`` maps work-tree-relative paths (the store's among them when it
         changes) to files holding the new bytes; ``removed`` paths leave the
-        tree. Returns the commit and each path's blob. Raises
-        ``KnowledgeCasError`` when ``ref`` no longer points at ``expected_head``.
+        tree. The commit is in git's object database, and the intent marker
+        names it, before the caller writes a single work-tree file.
         """
         blobs = {rel: self.hash_file(path, write=True) for rel, path in files.items()}
         fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
@@ -464,18 +538,54 @@ class GitStoreRepo:
             args += ["-p", expected_head]
         args += ["-m", message, "-m", trailer_text]
         commit = self.run(*args, env=self._identity()).strip()
+        prepared = PreparedCommit(commit, ref, expected_head, message, blobs, tuple(removed))
         self.write_intent(commit, [rel for rel in [*files, *removed] if rel != self.rel])
+        return prepared
+
+    def publish(self, prepared: PreparedCommit) -> None:
+        """Advance the ref to the prepared commit by compare-and-swap.
+
+        Raises ``KnowledgeCasError`` when the ref no longer points at the
+        commit's parent (the caller puts its files back).
+        """
+        old = prepared.expected_head or ZERO_OID
         status, _, err = self.call(
-            "update-ref", "-m", message, ref, commit, expected_head or ZERO_OID
+            "update-ref", "-m", prepared.message, prepared.ref, prepared.commit, old
         )
         if status != 0:
-            self.clear_intent()
             _, moved_to = self.head()
             raise KnowledgeCasError(
-                f"git {ref} moved from {(expected_head or 'unborn')[:12]} to "
+                f"git {prepared.ref} moved from {(prepared.expected_head or 'unborn')[:12]} to "
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
             )
-        return commit, blobs
+
+
+@dataclass(frozen=True)
+class PreparedCommit:
+    """A commit built in git's object database whose ref has not moved yet."""
+
+    commit: str
+    ref: str
+    expected_head: str | None
+    message: str
+    blobs: Mapping[str, str]
+    """Each committed path's blob."""
+    removed: tuple[str, ...]
+
+
+def store_version(head: bytes) -> int | None:
+    """The version a store file's first bytes declare (``None``: not a store's header)."""
+    found = re.match(rb'\s*\{\s*"version"\s*:\s*([0-9]+)', head)
+    return int(found.group(1)) if found else None
+
+
+def unmerged_advice(rel: str) -> str:
+    """What to do about a store git left unmerged."""
+    return (
+        "git left this file unmerged (a merge whose store kb's merge driver did not merge); "
+        f"kb will not read it as the store: git merge --abort, kb merge-driver --install, "
+        f"then merge again (or resolve it: git checkout --merge -- {rel} shows the conflict)"
+    )
 
 
 MERGE_DRIVER = "kb"
@@ -493,6 +603,8 @@ def textual_merge(ours: Path, base: Path, theirs: Path, labels: Sequence[str]) -
     args = ["git", "merge-file", "-p"]
     for label in labels:
         args += ["-L", label]
+    from git import Git
+
     status, out, err = Git(str(ours.parent)).execute(
         [*args, str(ours), str(base), str(theirs)],
         with_extended_output=True,
@@ -652,3 +764,43 @@ def catch_up(repo: GitStoreRepo, target: PushTarget, droppable: set[str]) -> str
     repo.run("read-tree", "-m", "-u", old, remote_tip)
     repo.run("update-ref", "-m", "kb: catch up with the remote", target.local_ref, remote_tip, old)
     return remote_tip
+
+
+def read_guard_issue(store_path: Path, file_version: int) -> str | None:
+    """Why a work-tree store must not be read as the store (``None``: it may).
+
+    Asked on every read, so it is two quick git processes and no GitPython:
+    git's index holding the store unmerged (a merge kb's driver did not
+    merge: the file may be one side only), or ``HEAD`` holding a newer store
+    than the file (committing the file would drop claims).
+    """
+    directory = store_path.parent
+    try:
+        unmerged = subprocess.run(
+            ["git", "-C", str(directory), "ls-files", "-u", "--", store_path.name],
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return None  # no git on this machine: a plain file store
+    if unmerged.returncode != 0:
+        return None  # not in a git work tree
+    rel = store_path.name
+    if unmerged.stdout.strip():
+        return unmerged_advice(rel)
+    with subprocess.Popen(
+        ["git", "-C", str(directory), "cat-file", "blob", f"HEAD:./{store_path.name}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    ) as shown:
+        assert shown.stdout is not None
+        first = shown.stdout.read(200)
+        shown.kill()
+    committed = store_version(first)
+    if committed is None or committed <= file_version:
+        return None
+    return (
+        f"the work-tree store is v{file_version} but git's HEAD holds v{committed}: the file "
+        "is behind (committing it would drop claims); restore it with git restore "
+        f"--staged --worktree {rel}"
+    )
