@@ -201,3 +201,53 @@ class Replacement:
             if backup is not None:
                 backup.unlink(missing_ok=True)
         self._done.clear()
+
+
+_FS_IOC_GETFLAGS = 0x80086601
+_IMMUTABLE_FL = 0x10
+_APPEND_FL = 0x20
+
+
+def replace_problem(path: Path) -> str | None:
+    """Why ``path`` could not be replaced by kb's atomic write (``None``: it can).
+
+    Checked before a commit (and before a sweep spends anything): the
+    nearest existing directory must take a new file, ``path`` must not be a
+    directory, and an existing file must not be immutable or append-only
+    (``chattr +i``/``+a``), which no rename can replace.
+    """
+    directory = path.parent
+    while not directory.exists():
+        directory = directory.parent
+    if not directory.is_dir():
+        return f"{directory} is a file, not a directory"
+    if path.is_dir():
+        return "is a directory"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".kb-probe.", suffix=TEMP_SUFFIX, dir=directory)
+    except OSError as exc:
+        return f"cannot write in {directory}: {exc.strerror}"
+    os.close(fd)
+    os.unlink(name)
+    if path.exists() and _inode_flags(path) & (_IMMUTABLE_FL | _APPEND_FL):
+        return "is immutable or append-only (chattr +i/+a): no write can replace it"
+    return None
+
+
+def _inode_flags(path: Path) -> int:
+    """The file's inode flags (0 where the system or file system does not tell)."""
+    try:
+        import array
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (ImportError, OSError):
+        return 0
+    try:
+        flags = array.array("l", [0])
+        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags)
+        return int(flags[0])
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)

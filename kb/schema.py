@@ -174,12 +174,14 @@ def validation_issues(prefix: str, error: ValidationError) -> list[str]:
             msg = "missing"
         elif item["type"] == "extra_forbidden":
             msg = "unknown key"
-        elif item["type"] != "model_type" and "input" in item:
+        elif (
+            item["type"] != "model_type" and "input" in item and not isinstance(item["input"], dict)
+        ):  # a whole object echoed back is noise: the message names what is wrong in it
             shown = repr(item["input"])
             if len(shown) > 60:
                 shown = shown[:57] + "..."
             msg = f"{msg} (got {shown})"
-        issues.append(f"{where}: {msg}")
+        issues.append(f"{where}: {msg}" if where else msg)
     return issues
 
 

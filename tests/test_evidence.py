@@ -218,7 +218,7 @@ def test_a_specs_evidence_dir_is_recorded_so_every_command_finds_it(
     )
     (claim,) = sweep(runner, spec, 29)["claims"]
     settings = json.loads((repo / "rulvar.models.settings.json").read_text())
-    assert settings == {"format": 1, "evidenceDir": "nightly-evidence"}
+    assert settings == {"format": 1, "evidenceDirs": ["nightly-evidence", "kb-evidence"]}
     committed = git(repo, "show", "--name-only", "--format=", "HEAD").split()
     assert "rulvar.models.settings.json" in committed
     assert "nightly-evidence/kb-sweep-2026-11-29T02:00:00.000Z.jsonl" in committed
@@ -239,4 +239,4 @@ def test_a_broken_settings_file_is_refused_before_any_call(runner: CliRunner, re
     spec = write_spec(repo / "s.toml", [scripted_model("m", 9)])
     result = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", "2026-11-29T02:00:00Z")
     assert result.exit_code == 2
-    assert "rulvar.models.settings.json: unknown keys evidenceDirr" in result.stderr
+    assert "rulvar.models.settings.json: evidenceDirr: unknown key" in result.stderr

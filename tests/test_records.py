@@ -95,7 +95,7 @@ def test_a_newer_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
     data = json.loads((FORMAT1 / f"{NIGHTS[0]}.report.json").read_text()) | {"format": 3}
     with pytest.raises(ConfigError) as caught:
         parse_report(json.dumps(data).encode(), "r.report.json")
-    assert "format 3 is not one this kb reads" in str(caught.value)
+    assert "format 3 was written by a newer kb (this kb reads format 1 and 2)" in str(caught.value)
     assert "upgrade kb" in str(caught.value)
 
 
@@ -111,7 +111,45 @@ def test_a_broken_run_line_names_its_file_and_line(line: str, problem: str) -> N
     good = (FORMAT1 / f"{NIGHTS[0]}.jsonl").read_text().splitlines()[0]
     with pytest.raises(ConfigError) as caught:
         parse_runs(f"{good}\n{line}\n".encode(), "night.jsonl")
-    assert str(caught.value).startswith("night.jsonl:2: ") and problem in str(caught.value)
+    assert str(caught.value).startswith("night.jsonl: line 2: ") and problem in str(caught.value)
+
+
+def test_every_broken_line_is_named_at_once_and_odd_values_are_refused() -> None:
+    good = json.loads((FORMAT1 / f"{NIGHTS[0]}.jsonl").read_text().splitlines()[0])
+    lines = [
+        json.dumps(good).encode(),
+        json.dumps(good | {"status": "fine"}).encode(),
+        b"\xff\xfe{}",
+        json.dumps(good | {"costUsd": -5}).encode(),
+        json.dumps(good | {"output": "x" * 4001}).encode(),
+        json.dumps(good | {"params": {}}).encode(),
+    ]
+    with pytest.raises(ConfigError) as caught:
+        parse_runs(b"\n".join(lines), "night.jsonl")
+    text = str(caught.value)
+    assert text.startswith("night.jsonl: 5 issues: line 2: status:")
+    assert "line 3: not UTF-8 text" in text
+    assert "line 4: costUsd: must be a finite nonnegative number of USD" in text
+    assert "line 5: output is longer than 4,000 characters without outputSha256" in text
+    assert 'line 6: a format-1 record cannot hold params (format 2 fields: add "format": 2)' in text
+
+
+def test_a_runs_file_cut_short_or_edited_is_refused(runner: CliRunner, repo: Path) -> None:
+    assert kb(runner, "init").exit_code == 0
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 7)])
+    night = ["--quiet", "--observed-at", "2026-11-29T02:00:00Z"]
+    assert kb(runner, "sweep", str(spec), *night).exit_code == 0
+    runs = repo / "kb-evidence" / "kb-sweep-2026-11-29T02:00:00.000Z.jsonl"
+    lines = runs.read_text().splitlines(keepends=True)
+    runs.write_text("".join(lines[:6]))  # cut at a line boundary: every line still parses
+    cut = kb(runner, "report", "kb-sweep-2026-11-29T02:00:00.000Z")
+    assert cut.exit_code == 2
+    assert "holds 6 runs but its report recorded 10: the file was cut or edited" in cut.stderr
+    runs.write_text("".join(lines).replace("answer-1", "answer-X"))
+    edited = kb(runner, "report", "kb-sweep-2026-11-29T02:00:00.000Z")
+    assert edited.exit_code == 2 and "does not match the sha256 its report recorded" in (
+        edited.stderr
+    )
 
 
 def test_an_unknown_key_in_a_report_is_refused() -> None:

@@ -342,21 +342,21 @@ def report(
     """Re-render a past sweep's report from its evidence (work tree or git history)."""
     from kb.store.evidence import earlier_reports, load_evidence
     from kb.views.html import cell_history, report_html
-    from kb.views.report_text import summary_text
+    from kb.views.report_text import report_header, summary_text
 
     _output_dir_exists(html_path, "--html")
     found = load_evidence(app.store, report_id, evidence_dir)
     report = found.full_report() if found is not None else None
     if found is None or report is None:
         where = app.store.home.evidence_dir(evidence_dir)
-        raise ConfigError(
-            "report", f"no evidence for report {report_id!r} in {where} or its git history"
-        )
+        history = " or its git history" if app.store.git is not None else ""
+        raise ConfigError("report", f"no evidence for report {report_id!r} in {where}{history}")
     if html_path:
         earlier = earlier_reports(app.store.home.evidence_dir(evidence_dir), report.observed_at)
         html_path.write_text(report_html(report, cell_history(earlier)), encoding="utf-8")
     if as_json:
         echo_json(report.to_wire())
     elif not html_path:
+        click.echo(report_header(report))
         click.echo(summary_text(report))
         click.echo(f"(from the evidence in {found.source})")

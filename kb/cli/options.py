@@ -69,9 +69,12 @@ def evidence_dir_option(func: F) -> F:
     """``--evidence-dir DIR``: where a store's evidence files are."""
     return click.option(
         "--evidence-dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
         default=None,
-        help="Where the evidence files are (default: kb-evidence/ beside the store).",
+        help=(
+            "Where the evidence files are (default: where the store's settings say sweeps "
+            "put them, else kb-evidence/ beside the store)."
+        ),
     )(func)
 
 

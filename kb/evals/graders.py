@@ -159,8 +159,8 @@ def judge_request(grader: JudgeGrader, prompt: str, output: str) -> ProviderRequ
     )
 
 
-def parse_verdict(grader: JudgeGrader, reply: str) -> Grade | None:
-    """The judge's ``{passed, reason}``; ``None`` when the reply is not that shape."""
+def verdict_data(reply: str) -> dict[str, Any] | None:
+    """A judge reply's ``{passed, reason}`` object (``None``: the reply is not that shape)."""
     text = reply.strip()
     if text.startswith("```"):
         text = text.strip("`").removeprefix("json").strip()
@@ -173,5 +173,13 @@ def parse_verdict(grader: JudgeGrader, reply: str) -> Grade | None:
         or not isinstance(data.get("passed"), bool)
         or not isinstance(data.get("reason", ""), str)
     ):
+        return None
+    return data
+
+
+def parse_verdict(grader: JudgeGrader, reply: str) -> Grade | None:
+    """The judge's ``{passed, reason}``; ``None`` when the reply is not that shape."""
+    data = verdict_data(reply)
+    if data is None:
         return None
     return Grade(grader.grader_id, data["passed"], str(data.get("reason", ""))[:200])

@@ -321,7 +321,13 @@ def _merge_issues(git: GitStoreRepo, commit: StoreCommit, version: int) -> list[
 
 
 def _beside_issues(store: KnowledgeStore) -> list[str]:
-    """The canary baselines file beside the store must be one kb can read."""
+    """The settings and canary baselines files beside the store must be ones kb can read."""
+    from kb.store.home import read_settings
+
+    try:
+        read_settings(store.home.settings_file)
+    except ConfigError as exc:
+        return [str(exc)]
     path = store.home.canary_baselines
     if not path.exists():
         return []

@@ -116,8 +116,11 @@ def plan_compaction(
                 for item in snapshot.wire_at(index).get("evidence", [])
                 if isinstance(item, dict) and item.get("reportId") is not None
             )
-    files = _unreferenced_evidence(
-        store, store.home.evidence_dir(evidence_dir), {evidence_stem(r) for r in cited}, cutoff_ms
+    stems = {evidence_stem(r) for r in cited}
+    files = tuple(
+        path
+        for directory in store.home.evidence_dirs(evidence_dir)
+        for path in _unreferenced_evidence(store, directory, stems, cutoff_ms)
     )
     return CompactionPlan(removed, files, cutoff)
 

@@ -15,7 +15,13 @@ from pathlib import Path
 
 from kb.errors import ConfigError
 from kb.store.filestore import KnowledgeStore
-from kb.store.records import ReportFile, RunRecord, parse_report, parse_runs
+from kb.store.records import (
+    ReportFile,
+    RunRecord,
+    check_runs_match,
+    parse_report,
+    parse_runs,
+)
 
 RUNS_SUFFIX = ".jsonl"
 REPORT_SUFFIX = ".report.json"
@@ -51,25 +57,59 @@ class LoadedEvidence:
 def load_evidence(
     store: KnowledgeStore, report_id: str, directory: Path | None = None
 ) -> LoadedEvidence | None:
-    """A report's evidence from the work tree, else from git history (``None``: nowhere)."""
-    runs_path, report_path = evidence_paths(store.home.evidence_dir(directory), report_id)
-    if runs_path.is_file():
-        report = (
-            parse_report(report_path.read_bytes(), str(report_path))
-            if report_path.is_file()
-            else None
-        )
-        runs = parse_runs(runs_path.read_bytes(), str(runs_path))
-        return LoadedEvidence(report, runs, "the work tree")
+    """A report's evidence from its directory, else from git history (``None``: nowhere).
+
+    A format-2 report records how many runs its runs file holds and the
+    file's sha256: a file cut short or edited is refused, never read as a
+    smaller night.
+    """
     git = store.git
-    found = git.last_version_of(runs_path) if git is not None else None
-    if git is None or found is None:
+    places = [evidence_paths(where, report_id) for where in store.home.evidence_dirs(directory)]
+    for runs_path, report_path in places:
+        if runs_path.is_file() or report_path.is_file():
+            inside = git is not None and git.rel_of(runs_path) is not None
+            return _loaded(
+                report_path.read_bytes() if report_path.is_file() else None,
+                runs_path.read_bytes() if runs_path.is_file() else None,
+                runs_path,
+                report_path,
+                "the work tree" if inside else str(runs_path.parent),
+            )
+    if git is None:
         return None
-    commit, data = found
+    located = next(
+        (
+            (runs_path, report_path, found)
+            for runs_path, report_path in places
+            if (found := git.last_version_of(runs_path)) is not None
+        ),
+        None,
+    )
+    if located is None:
+        return None
+    runs_path, report_path, (commit, data) = located
     short = commit[:12]
     blob = git.blob_in_path(commit, git.rel_of(report_path) or "")
-    report = parse_report(git.read_blob(blob), f"{short}:{report_path.name}") if blob else None
-    return LoadedEvidence(report, parse_runs(data, f"{short}:{runs_path.name}"), f"git {short}")
+    report = git.read_blob(blob) if blob else None
+    named = (Path(f"{short}:{runs_path.name}"), Path(f"{short}:{report_path.name}"))
+    return _loaded(report, data, *named, f"git {short}")
+
+
+def _loaded(
+    report: bytes | None, runs: bytes | None, runs_path: Path, report_path: Path, source: str
+) -> LoadedEvidence:
+    parsed = parse_report(report, str(report_path)) if report is not None else None
+    if runs is None:
+        if parsed is not None and parsed.run_count:
+            raise ConfigError(
+                str(runs_path),
+                f"is missing, but its report recorded {parsed.run_count} runs (restore it)",
+            )
+        return LoadedEvidence(parsed, [], source)
+    records = parse_runs(runs, str(runs_path))
+    if parsed is not None:
+        check_runs_match(parsed, runs, len(records), str(runs_path))
+    return LoadedEvidence(parsed, records, source)
 
 
 def earlier_reports(directory: Path, observed_at: str) -> list[ReportFile]:

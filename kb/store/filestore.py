@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from kb.atomicfile import (
     Replacement,
+    replace_problem,
     stream_temp_beside,
     temp_files_beside,
     write_temp_beside,
@@ -143,6 +144,17 @@ class CommitResult:
     def ops(self) -> tuple[Op, ...]:
         """The ops this commit applied."""
         return self.change.ops
+
+
+def check_replaceable(paths: Sequence[Path]) -> None:
+    """Refuse, naming every one, paths a commit could not replace (see ``replace_problem``)."""
+    problems = [
+        f"{path}: {problem}"
+        for path in dict.fromkeys(paths)
+        if (problem := replace_problem(path)) is not None
+    ]
+    if problems:
+        raise ConfigError("cannot write", problems)
 
 
 def validate_attempts(attempts: object) -> int:
@@ -362,15 +374,17 @@ class KnowledgeStore:
                 "on the remote tip"
             ) from None
 
-    def preflight(self, *, push: bool = False) -> None:
+    def preflight(self, *, push: bool = False, writes: Sequence[Path] = ()) -> None:
         """Fail now, not after a sweep's spending, if a commit could not be made.
 
         Checks what the commit itself would check first: the directory exists,
-        the lock can be taken, git agrees with the store file and, with
-        ``push``, the branch has a remote and nothing unpublished on it.
+        the lock can be taken, git agrees with the store file, the store and
+        every file in ``writes`` (evidence, baselines) can be replaced and,
+        with ``push``, the branch has a remote and nothing unpublished on it.
         """
         with self._locked(None):
             self._prepare()
+            check_replaceable([self.path, *writes])
         if push:
             self._push_target()
 
@@ -502,6 +516,8 @@ class KnowledgeStore:
         """
         temps: dict[Path, Path] = {}
         deleted = [self.path.parent / name for name in change.deleted]
+        targets = [self.path.parent / name for name in change.files]
+        check_replaceable([*targets, *deleted, *([self.path] if snapshot is not None else [])])
         try:
             for name, content in change.files.items():
                 target = self.path.parent / name

@@ -40,16 +40,18 @@ SETTINGS_FORMAT = 1
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """What the settings file records (``None``: not recorded, the default applies)."""
+    """What the settings file records (empty: nothing recorded, the defaults apply)."""
 
-    evidence_dir: str | None = None
-    """Where evidence goes: relative to the store's directory, or absolute."""
+    evidence_dirs: tuple[str, ...] = ()
+    """Where evidence went, newest first: the first is where it goes now; the others
+    are still searched, so moving ``evidence_dir`` never loses an older night's files.
+    Each is relative to the store's directory, or absolute."""
 
     def render(self) -> bytes:
         """Deterministic JSON (two-space indent, trailing newline)."""
         document: dict[str, Any] = {"format": SETTINGS_FORMAT}
-        if self.evidence_dir is not None:
-            document["evidenceDir"] = self.evidence_dir
+        if self.evidence_dirs:
+            document["evidenceDirs"] = list(self.evidence_dirs)
         return (js_stringify(document, indent=2) + "\n").encode("utf-8")
 
 
@@ -107,17 +109,22 @@ class StoreHome:
         return read_settings(self.settings_file)
 
     def evidence_dir(self, override: Path | None = None) -> Path:
-        """Where the evidence is: ``override``, else the recorded directory, else the default."""
+        """Where evidence goes: ``override``, else the recorded directory, else the default."""
+        return override if override is not None else self.evidence_dirs()[0]
+
+    def evidence_dirs(self, override: Path | None = None) -> list[Path]:
+        """Every directory that may hold a report's evidence, where it goes now first."""
         if override is not None:
-            return override
-        recorded = self.settings.evidence_dir
-        if recorded is None:
-            return self.directory / DEFAULT_EVIDENCE_DIR
-        chosen = Path(recorded).expanduser()
+            return [override]
+        recorded = [self._resolve(text) for text in self.settings.evidence_dirs]
+        return recorded or [self.directory / DEFAULT_EVIDENCE_DIR]
+
+    def _resolve(self, text: str) -> Path:
+        chosen = Path(text).expanduser()
         return chosen if chosen.is_absolute() else self.directory / chosen
 
     def record_evidence_dir(self, chosen: Path, inside_work_tree: bool) -> StoreSettings:
-        """The settings with ``chosen`` as the evidence directory.
+        """The settings with ``chosen`` as where evidence goes now (earlier ones kept).
 
         Recorded relative to the store's directory when it is inside the work
         tree (so every clone finds it), else as the absolute path.
@@ -125,8 +132,11 @@ class StoreHome:
         value = (
             os.path.relpath(chosen, self.directory) if inside_work_tree else str(chosen.absolute())
         )
-        default = os.path.normpath(DEFAULT_EVIDENCE_DIR)
-        return StoreSettings(None if os.path.normpath(value) == default else value)
+        known = list(self.settings.evidence_dirs) or [DEFAULT_EVIDENCE_DIR]
+        same = [text for text in known if self._resolve(text) == self._resolve(value)]
+        if same and known[0] == same[0]:
+            return self.settings
+        return StoreSettings((value, *(text for text in known if text not in same)))
 
 
 def read_settings(path: Path) -> StoreSettings:
@@ -135,14 +145,26 @@ def read_settings(path: Path) -> StoreSettings:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return StoreSettings()
+    except IsADirectoryError:
+        raise ConfigError(str(path), "is a directory, not kb's settings file") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), f"not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != SETTINGS_FORMAT:
-        raise ConfigError(str(path), f"not a kb settings file (format {SETTINGS_FORMAT})")
-    unknown = sorted(set(data) - {"format", "evidenceDir"})
-    if unknown:
-        raise ConfigError(str(path), f"unknown keys {', '.join(unknown)}")
-    evidence_dir = data.get("evidenceDir")
-    if evidence_dir is not None and (not isinstance(evidence_dir, str) or not evidence_dir):
-        raise ConfigError(str(path), "evidenceDir must be a non-empty string")
-    return StoreSettings(evidence_dir)
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), f"must be a JSON object, got {type(data).__name__}")
+    issues = [f"{key}: unknown key" for key in sorted(set(data) - {"format", "evidenceDirs"})]
+    found = data.get("format")
+    if found != SETTINGS_FORMAT:
+        newer = isinstance(found, int) and not isinstance(found, bool) and found > SETTINGS_FORMAT
+        issues.insert(
+            0,
+            f"format {found} was written by a newer kb (this kb reads format "
+            f"{SETTINGS_FORMAT}): upgrade kb"
+            if newer
+            else f"format: must be {SETTINGS_FORMAT} (got {found!r})",
+        )
+    dirs = data.get("evidenceDirs", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) and d for d in dirs):
+        issues.append("evidenceDirs: must be a list of non-empty paths")
+    if issues:
+        raise ConfigError(str(path), issues)
+    return StoreSettings(tuple(dirs))

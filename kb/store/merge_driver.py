@@ -31,7 +31,7 @@ def driver_command(python: str) -> str:
     """
     return (
         f'for py in "$KB_PYTHON" {shlex.quote(python)} python3; do '
-        "if [ -n \"$py\" ] && \"$py\" -c 'import kb.cli' 2>/dev/null; then "
+        'if [ -n "$py" ] && "$py" -c \'import kb.cli\' 2>/dev/null; then '
         'exec "$py" -m kb merge-driver %O %A %B %P; fi; done; '
         "if command -v kb >/dev/null 2>&1; then exec kb merge-driver %O %A %B %P; fi; "
         "echo kb merge driver: no Python here can import kb, so git conflict markers were "

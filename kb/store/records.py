@@ -27,10 +27,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from kb.errors import ConfigError
 from kb.schema import subject_key, validation_issues
@@ -138,6 +147,38 @@ class RunRecord(WireModel):
     case_fingerprint: str | None = Field(default=None, alias="caseFingerprint")
     """Format 2: the sha256 of the case as it was run (target and judge runs)."""
 
+    @field_validator("cost_usd")
+    @classmethod
+    def _a_cost(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError("must be a finite nonnegative number of USD")
+        return value
+
+    @model_validator(mode="after")
+    def _as_written(self) -> RunRecord:
+        if len(self.output) > TEXT_LIMIT and self.output_sha256 is None:
+            raise ValueError(
+                f"output is longer than {TEXT_LIMIT:,} characters without outputSha256 "
+                "(kb cuts it and records the full text's hash)"
+            )
+        newer = [
+            name
+            for name, value in (
+                ("request", self.request),
+                ("params", self.params),
+                ("usage", self.usage),
+                ("priceSource", self.price_source),
+                ("caseFingerprint", self.case_fingerprint),
+            )
+            if value is not None
+        ]
+        if self.format == 1 and newer:
+            raise ValueError(
+                f"a format-1 record cannot hold {', '.join(newer)} (format 2 fields: "
+                'add "format": 2)'
+            )
+        return self
+
     @property
     def subject_key(self) -> str:
         """``model`` or ``model@effort``."""
@@ -176,7 +217,7 @@ class CaseStability(WireModel):
     name: str
     passes: int
     runs: int
-    stability: Literal["stable-pass", "flaky", "stable-fail"]
+    stability: Literal["stable-pass", "flaky", "stable-fail", "unmeasured"]
 
 
 class PriorStands(WireModel):
@@ -277,6 +318,10 @@ class ReportFile(WireModel):
     retired: tuple[RetiredRecord, ...]
     canary: tuple[CanaryRecord, ...]
     committed_version: int | None = Field(default=None, alias="committedVersion")
+    run_count: int | None = Field(default=None, alias="runCount")
+    """Format 2: how many records the runs file holds (a cut file is caught on reading)."""
+    runs_sha256: str | None = Field(default=None, alias="runsSha256")
+    """Format 2: the sha256 of the runs file's bytes (an edited file is caught on reading)."""
     runs: tuple[RunRecord, ...] | None = None
     """Every run (``--json`` only; the file keeps them in ``<report>.jsonl``)."""
 
@@ -301,13 +346,21 @@ def render_runs(records: Iterable[RunRecord]) -> bytes:
     )
 
 
+def format_issue(found: Any, readable: Sequence[int], what: str) -> str | None:
+    """Why ``found`` is not a format this kb reads (``None``: it is)."""
+    if not isinstance(found, bool) and isinstance(found, int) and found in readable:
+        return None
+    names = " and ".join(str(f) for f in readable)
+    if isinstance(found, int) and not isinstance(found, bool) and found > max(readable):
+        return (
+            f"{what} format {found} was written by a newer kb (this kb reads format {names}): "
+            "upgrade kb to read it"
+        )
+    return f"format: {found!r} is not a {what} format (this kb reads format {names})"
+
+
 def _format_issue(data: Mapping[str, Any]) -> str | None:
-    found = data.get("format", 1)
-    if isinstance(found, bool) or not isinstance(found, int) or found not in READABLE_FORMATS:
-        newer = isinstance(found, int) and not isinstance(found, bool) and found > FORMAT
-        hint = " (written by a newer kb: upgrade kb to read it)" if newer else ""
-        return f"format {found!r} is not one this kb reads ({READABLE_FORMATS}){hint}"
-    return None
+    return format_issue(data.get("format", 1), READABLE_FORMATS, "evidence")
 
 
 def _validated(model: type[WireModel], data: Any, where: str) -> Any:
@@ -323,23 +376,68 @@ def _validated(model: type[WireModel], data: Any, where: str) -> Any:
 
 
 def parse_runs(data: bytes, source: str) -> list[RunRecord]:
-    """The records of an evidence file (a line that is not a run record: ``ConfigError``)."""
+    """The records of an evidence file; every line that is not a run record is named at once."""
     records = []
-    for number, line in enumerate(data.decode("utf-8", "surrogatepass").splitlines(), 1):
+    problems: dict[tuple[str, ...], list[int]] = {}
+    for number, raw in enumerate(data.splitlines(), 1):
+        try:
+            line = raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as exc:
+            problems.setdefault((f"not UTF-8 text ({exc.reason})",), []).append(number)
+            continue
         if not line.strip():
             continue
         try:
             value = json.loads(line)
         except ValueError as exc:
-            raise ConfigError(f"{source}:{number}", f"not valid JSON: {exc}") from None
-        records.append(_validated(RunRecord, value, f"{source}:{number}"))
+            problems.setdefault((f"not valid JSON: {exc}",), []).append(number)
+            continue
+        try:
+            records.append(_validated(RunRecord, value, "record"))
+        except ConfigError as exc:
+            problems.setdefault(exc.issues, []).append(number)
+    if problems:
+        raise ConfigError(
+            source,
+            [f"{_line_numbers(lines)}: {'; '.join(found)}" for found, lines in problems.items()],
+        )
     return records
+
+
+def _line_numbers(lines: Sequence[int]) -> str:
+    """``line 3`` or ``lines 2-4, 9``: one issue, every line it is on."""
+    spans: list[list[int]] = []
+    for number in lines:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+    return f"line {text}" if len(lines) == 1 else f"lines {text}"
+
+
+def check_runs_match(report: ReportFile, data: bytes, count: int, source: str) -> None:
+    """A format-2 report names its runs file's size and hash: a cut or edited file is refused."""
+    if report.run_count is not None and report.run_count != count:
+        raise ConfigError(
+            source,
+            f"holds {count} runs but its report recorded {report.run_count}: the file was "
+            "cut or edited (restore it from git)",
+        )
+    if report.runs_sha256 is not None and hashlib.sha256(data).hexdigest() != report.runs_sha256:
+        raise ConfigError(
+            source,
+            "does not match the sha256 its report recorded: the file was edited (restore "
+            "it from git)",
+        )
 
 
 def parse_report(data: bytes, source: str) -> ReportFile:
     """A report file (format 1 or 2)."""
     try:
         value = json.loads(data.decode("utf-8", "surrogatepass"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except ValueError as exc:
         raise ConfigError(source, f"not valid JSON: {exc}") from None
     report: ReportFile = _validated(ReportFile, value, source)

@@ -21,6 +21,7 @@ from typing import Literal
 
 from kb.engine.requests import ModelSpec
 from kb.engine.runs import RunResult
+from kb.evals.graders import verdict_data
 from kb.evals.suite import CaseVerdict
 from kb.schema import utf16_length
 from kb.store.canonical import to_fixed_2
@@ -29,7 +30,7 @@ from kb.store.ttl import claim_expiry, format_instant
 from kb.sweep.gate import CellEstimate, GatePolicy
 
 Outcome = Literal["strength", "weakness", "none", "incomplete"]
-Stability = Literal["stable-pass", "flaky", "stable-fail"]
+Stability = Literal["stable-pass", "flaky", "stable-fail", "unmeasured"]
 GRADER_ID = "eval-suite"
 
 
@@ -57,7 +58,13 @@ class CaseOutcome:
 
     @property
     def stability(self) -> Stability:
-        """``stable-pass`` (every repeat passed), ``stable-fail`` (none) or ``flaky``."""
+        """``stable-pass`` (every repeat passed), ``stable-fail`` (none) or ``flaky``.
+
+        ``unmeasured`` when some repeat has no verdict (the target failed or a
+        judge did not answer): it neither passed nor failed.
+        """
+        if not self.measured:
+            return "unmeasured"
         if self.passes == len(self.verdicts):
             return "stable-pass"
         return "stable-fail" if self.passes == 0 else "flaky"
@@ -148,8 +155,21 @@ class SweepCell:
 
     @property
     def first_error(self) -> str | None:
-        """The first provider error of the cell's runs (secrets already cut)."""
-        return next((run.error for run in self.runs if run.status == "error" and run.error), None)
+        """The first provider error of the cell's runs (secrets already cut).
+
+        Else, for a cell whose judge answered without a verdict, what it said.
+        """
+        found = next((run.error for run in self.runs if run.status == "error" and run.error), None)
+        if found is not None:
+            return found
+        for verdict in self.verdicts:
+            if not verdict.judge_incomplete:
+                continue
+            for run, model in zip(verdict.judges, verdict.judge_models, strict=True):
+                if run.status == "ok" and verdict_data(run.output or "") is None:
+                    said = " ".join((run.output or "").split())[:80]
+                    return f"judge {model.key} replied {said!r}, not {{passed, reason}} JSON"
+        return None
 
     @property
     def incomplete_reason(self) -> str | None:

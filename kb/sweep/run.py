@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
 
 from kb.engine.scheduler import Engine
@@ -104,7 +105,11 @@ def decide_change(
     notes = [found.note] if found.note else []
     if evidence is not None:
         runs_file, report_file = evidence_paths(evidence.directory, plan.report_id)
-        files[str(runs_file)] = render_runs(measurement.runs)
+        runs = render_runs(measurement.runs)
+        report = report.model_copy(
+            update={"run_count": len(measurement.runs), "runs_sha256": sha256(runs).hexdigest()}
+        )
+        files[str(runs_file)] = runs
         files[str(report_file)] = report.render()
         files.update(evidence.settings)
         if not ops:
@@ -170,12 +175,16 @@ def execute_sweep(
     Nothing is committed unless at least one cell was measured completely: a
     sweep that measured nothing changes nothing.
     """
-    if commit:
-        store.preflight(push=push)
-    measurement = measure(plan, engine)
     target = evidence_target(plan.spec, store)
     writes = target if evidence and plan.spec.sweep.evidence else None
     baselines = store.home.canary_baselines
+    if commit:
+        files = [*evidence_paths(writes.directory, plan.report_id)] if writes else []
+        files += [store.home.directory / name for name in (writes.settings if writes else {})]
+        store.preflight(
+            push=push, writes=[*files, *([baselines] if plan.spec.canary is not None else [])]
+        )
+    measurement = measure(plan, engine)
     result = None
     if commit and measurement.measured_any:
         result = store.commit_with_rebase(

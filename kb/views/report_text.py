@@ -57,6 +57,18 @@ def incomplete_summary(report: ReportFile) -> str | None:
     )
 
 
+def report_header(report: ReportFile) -> str:
+    """What the sweep printed before its first call: the report id, the pool, the spend bound."""
+    lines = [f"sweep {report.report_id} at {report.observed_at}", "pool:"]
+    lines += [
+        f"  {member.model}  ({member.origin})"
+        + (f"  SKIPPED: {member.skipped}" if member.skipped else "")
+        for member in report.pool
+    ]
+    lines.append(f"worst-case authorized spend: {_money(report.worst_case_usd)}")
+    return "\n".join(lines)
+
+
 def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
     """The human summary of a report: cells, claims, retirements, commit, spend."""
     lines = ["cells:"]
