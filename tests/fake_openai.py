@@ -7,7 +7,10 @@ The reply depends on the last user message:
 * ``echo-auth`` — 401 whose message quotes the API key it was sent;
 * ``hang`` — holds the request for ``hang_s`` seconds (``None``: until ``seen.release``
   is set) before answering;
-* anything else — 200 with ``echo: <prompt>``.
+* anything else — 200 with ``echo: <prompt>``, unless ``seen.outage`` is set:
+  ``empty`` (200 with empty text), ``junk`` (200 with the same error page for every
+  prompt) or ``no-choices`` (200 with an empty ``choices`` list) — a provider
+  failing quietly.
 Every request is recorded (arrival time, headers, body) for assertions.
 """
 
@@ -30,6 +33,8 @@ class Seen:
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     counts: dict[str, int] = field(default_factory=dict)
+    outage: str | None = None
+    """``empty``, ``junk`` or ``no-choices``: how ordinary prompts are answered instead."""
     release: threading.Event = field(default_factory=threading.Event)
     """Set to answer the ``hang`` requests still held (always set when the server stops)."""
 
@@ -101,7 +106,14 @@ def fake_openai_server(
             else:
                 if prompt == "hang":
                     seen.release.wait(hang_s)
-                self._send(200, json.dumps(_completion(body["model"], f"echo: {prompt}")).encode())
+                reply = _completion(body["model"], f"echo: {prompt}")
+                if seen.outage == "empty":
+                    reply["choices"][0]["message"]["content"] = ""
+                elif seen.outage == "junk":
+                    reply["choices"][0]["message"]["content"] = "<html>502 Bad Gateway</html>"
+                elif seen.outage == "no-choices":
+                    reply["choices"] = []
+                self._send(200, json.dumps(reply).encode())
 
     class Server(ThreadingHTTPServer):
         request_queue_size = 256  # the default 5 drops bursts of connects into SYN retries

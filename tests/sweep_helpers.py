@@ -13,7 +13,8 @@ CASES = [(f"case-{i:02d}", f"Question {i}?", f"answer-{i}") for i in range(10)]
 def responses(correct: int, cases: list[tuple[str, str, str]] = CASES) -> dict[str, str]:
     """Replies that get exactly ``correct`` of the cases right."""
     return {
-        prompt: (answer if i < correct else "wrong") for i, (_, prompt, answer) in enumerate(cases)
+        prompt: (answer if i < correct else f"wrong-{i}")
+        for i, (_, prompt, answer) in enumerate(cases)
     }
 
 
@@ -68,4 +69,9 @@ def write_spec(
 
 
 def scripted_model(name: str, correct: int, **params: Any) -> dict[str, Any]:
-    return {"model": f"scripted:{name}", "params": {"responses": responses(correct), **params}}
+    """A scripted model right on ``correct`` of the cases; any other prompt (a canary
+    probe) gets a real answer, as a working model gives (an empty one is an outage)."""
+    return {
+        "model": f"scripted:{name}",
+        "params": {"responses": responses(correct), "default": "a steady answer", **params},
+    }

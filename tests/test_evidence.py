@@ -128,7 +128,7 @@ def test_kb_show_prints_the_cases_even_from_history(runner: CliRunner, repo: Pat
         "cases (9 of 10 runs passed; evidence of kb-sweep-2026-11-29T02:00:00.000Z from "
         "the work tree)" in shown.stdout
     )
-    assert "  FAIL  case-09  'wrong'  — does not match exact 'answer-9'" in shown.stdout
+    assert "  FAIL  case-09  'wrong-9'  — does not match exact 'answer-9'" in shown.stdout
     assert "  PASS  case-00  'answer-0'" in shown.stdout
     git(repo, "rm", "-q", "-r", "kb-evidence")
     git(repo, "commit", "-q", "-m", "user: drop evidence")

@@ -31,7 +31,7 @@ def spec_text(models: int) -> str:
     ]
     for m in range(models):
         right = m % 2 == 0
-        replies = {prompt: (answer if right else "no") for _, _, prompt, answer in CASES}
+        replies = {prompt: (answer if right else f"not {answer}") for _, _, prompt, answer in CASES}
         table = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in replies.items())
         lines += [
             "",

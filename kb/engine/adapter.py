@@ -264,6 +264,10 @@ class LiteLLMAdapter:
     def _reply(
         self, spec: ModelSpec, request: ProviderRequest, response: Any, secrets: list[str]
     ) -> ProviderReply:
+        if not getattr(response, "choices", None):
+            raise ProviderFailure(
+                "the provider answered without choices (HTTP 200 with no reply)", retryable=True
+            )
         try:
             text = response.choices[0].message.content or ""
             raw = getattr(response, "usage", None)

@@ -536,6 +536,7 @@ class KnowledgeStore:
                 temp.unlink(missing_ok=True)
             raise
         swap = Replacement()
+        published = False
         try:
             for target in deleted:
                 swap.remove(target)
@@ -544,23 +545,27 @@ class KnowledgeStore:
             if prepared is not None:
                 assert self.git is not None
                 self.git.publish(prepared)
+                published = True
+                if not self.git.set_index_blobs(prepared.blobs, prepared.removed):
+                    # A stale index would make a plain `git commit` revert the store:
+                    # the commit is taken back instead (the ref by CAS, then the files).
+                    self.git.unpublish(prepared)
+                    published = False
+                    raise GitError(
+                        "git's index stayed locked (another git command running?): nothing "
+                        "was committed; run the command again"
+                    )
         except Exception:
             for temp in temps.values():
                 temp.unlink(missing_ok=True)
-            swap.undo()
-            if self.git is not None:
-                self.git.clear_intent()
+            if not published:
+                swap.undo()
+                if self.git is not None:
+                    self.git.clear_intent()
             raise
         swap.keep()
         if self.git is not None and prepared is not None:
-            if self.git.set_index_blobs(prepared.blobs, prepared.removed):
-                self.git.clear_intent()
-            else:
-                self.warnings.append(
-                    f"committed {prepared.commit[:12]}, but git's index was locked and still "
-                    "shows the old store; the next kb command repairs it (do not `git commit` "
-                    "the store meanwhile)"
-                )
+            self.git.clear_intent()
         return prepared.commit if prepared is not None else None
 
     def _prepare_git_commit(

@@ -560,6 +560,17 @@ class GitStoreRepo:
             )
 
 
+    def unpublish(self, prepared: PreparedCommit) -> None:
+        """Move the ref back to the prepared commit's parent (CAS: only from that commit)."""
+        if prepared.expected_head is None:
+            args = ["-d", prepared.ref, prepared.commit]
+        else:
+            args = [prepared.ref, prepared.expected_head, prepared.commit]
+        status, _, err = self.call("update-ref", "-m", "kb: take back", *args)
+        if status != 0:
+            raise GitError(f"could not take back {prepared.commit[:12]}: {err.strip()}")
+
+
 @dataclass(frozen=True)
 class PreparedCommit:
     """A commit built in git's object database whose ref has not moved yet."""

@@ -245,6 +245,8 @@ class CellRecord(WireModel):
     envelope_exhausted: bool | None = Field(default=None, alias="envelopeExhausted")
     refused_run_label: str | None = Field(default=None, alias="refusedRunLabel")
     incomplete_reason: str | None = Field(default=None, alias="incompleteReason")
+    suspect: str | None = None
+    """Format 2: why the answers look like an outage, not a model (the cell is incomplete)."""
     first_error: str | None = Field(default=None, alias="firstError")
     wilson95: tuple[float, float]
     """The 95 % interval the interval gate used (cases as the unit of sampling)."""

@@ -104,9 +104,14 @@ class CanaryResult:
         return all(probe.stable for probe in self.probes)
 
     @property
+    def all_empty(self) -> bool:
+        """Every probe came back empty: an outage answering HTTP 200, not a model."""
+        return all(not output for probe in self.probes for output in probe.outputs)
+
+    @property
     def may_flip(self) -> bool:
-        """Only an all-ok, stable fingerprint is evidence of drift."""
-        return self.all_ok and self.stable
+        """Only an all-ok, stable fingerprint of real answers is evidence of drift."""
+        return self.all_ok and self.stable and not self.all_empty
 
     def to_record(self) -> CanaryRecord:
         """The ``kb canary --json`` entry (also the sweep report's ``canary[]``)."""
@@ -260,7 +265,7 @@ def canary_change(
     outcomes: dict[str, tuple[CanaryStatus, tuple[str, ...]]] = {}
     for result in canaries:
         key = result.member.key
-        if not result.all_ok:  # a failed probe is missing evidence, whatever the repeats say
+        if not result.all_ok or result.all_empty:  # missing evidence, not a changed model
             outcomes[key] = ("incomplete", ())
             continue
         if not result.stable:
@@ -395,6 +400,8 @@ def canary_line(result: CanaryResult) -> str:
         return head + f"unstable (probe {', '.join(shaky)} disagreed across repeats)"
     if result.status == "incomplete":
         failed = [f"{i + 1}: {p.status}" for i, p in enumerate(result.probes) if p.status != "ok"]
+        if not failed:
+            return head + "incomplete (every probe answered empty: an outage, not drift)"
         return head + f"incomplete (probe {'; '.join(failed)})"
     if result.status == "rebaselined":
         return head + "rebaselined (a new probe set: its baseline recorded, nothing flipped)"

@@ -80,6 +80,8 @@ class SweepCell:
     repeats: int = 1
     interval: tuple[float, float] | None = None
     """The 95 % interval, when computed for all cells at once (else computed on use)."""
+    suspect: str | None = None
+    """Why the answers look like an outage, not a model (:mod:`kb.sweep.health`)."""
 
     @cached_property
     def cases(self) -> tuple[CaseOutcome, ...]:
@@ -174,7 +176,7 @@ class SweepCell:
     @property
     def incomplete_reason(self) -> str | None:
         """Why the cell cannot emit a claim (``None`` when it is complete)."""
-        reasons = []
+        reasons = [self.suspect] if self.suspect else []
         if self.refused_run_label is not None:
             refused = sum(1 for run in self.runs if run.status == "refused")
             reasons.append(

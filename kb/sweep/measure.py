@@ -24,6 +24,7 @@ from kb.store.records import RunRecord
 from kb.sweep.canary import CanaryResult, measure_canaries
 from kb.sweep.cells import SweepCell, cell_claim, group_cells
 from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
+from kb.sweep.health import answer_health
 from kb.sweep.plan import SweepPlan
 
 MeasuredCell = tuple[SweepCell, ModelClaim | None]
@@ -90,8 +91,13 @@ def measured_cells(
         np.array([cell.passed for cell in grouped], dtype=np.float64),
         np.array([cell.n for cell in grouped], dtype=np.float64),
     )
+    cases = {pair.name: pair.case for pair in plan.pairs}
     cells = [
-        replace(cell, interval=(float(low), float(high)))
+        replace(
+            cell,
+            interval=(float(low), float(high)),
+            suspect=answer_health(cell.verdicts, cases),
+        )
         for cell, low, high in zip(grouped, lows, highs, strict=True)
     ]
     return [

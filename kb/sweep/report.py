@@ -51,6 +51,7 @@ def cell_record(
         envelope_exhausted=True if refused is not None else None,
         refused_run_label=refused,
         incomplete_reason=cell.incomplete_reason,
+        suspect=cell.suspect,
         first_error=cell.first_error,
         wilson95=cell.wilson95,
         repeats=cell.repeats if cell.repeats > 1 else None,
