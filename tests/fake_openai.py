@@ -33,6 +33,8 @@ class Seen:
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     counts: dict[str, int] = field(default_factory=dict)
+    failing: set[str] = field(default_factory=set)
+    """Models (the request's ``model``) answered with HTTP 503 while listed."""
     outage: str | None = None
     """``empty``, ``junk`` or ``no-choices``: how ordinary prompts are answered instead."""
     release: threading.Event = field(default_factory=threading.Event)
@@ -92,7 +94,9 @@ def fake_openai_server(
                 seen.counts[prompt] = count + 1
             if latency_s:
                 time.sleep(latency_s)
-            if prompt == "rate-limit-once" and count == 0:
+            if body.get("model") in seen.failing:
+                self._send(503, b'{"error": {"message": "overloaded", "type": "server_error"}}')
+            elif prompt == "rate-limit-once" and count == 0:
                 error = {"error": {"message": "slow down", "type": "rate_limit"}}
                 self._send(429, json.dumps(error).encode(), {"retry-after": "0.3"})
             elif prompt == "server-error":

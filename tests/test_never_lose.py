@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,10 +260,145 @@ def test_every_write_of_a_commit_can_fail_and_nothing_is_half_done(
     # The store, HEAD and the work tree are as they were: git status has nothing to commit.
     assert state(repo) == before
     assert git(repo, "status", "--porcelain") == ""
-    assert not (repo / "kb-evidence").exists() or not list((repo / "kb-evidence").iterdir())
+    # Only the night's run journal is left (git ignores it), for --resume.
+    left = sorted(p.name for p in (repo / "kb-evidence").iterdir())
+    assert left == ["kb-sweep-2026-11-28T02:00:00.000Z.journal.jsonl"]
     assert not list(repo.glob(".*.kb-tmp")) and not list(repo.glob(".*.kb-old"))
     assert kb(runner, "verify").exit_code == 0
-    # And the same night commits cleanly afterwards.
-    again = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    # And the night commits cleanly afterwards, from its journal.
+    again = kb(runner, "sweep", str(spec), "--quiet", "--resume")
     assert again.exit_code == 0, again.stderr
     assert git(repo, "status", "--porcelain") == ""
+    assert not (repo / "kb-evidence" / left[0]).exists()
+
+
+# -- 4 and 9: one sweep per night; a stopped night resumes and pays nothing twice -------------
+
+
+def kb_process(repo: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "kb", *args],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(condition: Any, proc: subprocess.Popen[str]) -> None:
+    """Poll the server's log (not a clock): a hang guard, not a speed bound."""
+    import time
+
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def prompts_asked(seen: Seen, since: int = 0) -> list[str]:
+    with seen.lock:
+        return [r["body"]["messages"][-1]["content"] for r in seen.requests[since:]]
+
+
+def test_ctrl_c_mid_night_then_resume_pays_only_for_what_was_not_settled(
+    repo: Path,
+) -> None:
+    import signal
+
+    from kb.engine.journal import read_journal
+
+    subprocess.run([sys.executable, "-m", "kb", "init"], cwd=repo, check=True, capture_output=True)
+    with fake_openai_server(latency_s=0.02) as (base, seen):
+        spec = loopback_spec(repo / "s.toml", base, cases=120, extra_sweep="concurrency = 4")
+        night = ["sweep", str(spec), "--quiet", "--observed-at", NIGHT_1]
+        proc = kb_process(repo, *night)
+        wait_for(lambda: len(seen.requests) >= 40, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert git(repo, "log", "--format=%s").count("kb: sweep") == 0  # nothing committed
+        journal = repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.journal.jsonl"
+        state_ = read_journal(journal)
+        assert state_ is not None and len(state_.settled) >= 30
+        settled = {label.rsplit("/", 1)[1] for label in state_.settled}
+        asked_before = len(seen.requests)
+        resumed = subprocess.run(
+            [sys.executable, "-m", "kb", "sweep", str(spec), "--quiet", "--resume"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        asked = prompts_asked(seen, asked_before)
+    # Exactly the runs the journal did not hold were paid for, each once.
+    assert len(asked) == 120 - len(settled) and len(set(asked)) == len(asked)
+    assert not {f"c{int(p[1:]):02d}" for p in asked} & settled
+    assert not journal.exists()
+    claims = parse_store((repo / STORE).read_bytes(), "store").claims
+    assert [c.id for c in claims] == ["kb-sweep-2026-11-28T02:00:00.000Z/openai:m/extraction"]
+    runs = (repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.jsonl").read_text()
+    assert len(runs.splitlines()) == 120
+
+
+def test_a_partly_failed_night_resumes_under_its_own_report_id(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base)
+    flaky = {
+        "model": "openai:flaky",
+        "params": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
+    }
+    spec.write_text(
+        spec.read_text().replace(
+            "\n[[cases]]", f"\n[[models]]\nmodel = {toml_value(flaky['model'])}\n"
+            f"params = {toml_value(flaky['params'])}\n\n[[cases]]", 1,
+        )
+    )  # fmt: skip
+    seen.failing.add("flaky")
+    first = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert first.exit_code == 1 and "1 of 2 cells incomplete" in first.stderr
+    assert "the 1 complete cells are committed" in first.stderr
+    again = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert again.exit_code == 2 and "--resume, to finish a night that stopped" in again.stderr
+    seen.failing.clear()  # the provider is back
+    before = len(seen.requests)
+    resumed = kb(runner, "sweep", str(spec), "--quiet", "--resume", "--observed-at", NIGHT_1)
+    assert resumed.exit_code == 0, resumed.stderr
+    models = {r["body"]["model"] for r in seen.requests[before:]}
+    assert models == {"flaky"} and len(seen.requests) - before == 30  # the done cell not re-run
+    claims = [c.id for c in parse_store((repo / STORE).read_bytes(), "store").claims]
+    assert claims == [
+        "kb-sweep-2026-11-28T02:00:00.000Z/openai:m/extraction",
+        "kb-sweep-2026-11-28T02:00:00.000Z/openai:flaky/extraction",
+    ]
+    report = json.loads(kb(runner, "report", "kb-sweep-2026-11-28T02:00:00.000Z", "--json").stdout)
+    assert [c["outcome"] for c in report["cells"]] == ["strength", "strength"]
+    assert len(report["runs"]) == 60
+    assert git(repo, "log", "--format=%s").count("kb: sweep kb-sweep-2026-11-28") == 2
+    assert kb(runner, "verify").exit_code == 0
+
+
+def test_a_second_sweep_of_the_same_night_is_refused_while_the_first_runs(repo: Path) -> None:
+    subprocess.run([sys.executable, "-m", "kb", "init"], cwd=repo, check=True, capture_output=True)
+    with fake_openai_server(hang_s=None) as (base, seen):
+        spec = loopback_spec(repo / "s.toml", base, cases=3)
+        spec.write_text(spec.read_text().replace('prompt = "q2"', 'prompt = "hang"'))
+        night = ["sweep", str(spec), "--quiet", "--observed-at", NIGHT_1]
+        first = kb_process(repo, *night)
+        wait_for(lambda: "hang" in prompts_asked(seen), first)
+        asked = len(seen.requests)
+        second = subprocess.run(
+            [sys.executable, "-m", "kb", *night], cwd=repo, capture_output=True, text=True
+        )
+        assert second.returncode == 2
+        assert (
+            "another sweep of 'kb-sweep-2026-11-28T02:00:00.000Z' is running on this store now"
+        ) in second.stderr
+        assert len(seen.requests) == asked  # refused before any provider call
+        seen.release.set()
+        _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err  # the first sweep finished and committed its night
+    assert git(repo, "log", "--format=%s").count("kb: sweep") == 1

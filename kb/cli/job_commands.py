@@ -68,6 +68,7 @@ Examples:
   kb sweep sweeps/nightly.toml --dry-run           pool, runs and worst-case spend only
   kb sweep sweeps/nightly.toml --json --html r.html --record ci.jsonl
   kb sweep sweeps/nightly.toml --replay ci.jsonl --no-commit
+  kb sweep sweeps/nightly.toml --resume            finish the night that stopped
 
 \b
 Exit codes: 0 every planned cell complete; 1 a cell was incomplete (what was
@@ -103,6 +104,11 @@ exhausted; 130 interrupted (nothing committed).
 @click.option("--no-evidence", is_flag=True, help="Do not write the evidence files (kb-evidence/).")
 @allow_partial_option("run")
 @click.option("--allow-incomplete", is_flag=True, help="Exit 0 even when a cell is incomplete.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Finish a night that stopped: skip its committed cells, reuse its journaled runs.",
+)
 @click.option("--strict", is_flag=True, hidden=True, help="Deprecated; does nothing.")
 @click.option(
     "--shard",
@@ -129,6 +135,7 @@ def sweep(
     no_evidence: bool,
     allow_partial: bool,
     allow_incomplete: bool,
+    resume: bool,
     strict: bool,
     shard: str | None,
     attempts: int | None,
@@ -139,7 +146,7 @@ def sweep(
     from kb.store.evidence import earlier_reports
     from kb.sweep.plan import parse_shard, prepare_sweep
     from kb.sweep.report import plan_json, plan_text
-    from kb.sweep.run import execute_sweep
+    from kb.sweep.run import execute_sweep, resume_night
     from kb.views.html import cell_history, report_html
     from kb.views.report_text import incomplete_summary, summary_text, sweep_markdown
 
@@ -151,6 +158,11 @@ def sweep(
     for warning in spec.warnings:
         click.echo(f"warning: {warning}", err=True)
     engine = build_engine(app, sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
+    stopped = None
+    if resume:
+        given = app.instant(observed_at, "--observed-at") if observed_at else None
+        stopped = resume_night(spec, app.store, report_id=report_id, observed_at=given)
+        observed_at = observed_at or stopped.observed_at
     plan = prepare_sweep(
         spec,
         app.store.read(),
@@ -158,6 +170,7 @@ def sweep(
         report_id=report_id,
         shard=parse_shard(shard) if shard else None,
         commit=not no_commit,
+        resume=stopped,
     )
     if dry_run and as_json:
         echo_json(plan_json(plan))

@@ -45,9 +45,13 @@ class Phase:
         """Runs at most (known and later)."""
         return len(self.runs) + self.later
 
-    def ceilings(self) -> Iterator[float | None]:
-        """Each run's ceiling, in the order the envelope authorizes them."""
-        yield from (run.ceiling_usd for run in self.runs)
+    def ceilings(self, settled: frozenset[str] = frozenset()) -> Iterator[float | None]:
+        """Each run's ceiling, in the order the envelope authorizes them.
+
+        Runs in ``settled`` (served from the journal of a stopped invocation)
+        cost this one nothing and ask the envelope for nothing.
+        """
+        yield from (run.ceiling_usd for run in self.runs if run.label not in settled)
         yield from (self.later_ceiling_usd for _ in range(self.later))
 
 
@@ -58,6 +62,8 @@ class JobPlan:
     phases: tuple[Phase, ...]
     max_total_usd: float | None
     """The envelope's cap (``None``: unbounded)."""
+    settled: frozenset[str] = frozenset()
+    """Labels of planned runs a journal already holds as settled ok (not paid again)."""
 
     def phase(self, name: str) -> Phase:
         """The phase called ``name`` (an empty one when the job has none)."""
@@ -72,7 +78,8 @@ class JobPlan:
     def forecast(self) -> SpendForecast:
         """What the envelope would do if every run cost its full ceiling."""
         return forecast_spend(
-            self.max_total_usd, [c for phase in self.phases for c in phase.ceilings()]
+            self.max_total_usd,
+            [c for phase in self.phases for c in phase.ceilings(self.settled)],
         )
 
     @property
@@ -90,6 +97,8 @@ class JobPlan:
             raise ConfigError("budgets.max_total_usd", self.forecast.refusal())
 
 
-def job_plan(phases: Sequence[Phase], max_total_usd: float | None) -> JobPlan:
+def job_plan(
+    phases: Sequence[Phase], max_total_usd: float | None, settled: frozenset[str] = frozenset()
+) -> JobPlan:
     """A plan of the non-empty ``phases``."""
-    return JobPlan(tuple(p for p in phases if p.size), max_total_usd)
+    return JobPlan(tuple(p for p in phases if p.size), max_total_usd, settled)

@@ -51,6 +51,8 @@ class RunResult:
     """Provider calls made (retries included); 0 for a refused run; a replay repeats the
     recorded count."""
     replayed: bool = False
+    reused: bool = False
+    """Served from the run journal of an earlier, stopped invocation (paid then, not now)."""
     started_at: float | None = None
     """Monotonic seconds when the run started (``None`` when it never started)."""
     ended_at: float | None = None

@@ -33,6 +33,7 @@ from kb.errors import ConfigError, JobInterrupted, KbError
 
 if TYPE_CHECKING:
     from kb.engine.adapter import LiteLLMAdapter
+    from kb.engine.journal import JournalState, RunJournal
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class Engine:
     cassette: Cassette | None = None
     on_settled: Callable[[RunResult], None] | None = None
     """Called once per settled run (progress bars); never changes a result."""
+    journal: RunJournal | None = None
+    """Where every settled run is written as it settles (``kb sweep --resume`` reads it)."""
+    settled: JournalState | None = None
+    """Runs an earlier, stopped invocation settled ok: served from here, never paid twice."""
     _seen: dict[str, int] = field(default_factory=dict, init=False)
     _seq: int = field(default=0, init=False)
     _cancelled: bool = field(default=False, init=False)
@@ -121,11 +126,16 @@ class Engine:
                     f"a capped envelope needs a per-run ceiling on every run "
                     f"({len(unbounded)} without one, e.g. {unbounded[0]})",
                 )
+        reused = [self._reusable(run) for run in runs]
         reservations = [
-            envelope.authorize(run.label, run.ceiling_usd if run.ceiling_usd is not None else 0)
+            Reservation(run.label, 0)
+            if earlier is not None
+            else envelope.authorize(
+                run.label, run.ceiling_usd if run.ceiling_usd is not None else 0
+            )
             if envelope.cap is not None or run.ceiling_usd is not None
             else Reservation(run.label, 0)
-            for run in runs
+            for run, earlier in zip(runs, reused, strict=True)
         ]
         numbering = []
         for run in runs:
@@ -143,6 +153,7 @@ class Engine:
                     group.create_task(
                         self._settle(
                             run,
+                            earlier,
                             reservation,
                             occurrence,
                             seq,
@@ -153,13 +164,12 @@ class Engine:
                             ),
                         )
                     )
-                    for run, reservation, (occurrence, seq) in zip(
-                        runs, reservations, numbering, strict=True
+                    for run, earlier, reservation, (occurrence, seq) in zip(
+                        runs, reused, reservations, numbering, strict=True
                     )
                 ]
-                if self.on_settled is not None:
-                    for task in tasks:
-                        task.add_done_callback(self._report_settled)
+                for task in tasks:
+                    task.add_done_callback(self._report_settled)
         except* KbError as group_error:
             raise group_error.exceptions[0] from None
         finally:
@@ -179,12 +189,24 @@ class Engine:
             task.cancel()
 
     def _report_settled(self, task: asyncio.Task[RunResult]) -> None:
-        if self.on_settled is not None and not task.cancelled() and task.exception() is None:
-            self.on_settled(task.result())
+        if task.cancelled() or task.exception() is not None:
+            return
+        result = task.result()
+        if self.journal is not None and result.status != "cancelled":
+            self.journal.record(result)
+        if self.on_settled is not None:
+            self.on_settled(result)
+
+    def _reusable(self, run: PlannedRun) -> RunResult | None:
+        """The journaled ok run of an earlier invocation that asked exactly this."""
+        if self.settled is None:
+            return None
+        return self.settled.reusable(run.label, run.request.key)
 
     async def _settle(
         self,
         run: PlannedRun,
+        earlier: RunResult | None,
         reservation: Reservation | None,
         occurrence: int,
         seq: int,
@@ -199,6 +221,8 @@ class Engine:
             status="refused",
             request=run.request,
         )
+        if earlier is not None:  # paid for by the invocation that journaled it
+            return _replace(earlier, request=run.request, label=run.label, kind=run.kind)
         if reservation is None:
             return _replace(base, error="the spend envelope refused this run before it started")
         if self._cancelled:

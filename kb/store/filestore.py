@@ -276,6 +276,36 @@ class KnowledgeStore:
         """The current snapshot (validated; a missing file is version 0)."""
         return read_store_checked(self.path)
 
+    @contextmanager
+    def lease(self, report_id: str) -> Iterator[None]:
+        """Hold the one lease of ``report_id``: a second sweep of it is refused, not raced.
+
+        Two sweeps of one night would both spend everything and then fight over
+        the same claim ids; the second one asks for the lease before its first
+        call and is refused at once (exit 2). Kernel locks die with their
+        process, so a killed sweep never leaves its night locked.
+        """
+        from filelock import FileLock, Timeout
+
+        git = self.git
+        where = self.home.lease_file(
+            git.git_dir if git else None, git.rel if git else None, report_id
+        )
+        lock = FileLock(str(where), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise ConfigError(
+                "report id",
+                f"another sweep of {report_id!r} is running on this store now (it holds "
+                f"{where.name}); wait for it to finish, or measure another night with "
+                "--observed-at or --report-id",
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
     def _read_with_stamp(self) -> tuple[Snapshot, FileStamp]:
         # The stamp first: a change between the two is then seen at commit time.
         stamp = _stamp(self.path)

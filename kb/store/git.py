@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import re
 import subprocess
 import tempfile
@@ -295,6 +296,27 @@ class GitStoreRepo:
         except ValueError:
             return None
 
+    def exclude(self, path: Path, suffix: str = ".journal.jsonl") -> None:
+        """Keep files like ``path`` (working files: run journals) out of ``git status``.
+
+        Written once to ``info/exclude`` in the git directory — this clone's
+        own list, never committed; a path outside the work tree needs nothing.
+        """
+        rel = self.rel_of(path)
+        if rel is None:
+            return
+        folder = posixpath.dirname(rel)
+        pattern = f"/{folder}/*{suffix}" if folder else f"/*{suffix}"
+        exclude = Path(self.run("rev-parse", "--git-path", "info/exclude").strip())
+        if not exclude.is_absolute():
+            exclude = self.top / exclude
+        existing = exclude.read_text("utf-8") if exclude.exists() else ""
+        if pattern in existing.splitlines():
+            return
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        prefix = existing if not existing or existing.endswith("\n") else existing + "\n"
+        write_atomic(exclude, (prefix + pattern + "\n").encode("utf-8"))
+
     def unmerged(self, rel: str | None = None) -> bool:
         """Whether git's index holds ``rel`` (the store by default) as unmerged."""
         out = self.try_run("ls-files", "-u", "--", rel or self.rel)
@@ -558,7 +580,6 @@ class GitStoreRepo:
                 f"git {prepared.ref} moved from {(prepared.expected_head or 'unborn')[:12]} to "
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
             )
-
 
     def unpublish(self, prepared: PreparedCommit) -> None:
         """Move the ref back to the prepared commit's parent (CAS: only from that commit)."""

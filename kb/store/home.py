@@ -103,6 +103,13 @@ class StoreHome:
             return git_dir / f"kb-store-{tag}.lock"
         return self.directory / f".{self.store_path.name}.lock"
 
+    def lease_file(self, git_dir: Path | None, rel: str | None, report_id: str) -> Path:
+        """The lease one sweep of ``report_id`` holds while it runs (beside the lock)."""
+        tag = hashlib.sha256(f"{rel or self.store_path.name}\0{report_id}".encode()).hexdigest()
+        if git_dir is not None:
+            return git_dir / f"kb-lease-{tag[:16]}.lock"
+        return self.directory / f".{self.store_path.name}.lease-{tag[:16]}.lock"
+
     @cached_property
     def settings(self) -> StoreSettings:
         """The recorded settings (defaults when there is no settings file)."""

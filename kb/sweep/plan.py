@@ -26,6 +26,7 @@ from kb.sweep.canary import probe_phase
 from kb.sweep.cells import claim_id
 from kb.sweep.falsify import live_eval_claims
 from kb.sweep.pool import PoolMember, build_pool
+from kb.sweep.resume import Resume
 from kb.sweep.spec import SweepSpec
 
 
@@ -43,6 +44,8 @@ class SweepPlan:
     job: JobPlan
     """The phases the engine runs: ``canary``, ``targets`` (aligned with ``pairs``), ``judges``."""
     shard: tuple[int, int] | None = None
+    resume: Resume | None = None
+    """What a stopped invocation of this night left (``--resume``): done cells, settled runs."""
 
     @property
     def members(self) -> list[ModelSpec]:
@@ -95,11 +98,15 @@ def shard_of(member_key: str, task_class: str, total: int) -> int:
 
 
 def plan_case_runs(
-    spec: SweepSpec, pool: Sequence[PoolMember], shard: tuple[int, int] | None = None
+    spec: SweepSpec,
+    pool: Sequence[PoolMember],
+    shard: tuple[int, int] | None = None,
+    resume: Resume | None = None,
 ) -> list[CaseRun]:
     """Every case run of the sweep (or shard) in plan order: member, case, repeat.
 
-    Only measured members run; a shard keeps whole cells (member × task class).
+    Only measured members run; a shard keeps whole cells (member × task class);
+    a resumed night skips the cells it already committed.
     """
     repeats = spec.sweep.repeats
     named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
@@ -109,6 +116,7 @@ def plan_case_runs(
         if member.measured
         for case, name in named
         if shard is None or shard_of(member.spec.key, case.task_class, shard[1]) == shard[0]
+        if resume is None or not resume.is_done(member.spec.key, case.task_class)
         for repeat in range(repeats)
     ]
 
@@ -153,7 +161,8 @@ def _refuse_backdating(snapshot: Snapshot, pairs: Sequence[CaseRun], observed_at
         )
 
 
-def _refuse_used_report_id(snapshot: Snapshot, report_id: str, pairs: Sequence[CaseRun]) -> None:
+def refuse_used_report_id(snapshot: Snapshot, report_id: str, pairs: Sequence[CaseRun]) -> None:
+    """A committing sweep may not reuse a report id that already named claims of its cells."""
     taken = sorted(
         {
             cid
@@ -165,7 +174,7 @@ def _refuse_used_report_id(snapshot: Snapshot, report_id: str, pairs: Sequence[C
         raise ConfigError(
             "report id",
             f"{report_id!r} was already used: claim {taken[0]!r} exists; pass a new "
-            "--report-id or --observed-at",
+            "--report-id or --observed-at (or --resume, to finish a night that stopped)",
         )
 
 
@@ -177,17 +186,21 @@ def prepare_sweep(
     report_id: str | None = None,
     shard: tuple[int, int] | None = None,
     commit: bool = True,
+    resume: Resume | None = None,
 ) -> SweepPlan:
     """Steps 1–3 against the store as ``snapshot`` holds it: pool, runs, phases.
 
     A report id already used in the store is refused only when the sweep will
     commit (``commit``): a replay of a past night under its own id may measure.
+    ``resume`` finishes a night that stopped (see :mod:`kb.sweep.resume`).
     """
     pool = build_pool(spec.models, snapshot, observed_at)
-    pairs = plan_case_runs(spec, pool, shard)
+    pairs = plan_case_runs(spec, pool, shard, resume)
+    if resume is not None:
+        report_id = resume.report_id
     report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
     if commit:
-        _refuse_used_report_id(snapshot, report_id, pairs)
+        refuse_used_report_id(snapshot, report_id, pairs)
         _refuse_backdating(snapshot, pairs, observed_at)
     keys = {pair.member.key for pair in pairs}
     members = [member.spec for member in pool if member.spec.key in keys]
@@ -199,6 +212,20 @@ def prepare_sweep(
         snapshot=snapshot,
         pool=tuple(pool),
         pairs=tuple(pairs),
-        job=job_plan(phases, spec.budgets.max_total_usd),
+        job=job_plan(phases, spec.budgets.max_total_usd, _settled(phases, resume)),
         shard=shard,
+        resume=resume,
+    )
+
+
+def _settled(phases: Sequence[Phase], resume: Resume | None) -> frozenset[str]:
+    """The planned runs a stopped invocation's journal holds as settled ok, by label."""
+    if resume is None or resume.journal is None:
+        return frozenset()
+    journal = resume.journal
+    return frozenset(
+        run.label
+        for phase in phases
+        for run in phase.runs
+        if journal.reusable(run.label, run.request.key) is not None
     )

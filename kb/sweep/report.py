@@ -104,6 +104,8 @@ def sweep_report(
         key = (cell.member.ref, cell.member.effort, cell.task_class)
         return [claim for _, claim in live.get(key, []) if claim.id not in gone]
 
+    carried = plan.resume.committed if plan.resume is not None else None
+    done = plan.resume.done if plan.resume is not None else ()
     return ReportFile.model_validate(
         {
             "reportId": plan.report_id,
@@ -118,11 +120,20 @@ def sweep_report(
             "worstCaseUsd": plan.worst_case_usd,
             "spentUsd": measurement.spent_usd,
             "cells": [
-                cell_record(cell, gate, claim.id if claim else None, stands(cell))
-                for cell, claim in measurement.cells
+                *done,
+                *(
+                    cell_record(cell, gate, claim.id if claim else None, stands(cell))
+                    for cell, claim in measurement.cells
+                ),
             ],
-            "claims": [claim_to_wire(claim) for _, claim in measurement.cells if claim],
-            "retired": [r.to_record() for r in retired],
+            "claims": [
+                *(carried.claims if carried is not None else ()),
+                *(claim_to_wire(claim) for _, claim in measurement.cells if claim),
+            ],
+            "retired": [
+                *(carried.retired if carried is not None else ()),
+                *(r.to_record() for r in retired),
+            ],
             "canary": [c.to_record() for c in canary],
             "committedVersion": committed_version,
         }

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 
+from kb.engine.journal import RunJournal, read_journal
 from kb.engine.scheduler import Engine
 from kb.store.baselines import BaselinesFile
 from kb.store.diff import Side, StoreDiff, diff_snapshots
@@ -30,14 +31,16 @@ from kb.store.evidence import evidence_paths
 from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, validate_attempts
 from kb.store.models import ModelClaim
 from kb.store.ops import ArchiveClaim, EvalCommitterGate
-from kb.store.records import ReportFile, render_runs
+from kb.store.records import ReportFile, RunRecord, render_runs
 from kb.store.snapshot import Snapshot
+from kb.store.ttl import format_instant
 from kb.sweep.canary import CanaryChange, canary_change, classified
 from kb.sweep.cells import SweepCell
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
-from kb.sweep.plan import SweepPlan, prepare_sweep
+from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_used_report_id
 from kb.sweep.report import sweep_report
+from kb.sweep.resume import Resume, find_resume, journal_path
 from kb.sweep.spec import SweepSpec
 
 
@@ -105,9 +108,10 @@ def decide_change(
     notes = [found.note] if found.note else []
     if evidence is not None:
         runs_file, report_file = evidence_paths(evidence.directory, plan.report_id)
-        runs = render_runs(measurement.runs)
+        records = night_runs(plan, measurement)
+        runs = render_runs(records)
         report = report.model_copy(
-            update={"run_count": len(measurement.runs), "runs_sha256": sha256(runs).hexdigest()}
+            update={"run_count": len(records), "runs_sha256": sha256(runs).hexdigest()}
         )
         files[str(runs_file)] = runs
         files[str(report_file)] = report.render()
@@ -160,6 +164,27 @@ class SweepReport:
         )
 
 
+def resume_night(
+    spec: SweepSpec, store: KnowledgeStore, *, report_id: str | None, observed_at: int | None
+) -> Resume:
+    """What ``--resume`` builds on: the named night, else the newest one a journal holds.
+
+    The night is named by ``report_id`` (or the spec's), else by the default
+    id of ``observed_at``; with neither, the newest journal in the spec's
+    evidence directory names it.
+    """
+    if report_id is None and spec.sweep.report_id is None and observed_at is not None:
+        report_id = f"kb-sweep-{format_instant(observed_at)}"
+    directory = evidence_target(spec, store).directory
+    return find_resume(store, directory, report_id or spec.sweep.report_id)
+
+
+def night_runs(plan: SweepPlan, measurement: Measurement) -> list[RunRecord]:
+    """Every run of the night: those of cells a stopped invocation committed, then tonight's."""
+    done = plan.resume.done_runs() if plan.resume is not None else []
+    return [*done, *measurement.runs]
+
+
 def execute_sweep(
     plan: SweepPlan,
     store: KnowledgeStore,
@@ -172,43 +197,105 @@ def execute_sweep(
 ) -> SweepReport:
     """Steps 4–9: measure, decide, one CAS commit (pushed with ``push``), report.
 
+    A committing sweep holds the night's lease (:meth:`KnowledgeStore.lease`)
+    and journals every settled run (:mod:`kb.engine.journal`) from before its
+    first call; the journal goes once every cell is committed complete.
     Nothing is committed unless at least one cell was measured completely: a
     sweep that measured nothing changes nothing.
     """
     target = evidence_target(plan.spec, store)
     writes = target if evidence and plan.spec.sweep.evidence else None
-    baselines = store.home.canary_baselines
-    if commit:
-        files = [*evidence_paths(writes.directory, plan.report_id)] if writes else []
-        files += [store.home.directory / name for name in (writes.settings if writes else {})]
-        store.preflight(
-            push=push, writes=[*files, *([baselines] if plan.spec.canary is not None else [])]
-        )
-    measurement = measure(plan, engine)
-    result = None
-    if commit and measurement.measured_any:
-        result = store.commit_with_rebase(
-            lambda snapshot: decide_change(
-                plan, measurement, snapshot, BaselinesFile.read(baselines), writes, committing=True
-            ),
-            CommitContext(
-                "sweep", plan.spec.sweep.committer, label=plan.report_id, report_id=plan.report_id
-            ),
-            attempts=attempts,
-            push=push,
-        )
+    if not commit:
+        return _report(plan, measure(plan, engine), store, target, None, None)
+    journal = journal_path(target.directory, plan.report_id)
+    with store.lease(plan.report_id):
+        _ready_to_spend(plan, store, journal, writes, push)
+        created = not journal.parent.exists()
+        if store.git is not None:
+            store.git.exclude(journal)  # a working file of this clone, never committed
+        engine.journal = RunJournal.open(journal, plan.report_id, format_instant(plan.observed_at))
+        engine.settled = plan.resume.journal if plan.resume is not None else None
+        try:
+            measurement = measure(plan, engine)
+        finally:
+            engine.journal.close()
+        result = None
+        if measurement.measured_any:
+            result = store.commit_with_rebase(
+                lambda snapshot: decide_change(
+                    plan,
+                    measurement,
+                    snapshot,
+                    BaselinesFile.read(store.home.canary_baselines),
+                    writes,
+                    committing=True,
+                ),
+                CommitContext(
+                    "sweep",
+                    plan.spec.sweep.committer,
+                    label=plan.report_id,
+                    report_id=plan.report_id,
+                ),
+                attempts=attempts,
+                push=push,
+            )
+        if result is not None and all(cell.complete for cell, _ in measurement.cells):
+            journal.unlink(missing_ok=True)  # the night is whole: nothing left to resume
+            if created and not any(journal.parent.iterdir()):
+                journal.parent.rmdir()  # made only for the journal (evidence turned off)
+    return _report(plan, measurement, store, target, result, writes)
+
+
+def _ready_to_spend(
+    plan: SweepPlan,
+    store: KnowledgeStore,
+    journal: Path,
+    writes: EvidenceTarget | None,
+    push: bool,
+) -> None:
+    """Before the first call, under the lease: the night is free, and its commit can be made."""
+    refuse_used_report_id(store.read(), plan.report_id, plan.pairs)
+    if journal.exists() and (plan.resume is None or plan.resume.journal is None):
+        left = read_journal(journal)
+        count = len(left.settled) if left is not None else 0
+        journal.unlink()  # a fresh start of the night: its journal starts over too
+        if count:
+            store.warnings.append(
+                f"a stopped sweep of {plan.report_id} had {count} runs settled ok; this sweep "
+                "starts the night over and pays for them again (kb sweep --resume reuses them)"
+            )
+    files = [*evidence_paths(writes.directory, plan.report_id)] if writes else []
+    files += [store.home.directory / name for name in (writes.settings if writes else {})]
+    canary = [store.home.canary_baselines] if plan.spec.canary is not None else []
+    store.preflight(push=push, writes=[*files, journal, *canary])
+
+
+def _report(
+    plan: SweepPlan,
+    measurement: Measurement,
+    store: KnowledgeStore,
+    target: EvidenceTarget,
+    result: CommitResult | None,
+    writes: EvidenceTarget | None,
+) -> SweepReport:
+    """The sweep's report: the one its commit carried (else decided against the plan's store)."""
     change = (
         result.change
         if result is not None
         else decide_change(
-            plan, measurement, plan.snapshot, BaselinesFile.read(baselines), None, committing=False
+            plan,
+            measurement,
+            plan.snapshot,
+            BaselinesFile.read(store.home.canary_baselines),
+            None,
+            committing=False,
         )
     )
     assert isinstance(change, SweepChange) and change.report is not None
     return SweepReport(
         plan,
         measurement,
-        change.report.with_runs(measurement.runs),
+        change.report.with_runs(night_runs(plan, measurement)),
         commit=result,
         evidence_files=(
             evidence_paths(target.directory, plan.report_id)

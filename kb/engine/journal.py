@@ -1,0 +1,162 @@
+"""The run journal: every settled run, written as it settles, so a stopped job pays nothing twice.
+
+A sweep opens a journal beside its evidence (``<report>.journal.jsonl``)
+before its first call. The engine appends one line per run the moment it
+settles — its label, the request's key, status, full output, usage, cost,
+price source, attempts, error and latency — flushed and fsynced, so a
+Ctrl-C, a crash or a failed CI job loses at most the runs still in flight.
+The first line names the report and its instant.
+
+``kb sweep --resume`` reads it back (:func:`read_journal`): a planned run
+whose label *and* request key match a journaled run that settled ``ok`` is
+served from the journal instead of the provider (and costs the envelope
+nothing: it was paid); every other run — missing, failed, exhausted,
+cancelled, or asked differently since — runs again. The key is the request
+as the provider would see it (model, params, messages), so editing a case
+or a model's params never reuses an answer to a different question.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from kb.engine.runs import RunResult, Usage
+from kb.errors import ConfigError
+
+JOURNAL_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class JournalState:
+    """What a journal holds: the night it belongs to and its settled runs."""
+
+    path: Path
+    report_id: str
+    observed_at: str
+    settled: Mapping[str, tuple[str, RunResult]]
+    """Label → (request key, the run), for the runs that settled ``ok`` (the last one wins)."""
+    lines: int
+    """Runs journaled in all (ok or not)."""
+
+    def reusable(self, label: str, key: str) -> RunResult | None:
+        """The journaled ok run for ``label``, if it answered the same request."""
+        found = self.settled.get(label)
+        return found[1] if found is not None and found[0] == key else None
+
+
+class RunJournal:
+    """An open journal the engine appends to (append-only, each line fsynced)."""
+
+    def __init__(self, path: Path, handle: IO[str]) -> None:
+        self.path = path
+        self._handle = handle
+
+    @classmethod
+    def open(cls, path: Path, report_id: str, observed_at: str) -> RunJournal:
+        """Open ``path`` for appending (written with its header line when new)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists() or path.stat().st_size == 0
+        handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        journal = cls(path, handle)
+        if new:
+            header = {"journal": JOURNAL_FORMAT, "reportId": report_id, "observedAt": observed_at}
+            journal._write(header)
+        return journal
+
+    def _write(self, value: Mapping[str, Any]) -> None:
+        self._handle.write(json.dumps(value, ensure_ascii=False) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def record(self, result: RunResult) -> None:
+        """Append one settled run (a run served from the journal is not written again)."""
+        if result.reused or result.request is None:
+            return
+        latency = result.latency_ms
+        self._write(
+            {
+                "label": result.label,
+                "key": result.request.key,
+                "kind": result.kind,
+                "model": result.model,
+                "status": result.status,
+                "output": result.output,
+                "usage": {
+                    "promptTokens": result.usage.prompt_tokens,
+                    "completionTokens": result.usage.completion_tokens,
+                },
+                "costUsd": result.cost_usd,
+                "priceSource": result.price_source,
+                "attempts": result.attempts,
+                "error": result.error,
+                "latencyMs": latency,
+            }
+        )
+
+    def close(self) -> None:
+        """Close the file (every line is already on disk)."""
+        self._handle.close()
+
+
+def read_journal(path: Path) -> JournalState | None:
+    """The journal at ``path`` (``None``: there is none); a broken line is a ``ConfigError``.
+
+    A last line cut short by a crash mid-write is ignored: it never settled.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot be read: {exc}") from None
+    if not lines:
+        return None
+    try:
+        header = json.loads(lines[0])
+        if header.get("journal") != JOURNAL_FORMAT:
+            raise ValueError(f"journal must be {JOURNAL_FORMAT}")
+        report_id, observed_at = str(header["reportId"]), str(header["observedAt"])
+    except (ValueError, KeyError, AttributeError) as exc:
+        raise ConfigError(str(path), f"not a kb run journal: {exc}") from None
+    settled: dict[str, tuple[str, RunResult]] = {}
+    count = 0
+    for number, line in enumerate(lines[1:], 2):
+        try:
+            entry = json.loads(line)
+            result = _result(entry)
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):
+                break  # the last write was cut short by a crash: that run never settled
+            raise ConfigError(f"{path}:{number}", f"not a journaled run: {exc}") from None
+        count += 1
+        if result.status == "ok":
+            settled[result.label] = (str(entry["key"]), result)
+        else:
+            settled.pop(result.label, None)
+    return JournalState(path, report_id, observed_at, settled, count)
+
+
+def _result(entry: Mapping[str, Any]) -> RunResult:
+    usage = entry["usage"]
+    latency = entry.get("latencyMs")
+    result = RunResult(
+        label=str(entry["label"]),
+        kind=entry["kind"],
+        model=str(entry["model"]),
+        status=entry["status"],
+        output=entry.get("output"),
+        usage=Usage(int(usage["promptTokens"]), int(usage["completionTokens"])),
+        cost_usd=float(entry["costUsd"]),
+        error=entry.get("error"),
+        attempts=int(entry["attempts"]),
+        price_source=entry.get("priceSource"),
+        reused=True,
+    )
+    if isinstance(latency, int | float):
+        result = replace(result, started_at=0.0, ended_at=float(latency) / 1000.0)
+    return result
