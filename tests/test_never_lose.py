@@ -44,9 +44,14 @@ def loopback_spec(
     canary: bool = False,
     params: dict[str, Any] | None = None,
     extra_sweep: str = "",
+    priced: bool = True,
+    keyed: bool = True,
 ) -> Path:
     """``openai:m`` on the loopback server, ``cases`` cases it answers right (``echo: qN``)."""
-    model = {"api_base": base, "api_key": KEY, "cost_usd": 0.001} | (params or {})
+    model: dict[str, Any] = {"api_base": base}
+    model |= {"api_key": KEY} if keyed else {}
+    model |= {"cost_usd": 0.001} if priced else {}
+    model |= params or {}
     lines = [
         "[sweep]",
         'committer = "ci"',
@@ -388,7 +393,7 @@ def test_a_second_sweep_of_the_same_night_is_refused_while_the_first_runs(repo: 
         spec.write_text(spec.read_text().replace('prompt = "q2"', 'prompt = "hang"'))
         night = ["sweep", str(spec), "--quiet", "--observed-at", NIGHT_1]
         first = kb_process(repo, *night)
-        wait_for(lambda: "hang" in prompts_asked(seen), first)
+        wait_for(lambda: len(seen.requests) == 3, first)  # all its calls sent, one held
         asked = len(seen.requests)
         second = subprocess.run(
             [sys.executable, "-m", "kb", *night], cwd=repo, capture_output=True, text=True
@@ -402,3 +407,196 @@ def test_a_second_sweep_of_the_same_night_is_refused_while_the_first_runs(repo: 
         _, err = first.communicate(timeout=120)
     assert first.returncode == 0, err  # the first sweep finished and committed its night
     assert git(repo, "log", "--format=%s").count("kb: sweep") == 1
+
+
+# -- 5. prices: declared or refused, never a silent $0 -----------------------------------------
+
+
+def test_a_model_nobody_can_price_is_refused_under_a_cap_and_named(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, priced=False)
+    before = state(repo)
+    refused = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert refused.exit_code == 2
+    assert "openai:m: has no price (litellm's price table does not know it" in refused.stderr
+    assert "price = { input_per_mtok = …, output_per_mtok = … }" in refused.stderr
+    assert "or set sweep.allow_unpriced = true" in refused.stderr
+    assert seen.requests == [] and state(repo) == before
+    # Declared: priced per token, recorded as declared.
+    price = {"price": {"input_per_mtok": 2, "output_per_mtok": 10}}
+    declared = loopback_spec(repo / "d.toml", base, priced=False, params=price)
+    done = kb(runner, "sweep", str(declared), "--json", "--quiet", "--observed-at", NIGHT_1)
+    assert done.exit_code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {r["priceSource"] for r in report["runs"]} == {"declared"}
+    assert report["cells"][0]["totalCostUsd"] == pytest.approx(30 * (5 * 2 + 2 * 10) / 1e6)
+    # Allowed unpriced: the runs say so, the cell's cost is "unpriced", never $0.0000.
+    allowed = loopback_spec(
+        repo / "a.toml", base, priced=False, extra_sweep="allow_unpriced = true"
+    )
+    run = kb(runner, "sweep", str(allowed), "--quiet", "--observed-at", NIGHT_2)
+    assert run.exit_code == 0, run.stderr
+    assert " unpriced  strength" in run.stdout
+    assert "(+ 30 unpriced runs, cost unknown)" in run.stdout
+    latest = parse_store((repo / STORE).read_bytes(), "store").claims[-1]
+    assert latest.metrics is not None and "cost" not in latest.metrics
+
+
+def test_the_checkpoint_refuses_to_compare_unpriced_arms(isolated: Path, runner: CliRunner) -> None:
+    assert kb(runner, "init").exit_code == 0
+    (isolated / "c.toml").write_text(
+        '[checkpoint]\norchestrator = "scripted:o"\n\n[budgets]\ntarget_usd = 0.01\n'
+        "orchestrator_usd = 0.01\nmax_total_usd = 1\n\n"
+        '[[ladders]]\nname = "g"\nstart_tier = 1\nrungs = [{ model = "openai:cheap-unknown" }, '
+        '{ model = "scripted:big" }]\n\n[[profiles]]\nname = "p"\nmodel = "scripted:big"\n'
+        'task_class = "t"\n\n[[cases]]\nname = "k1"\ntask_class = "t"\nprompt = "q"\n'
+        'graders = [{ kind = "golden", expected = "a" }]\n\n[[orchestrated]]\nname = "o1"\n'
+        'task_class = "t"\nprompt = "q2"\ngraders = [{ kind = "golden", expected = "a" }]\n'
+    )
+    result = kb(runner, "checkpoint", "c.toml")
+    assert result.exit_code == 2
+    assert "openai:cheap-unknown: has no price" in result.stderr
+    assert "allow_unpriced" not in result.stderr  # no way around it: the criteria compare costs
+
+
+# -- 6. params: kb's own refused, typos named, provider keys through extra ------------------
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"max_retries": 5},
+            "models[0].params.max_retries: kb sets max_retries itself; kb retries failed "
+            "calls itself: use [sweep] max_retries",
+        ),
+        ({"timeout": 5}, "models[0].params.timeout: kb sets timeout itself; use params.timeout_s"),
+        (
+            {"model": "x"},
+            "models[0].params.model: kb sets model itself; the model is [[models]].model",
+        ),
+        (
+            {"stream": True},
+            "models[0].params.stream: kb sets stream itself; kb reads whole replies",
+        ),
+        (
+            {"n": 3},
+            "models[0].params.n: kb sets n itself; to ask a case several times use [sweep] repeats",
+        ),
+        (
+            {"temprature": 0},
+            "models[0].params.temprature: not a param litellm knows for openai; did you "
+            "mean 'temperature'?",
+        ),
+        ({"extra": 3}, "models[0].params.extra: must be a table of provider-specific keys"),
+        (
+            {"price": {"input_per_mtok": -1}},
+            "models[0].params.price.input_per_mtok: must be a nonnegative number",
+        ),
+    ],
+)
+def test_params_kb_owns_or_litellm_does_not_know_are_refused_before_any_call(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen], params: dict[str, Any], message: str
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, params=params)
+    result = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert result.exit_code == 2
+    assert message in result.stderr, result.stderr
+    assert seen.requests == []
+
+
+def test_provider_specific_keys_go_through_extra(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(
+        repo / "s.toml", base, cases=1, params={"temperature": 0, "extra": {"top_k": 7}}
+    )
+    result = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert result.exit_code == 0, result.stderr
+    (request,) = seen.requests
+    assert request["body"]["temperature"] == 0 and request["body"]["top_k"] == 7
+
+
+# -- 7. secrets: real ones cut, placeholders left alone ---------------------------------
+
+
+def test_api_key_none_never_hides_the_word_none(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, _ = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, cases=1, params={"api_key": "none"})
+    spec.write_text(spec.read_text().replace('prompt = "q0"', 'prompt = "There are none left."'))
+    spec.write_text(
+        spec.read_text().replace('expected = "echo: q0"', 'expected = "echo: There are none left."')
+    )
+    done = kb(runner, "sweep", str(spec), "--json", "--quiet", "--observed-at", NIGHT_1)
+    assert done.exit_code == 0, done.stderr
+    (run,) = json.loads(done.stdout)["runs"]
+    assert run["output"] == "echo: There are none left."
+    assert run["request"]["user"] == "There are none left."
+    evidence = (repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.jsonl").read_text()
+    assert "none left" in evidence and "***" not in evidence
+
+
+def test_a_real_key_is_cut_wherever_it_would_show(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, _ = server
+    monkeypatch.setenv("LOOPBACK_CRED", "s3cret-value-123456")
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(
+        repo / "s.toml", base, cases=1, keyed=False, params={"api_key_env": "LOOPBACK_CRED"}
+    )
+    spec.write_text(spec.read_text().replace('prompt = "q0"', 'prompt = "say s3cret-value-123456"'))
+    done = kb(
+        runner,
+        "sweep",
+        str(spec),
+        "--json",
+        "--quiet",
+        "--observed-at",
+        NIGHT_1,
+        "--allow-incomplete",
+    )
+    assert done.exit_code == 0, done.stderr
+    assert "s3cret-value-123456" not in done.stdout
+    evidence = (repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.jsonl").read_text()
+    assert "s3cret-value-123456" not in evidence and "say ***" in evidence
+
+
+# -- 8. an interrupt on the real HTTP path says one line, no Python warning -----------------
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_with_calls_in_flight_prints_one_line_and_no_warning(
+    repo: Path, sig: str
+) -> None:
+    """Calls cut short inside litellm (mid-request, or still being built in its executor)
+    leave coroutines it never awaited; none of that may reach the user's terminal."""
+    import signal
+
+    subprocess.run([sys.executable, "-m", "kb", "init"], cwd=repo, check=True, capture_output=True)
+    with fake_openai_server(latency_s=0.02, hang_s=None) as (base, seen):
+        spec = loopback_spec(repo / "s.toml", base, cases=160, extra_sweep="concurrency = 8")
+        text = spec.read_text()
+        for i in range(150, 160):  # calls the server holds: always some in flight at the end
+            text = text.replace(f'prompt = "q{i}"\n', 'prompt = "hang"\n')
+        spec.write_text(text)
+        proc = kb_process(repo, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+        wait_for(lambda: len(seen.requests) >= 60, proc)  # mid-stream: calls start and finish
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"Error: interrupted by {sig}: nothing committed, the store is unchanged; $"
+    ), err
+    assert out == ""

@@ -45,6 +45,8 @@ class Arm:
         for run in self.runs:
             if run.status != "ok":
                 return f"{run.status} run {run.label}"
+            if run.price_source == "unpriced":  # its cost is unknown: no cost comparison
+                return f"unpriced run {run.label}"
         return None
 
     def to_json(self) -> dict[str, Any]:

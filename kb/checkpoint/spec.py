@@ -16,7 +16,14 @@ from kb.evals.cases import Case, JudgeGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
 from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
 from kb.store.models import ModelClaim
-from kb.sweep.spec import ModelEntry, duplicate_name_issues, load_spec, resolve_models
+from kb.sweep.spec import (
+    ModelEntry,
+    duplicate_name_issues,
+    judge_models,
+    load_spec,
+    resolve_models,
+    unpriced_issues,
+)
 from kb.tomlfile import read_toml
 
 
@@ -69,6 +76,15 @@ class CheckpointSpec:
     orchestrated: tuple[Case, ...]
     seeding_cases: tuple[Case, ...]
 
+    def priced_models(self) -> list[ModelSpec]:
+        """Every model whose cost the criteria compare: rungs, profiles, orchestrator, judges."""
+        models = [
+            self.model(r.model, r.effort) for ladder in self.ladders.ladders for r in ladder.rungs
+        ]
+        models += [self.model(p.model, p.effort) for p in self.ladders.profiles]
+        models.append(self.model(self.section.orchestrator))
+        return models + judge_models([*self.cases, *self.orchestrated])
+
     def model(self, ref: str, effort: str | None = None) -> ModelSpec:
         """A model with the params the spec gives it."""
         params = self.params.get(subject_key(ref, effort), self.params.get(ref, {}))
@@ -105,7 +121,7 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
         seeding.extend(load_spec(base / sweep_path).cases)
     if issues:
         raise ConfigError(str(path), issues)
-    return CheckpointSpec(
+    loaded = CheckpointSpec(
         path,
         spec.checkpoint,
         spec.budgets,
@@ -115,6 +131,10 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
         tuple(spec.orchestrated),
         tuple(seeding),
     )
+    issues = unpriced_issues(loaded.priced_models(), None)
+    if issues:  # both criteria compare arms on cost: a model nobody prices cannot be compared
+        raise ConfigError(str(path), issues)
+    return loaded
 
 
 def _ladders(spec: _CheckpointFile, base: Path, source: str) -> LaddersFile:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kb.engine.prices import declared_cost
 from kb.engine.providers.local import LocalModel
 from kb.engine.providers.scripted import ScriptedModel
 from kb.engine.requests import ModelSpec, ProviderRequest, scrub_secrets, secret_values
@@ -200,20 +201,6 @@ def classify(error: BaseException, secrets: list[str]) -> ProviderFailure:
     return ProviderFailure(message, retryable=isinstance(error, ValueError | litellm.APIError))
 
 
-def declared_cost(spec: ModelSpec, usage: Usage) -> float | None:
-    """The provider's declared price from the spec's params (or scripted script), if any."""
-    params = spec.params
-    if spec.provider == "scripted":
-        return ScriptedModel.from_params(params, where=f"scripted:{spec.ref}").cost_usd
-    if "cost_usd" in params:
-        return float(params["cost_usd"])
-    if "input_cost_per_token" in params or "output_cost_per_token" in params:
-        return usage.prompt_tokens * float(params.get("input_cost_per_token", 0)) + (
-            usage.completion_tokens * float(params.get("output_cost_per_token", 0))
-        )
-    return None
-
-
 class LiteLLMAdapter:
     """Makes single provider calls through litellm."""
 
@@ -281,9 +268,7 @@ class LiteLLMAdapter:
             ) from None
         cost = declared_cost(spec, usage)
         source: PriceSource = "declared"
-        if cost is None and spec.provider == "local":
-            cost = 0.0  # kb's bundled model runs on this machine: free, by declaration
-        elif cost is None:
+        if cost is None:
             cost = self._price_table_cost(request, response)
             source = "litellm" if cost is not None else "unpriced"
         return ProviderReply(text=str(text), usage=usage, cost_usd=cost or 0.0, price_source=source)

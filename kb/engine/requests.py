@@ -28,9 +28,11 @@ _URL_USERINFO = re.compile(r"(\w+://)[^/@\s]+@")
 KB_PARAMS = (
     "api_key_env",
     "cost_usd",
+    "price",
     "timeout_s",
     "input_cost_per_token",
     "output_cost_per_token",
+    "extra",
 )
 
 # Names ending in key/token/secret/password (not "max_tokens"), and header maps,
@@ -141,6 +143,9 @@ def build_request(
         for name, value in {**spec.params, **(overrides or {})}.items()
         if name not in KB_PARAMS
     }
+    extra = spec.params.get("extra")
+    if isinstance(extra, Mapping):  # provider-specific keys, passed as they are
+        call.update(extra)
     if spec.effort is not None and spec.provider in EFFORT_PROVIDERS:
         call["reasoning_effort"] = spec.effort
     params = key_params(call)
@@ -189,6 +194,9 @@ def secret_values(params: Mapping[str, Any]) -> list[str]:
                 walk(item, secret)
         elif secret and isinstance(value, str) and value:
             found.append(value)
+            scheme, _, token = value.partition(" ")
+            if token and scheme.lower() in ("bearer", "basic", "token"):
+                found.append(token.strip())  # a provider may echo the bare token
 
     walk(params, False)
     return found
@@ -233,6 +241,15 @@ def provider_issue(ref: str) -> str | None:
     return f"provider {provider!r} is neither kb's own (scripted, local) nor known to litellm{hint}"
 
 
+def credentials_of(params: Mapping[str, Any]) -> list[str]:
+    """Every secret a model's params carry: secret-named values and its ``api_key_env`` key."""
+    found = secret_values(params)
+    name = params.get("api_key_env")
+    if isinstance(name, str) and os.environ.get(name):
+        found.append(os.environ[name])
+    return found
+
+
 def credential_issues(models: Sequence[ModelSpec]) -> list[str]:
     """``api_key_env`` variables that are not set (checked before any call, unless replaying)."""
     issues = []
@@ -244,19 +261,27 @@ def credential_issues(models: Sequence[ModelSpec]) -> list[str]:
 
 
 _SECRET_ENV = re.compile(r"(_API_KEY|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
-_SECRET_SHAPES = re.compile(r"(Bearer\s+)\S+|\b(sk|pk|rk)-[A-Za-z0-9_\-]{8,}", re.IGNORECASE)
+MIN_SECRET_LENGTH = 8
+"""Shorter values are placeholders (``api_key = "none"`` for a local server), not secrets:
+cutting them would cut that word from every answer."""
 
 
 def scrub_secrets(text: str, secrets: Sequence[str] = ()) -> str:
-    """Cut known secrets, key-shaped tokens and the environment's credentials from ``text``.
+    """Cut secret values from ``text``, and nothing else.
 
-    Providers read ``*_API_KEY`` variables on their own, so those values are
-    cut even when no spec named them. Used on every provider error and on
-    everything kb writes as evidence.
+    The secrets are the values kb was given: keys from ``api_key`` or
+    ``api_key_env``, authorization headers (``secrets``), and the
+    environment's credentials (providers read ``*_API_KEY`` variables on
+    their own, so those are cut even when no spec named them) — each of at
+    least :data:`MIN_SECRET_LENGTH` characters. Text that merely looks like a
+    key is left alone: a model asked to write one is not leaking anything.
+    Used on every provider error and on everything kb writes as evidence.
     """
-    known = [s for s in secrets if s] + [
-        value for name, value in os.environ.items() if _SECRET_ENV.search(name) and len(value) >= 8
+    known = [s for s in secrets if len(s) >= MIN_SECRET_LENGTH] + [
+        value
+        for name, value in os.environ.items()
+        if _SECRET_ENV.search(name) and len(value) >= MIN_SECRET_LENGTH
     ]
     for secret in sorted(set(known), key=len, reverse=True):
         text = text.replace(secret, "***")
-    return _SECRET_SHAPES.sub(lambda m: (m.group(1) or "") + "***", text)
+    return text

@@ -21,6 +21,7 @@ import asyncio
 import random
 import signal
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -182,7 +183,15 @@ class Engine:
         return [task.result() for task in tasks]
 
     def _interrupt(self, signal_name: str, tasks: Sequence[asyncio.Task[RunResult]]) -> None:
-        """A signal arrived: stop every run now (their reservations are released)."""
+        """A signal arrived: stop every run now (their reservations are released).
+
+        Calls cut short inside litellm leave coroutines it created but never
+        awaited; their "never awaited" warnings say nothing the user needs (the
+        runs were cancelled on purpose), so they are silenced from here on.
+        """
+        warnings.filterwarnings(
+            "ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning
+        )
         self.interrupted_by = signal_name
         self._cancelled = True
         for task in tasks:

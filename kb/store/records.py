@@ -239,6 +239,8 @@ class CellRecord(WireModel):
     planned_n: int = Field(alias="plannedN")
     total_cost_usd: float = Field(alias="totalCostUsd")
     case_names: tuple[str, ...] = Field(alias="caseNames")
+    unpriced_runs: int | None = Field(default=None, alias="unpricedRuns")
+    """Format 2: runs nobody could price (the cell's cost is unknown, never $0)."""
     exhausted_runs: int | None = Field(default=None, alias="exhaustedRuns")
     non_ok_runs: int | None = Field(default=None, alias="nonOkRuns")
     judge_incomplete_runs: int | None = Field(default=None, alias="judgeIncompleteRuns")

@@ -136,6 +136,11 @@ class SweepCell:
         return [case.name for case in self.cases]
 
     @property
+    def unpriced_runs(self) -> int:
+        """Runs whose cost nobody knew (counted as $0: the cell's cost is unknown)."""
+        return sum(1 for run in self.runs if run.price_source == "unpriced")
+
+    @property
     def exhausted_runs(self) -> int:
         """Runs (target or judge) that cost more than their ceiling."""
         return sum(1 for run in self.runs if run.status == "exhausted")
@@ -301,7 +306,8 @@ def cell_claim(
             "passRate": cell.pass_rate,
             "n": cell.n,
             "graderId": GRADER_ID,
-            "cost": cell.total_cost_usd,
+            # An unpriced run makes the cell's cost unknown: say nothing rather than $0.
+            **({} if cell.unpriced_runs else {"cost": cell.total_cost_usd}),
         },
         "confidence": confidence_for(cell.n),
         "observedAt": observed,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.engine.providers.scripted import SCRIPTED_KEYS
-from kb.engine.requests import ModelSpec, scrub_secrets, secret_values
+from kb.engine.requests import ModelSpec, credentials_of, scrub_secrets
 from kb.engine.runs import RunResult
 from kb.evals.graders import Grade
 from kb.store.records import RequestRecord, RunRecord, UsageRecord, Verdict, cut_text
@@ -41,7 +41,7 @@ class EvidenceContext:
         """Every secret any of ``models`` carries in its params."""
         found: list[str] = []
         for model in models:
-            found += secret_values(model.params)
+            found += credentials_of(model.params)
         return cls(tuple(dict.fromkeys(found)))
 
     def cut(self, text: str) -> str:

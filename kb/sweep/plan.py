@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
-from kb.evals.cases import JudgeGrader, unique_names
-from kb.evals.graders import judge_spec
+from kb.evals.cases import unique_names
 from kb.evals.suite import CaseRun, judge_phase, target_phase
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant, stored_instant
@@ -27,7 +26,7 @@ from kb.sweep.cells import claim_id
 from kb.sweep.falsify import live_eval_claims
 from kb.sweep.pool import PoolMember, build_pool
 from kb.sweep.resume import Resume
-from kb.sweep.spec import SweepSpec
+from kb.sweep.spec import SweepSpec, judge_models
 
 
 @dataclass(frozen=True)
@@ -69,12 +68,7 @@ class SweepPlan:
     @property
     def judge_models(self) -> list[ModelSpec]:
         """The judges the spec's cases call."""
-        return [
-            judge_spec(grader)
-            for case in self.spec.cases
-            for grader in case.graders
-            if isinstance(grader, JudgeGrader)
-        ]
+        return judge_models(self.spec.cases)
 
 
 def parse_shard(text: str) -> tuple[int, int]:

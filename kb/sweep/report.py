@@ -45,6 +45,7 @@ def cell_record(
         planned_n=cell.planned_n,
         total_cost_usd=cell.total_cost_usd,
         case_names=tuple(cell.case_names),
+        unpriced_runs=cell.unpriced_runs or None,
         exhausted_runs=cell.exhausted_runs or None,
         non_ok_runs=cell.non_ok_runs or None,
         judge_incomplete_runs=cell.judge_incomplete_runs or None,

@@ -31,11 +31,14 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
+from kb.engine.params import param_issues
+from kb.engine.prices import DECLARE_HINT, price_param_issues, unpriced
 from kb.engine.providers.scripted import ScriptedModel
 from kb.engine.requests import ModelSpec, credential_issues, provider_issue
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
+from kb.evals.graders import judge_spec
 from kb.schema import ModelRefText, StrictModel, validate_into
 from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
 from kb.tomlfile import read_toml
@@ -92,6 +95,8 @@ class SweepSection(StrictModel):
     allow_unbounded: bool = False
     allow_partial: bool = False
     """Run even when the envelope cannot pay for every run (the overflow is refused)."""
+    allow_unpriced: bool = False
+    """Run models nobody can price under a capped envelope (their runs count as $0)."""
     evidence: bool = True
     """Write every run's evidence beside the store, in the sweep's commit."""
     evidence_dir: str | None = Field(default=None, min_length=1)
@@ -238,11 +243,50 @@ def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
         issues.extend(_budget_issues(sweep, budgets, cases, canary))
     if not cases and not issues:
         issues.append("cases: the spec (with its includes) has no cases")
+    issues.extend(_judge_param_issues(cases))
+    if sweep is not None and budgets is not None and budgets.max_total_usd is not None:
+        if not sweep.allow_unpriced:
+            issues.extend(unpriced_issues([*models, *judge_models(cases)], "sweep.allow_unpriced"))
     if credentials:
         issues.extend(_credential_issues(raw, cases))
     if issues or sweep is None:
         raise ConfigError(str(path), issues)
     return SweepSpec(path, sweep, budgets or Budgets(), tuple(models), tuple(cases), canary)
+
+
+def judge_models(cases: Sequence[Case]) -> list[ModelSpec]:
+    """The judges the cases call, once each."""
+    found: dict[str, ModelSpec] = {}
+    for case in cases:
+        for grader in case.graders:
+            if isinstance(grader, JudgeGrader):
+                spec = judge_spec(grader)
+                found.setdefault(spec.key, spec)
+    return list(found.values())
+
+
+def unpriced_issues(models: Sequence[ModelSpec], override: str | None) -> list[str]:
+    """One line per model nobody can price (its runs would cost an unbounded $0).
+
+    ``override`` names the setting that accepts them anyway (``None``: none does).
+    """
+    keys = {spec.key: spec for spec in models}
+    tail = f", or set {override} = true" if override else ""
+    return [
+        f"{key}: has no price (litellm's price table does not know it and the spec "
+        f"declares none): {DECLARE_HINT}{tail}"
+        for key, spec in keys.items()
+        if unpriced(spec)
+    ]
+
+
+def _judge_param_issues(cases: Sequence[Case]) -> list[str]:
+    issues: list[str] = []
+    for spec in judge_models(cases):
+        where = f"judge {spec.key} params"
+        issues += param_issues(spec.provider, spec.params, where)
+        issues += price_param_issues(spec.params, where)
+    return list(dict.fromkeys(issues))
 
 
 def _credential_issues(raw: Mapping[str, Any], cases: Sequence[Case]) -> list[str]:
@@ -387,6 +431,8 @@ def resolve_models(
     for index, entry in entries:
         spec = ModelSpec(entry.model, entry.effort, _resolve_params(entry.params, base))
         issues.extend(_numeric_param_issues(index, spec.params))
+        issues.extend(param_issues(spec.provider, spec.params, f"models[{index}].params"))
+        issues.extend(price_param_issues(spec.params, f"models[{index}].params"))
         unknown = provider_issue(spec.ref)
         if unknown:
             issues.append(f"models[{index}].model: {unknown}")

@@ -79,9 +79,10 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
             if cell.n
             else ""
         )
+        cost = "unpriced" if cell.unpriced_runs else f"${cell.total_cost_usd:.4f}"
         line = (
             f"  {cell.subject_key:<28} {cell.task_class:<22} {_count(cell)}  {rate}"
-            f"${cell.total_cost_usd:.4f}  {cell.outcome}"
+            f"{cost}  {cell.outcome}"
         )
         if cell.incomplete_reason:
             line += f" ({cell.incomplete_reason})"
@@ -108,9 +109,15 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         lines.append("not committed")
     else:
         lines.append("nothing to commit")
+    unpriced = sum(cell.unpriced_runs or 0 for cell in report.cells)
     lines.append(
-        f"spend: ${report.spent_usd:.4f} debited; worst case authorized "
-        f"{_money(report.worst_case_usd)}"
+        f"spend: ${report.spent_usd:.4f} debited"
+        + (
+            f" (+ {unpriced} unpriced run{'s' if unpriced != 1 else ''}, cost unknown)"
+            if unpriced
+            else ""
+        )
+        + f"; worst case authorized {_money(report.worst_case_usd)}"
     )
     return "\n".join(lines)
 
