@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,41 @@ def test_an_unknown_provider_gets_the_closest_name() -> None:
         "provider 'anthropc' is neither kb's own (scripted, local) nor known to litellm; "
         "did you mean 'anthropic'?"
     )
+
+
+def test_the_known_params_are_the_pinned_litellms() -> None:
+    """Param checks read a snapshot so they never import litellm; it must not go stale.
+
+    The snapshot's own script runs in a fresh interpreter (litellm's answers for a
+    few providers depend on what the process did before) and must print the file.
+    """
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    made = subprocess.run(
+        [sys.executable, str(root / "tests" / "data" / "make_known_params.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    formatted = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "-"],
+        input=made.stdout,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+    )
+    assert formatted.stdout == (root / "kb" / "engine" / "known_params.py").read_text()
+
+
+def test_a_models_own_timeout_s_bounds_its_calls() -> None:
+    from tests.fake_openai import fake_openai_server
+
+    with fake_openai_server(hang_s=None) as (base, seen):
+        spec = ModelSpec("openai:m", None, {"api_base": base, "api_key": "x", "timeout_s": 0.5})
+        engine = Engine(EngineConfig(timeout_s=3600, max_retries=0))
+        (result,) = engine.run(plan(spec, ["hang"]), SpendEnvelope(cap=None))
+        seen.release.set()
+    assert result.status == "error" and "timed out" in (result.error or "")

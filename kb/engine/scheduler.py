@@ -326,7 +326,7 @@ class Engine:
                         run.spec,
                         run.request,
                         occurrence=occurrence,
-                        timeout_s=self.config.timeout_s,
+                        timeout_s=float(run.spec.params.get("timeout_s", self.config.timeout_s)),
                     )
                 except ProviderFailure as failure:
                     error = failure

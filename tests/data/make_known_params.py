@@ -26,7 +26,8 @@ def known() -> tuple[list[str], dict[str, list[str]]]:
     litellm.suppress_debug_info = True
     general = sorted(set(inspect.signature(litellm.completion).parameters) - NOT_PARAMS)
     per: dict[str, list[str]] = {}
-    for provider in sorted({str(getattr(p, "value", p)) for p in litellm.provider_list}):
+    kb_own = {"scripted", "local"}  # kb registers its own providers once litellm is loaded
+    for provider in sorted({str(getattr(p, "value", p)) for p in litellm.provider_list} - kb_own):
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # litellm prints advice for some
                 found = litellm.get_supported_openai_params(
