@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ def responses(correct: int, cases: list[tuple[str, str, str]] = CASES) -> dict[s
 
 
 def toml_value(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return (
         json.dumps(value)
         if not isinstance(value, dict)

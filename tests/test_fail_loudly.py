@@ -352,7 +352,7 @@ def test_a_backdated_committing_sweep_is_refused(runner: CliRunner, repo: Path) 
     before = state(repo)
     old = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", "2026-10-15T02:00:00Z")
     assert old.exit_code == 2
-    assert "--observed-at: 2026-10-15T02:00:00.000Z is older than 1 live claim" in old.stderr
+    assert "sweep instant: 2026-10-15T02:00:00.000Z is older than 1 live claim" in old.stderr
     assert state(repo) == before
     replay = kb(
         runner,

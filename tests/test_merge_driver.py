@@ -422,3 +422,54 @@ def test_a_driver_that_fails_inside_kb_still_leaves_markers(
     assert result.exit_code == 1
     assert "kb's merge driver failed (RuntimeError: a bug in the merge)" in result.stderr
     assert "<<<<<<< ours:" in ours.read_text()
+
+
+def test_committing_a_merge_that_kept_one_side_fails_kb_verify_until_redone(
+    repo: Path, runner: CliRunner
+) -> None:
+    ours, theirs = branches_with_a_note_each(repo, runner)
+    git(repo, "config", "merge.kb.driver", "false")  # a driver that fails without markers
+    assert merge(repo, "feature").returncode != 0
+    git(repo, "add", STORE)
+    git(repo, "commit", "-q", "--no-edit")  # what git status offers: ours alone
+    verified = runner.invoke(cli, ["verify"])
+    assert verified.exit_code == 2
+    assert "the merge dropped 1 claim a branch had" in verified.stderr
+    assert theirs in verified.stderr and "redo them with kb" in verified.stderr
+    # Redone, the history is still told, as a warning.
+    note(runner, "planning", "2026-11-20T00:00:00Z")
+    again = runner.invoke(cli, ["verify"])
+    assert again.exit_code == 0, again.stderr
+    assert "they were redone since" in again.stderr
+
+
+def test_a_real_conflict_is_told_as_one_and_kb_waits_for_the_merge(
+    repo: Path, runner: CliRunner
+) -> None:
+    assert kb(runner, "init").exit_code == 0
+    store = KnowledgeStore(repo / STORE)
+    context = CommitContext("test", "ci")
+    store.commit([add(eval_claim("x"))], 0, context)
+    git(repo, "checkout", "-q", "-b", "feature")
+    store.commit(
+        [SupersedeClaim("x", eval_claim("y", observedAt="2026-07-02T00:00:00.000Z"), GATE)],
+        1,
+        context,
+    )
+    git(repo, "checkout", "-q", "main")
+    assert kb(runner, "archive", "x", "--reason", "rejected").exit_code == 0
+    assert merge(repo, "feature").returncode != 0
+    git(repo, "checkout", "--ours", STORE)  # as kb's conflict line advises
+    listed = runner.invoke(cli, ["list"])
+    assert listed.exit_code == 2
+    assert "kb's merge driver could not merge it" in listed.stderr
+    assert "merge-driver --install" not in listed.stderr  # it is installed: say the right thing
+    git(repo, "add", STORE)
+    before = (repo / STORE).read_bytes()
+    noted = kb(
+        runner, "--as-of", "2026-11-21T00:00:00Z", "note", "--model", "a:b", "--task-class",
+        "t", "--polarity", "weakness", "--statement", "s", "--approver", "al",
+        "--ruled-out", "prompt", "--evidence", "journal:r:1",
+    )  # fmt: skip
+    assert noted.exit_code == 2 and "a git merge is in progress" in noted.stderr
+    assert (repo / STORE).read_bytes() == before

@@ -251,9 +251,11 @@ class LiteLLMAdapter:
     def _reply(
         self, spec: ModelSpec, request: ProviderRequest, response: Any, secrets: list[str]
     ) -> ProviderReply:
+        # A 200 without a usable reply was answered (and may be billed): retrying
+        # would pay again for the same broken reply, so it is not retried.
         if not getattr(response, "choices", None):
             raise ProviderFailure(
-                "the provider answered without choices (HTTP 200 with no reply)", retryable=True
+                "the provider answered without choices (HTTP 200 with no reply)", retryable=False
             )
         try:
             text = response.choices[0].message.content or ""
@@ -264,7 +266,7 @@ class LiteLLMAdapter:
             )
         except (AttributeError, IndexError, TypeError, ValueError) as error:
             raise ProviderFailure(
-                scrub_secrets(f"malformed reply: {error}", secrets), retryable=True
+                scrub_secrets(f"malformed reply: {error}", secrets), retryable=False
             ) from None
         cost = declared_cost(spec, usage)
         source: PriceSource = "declared"

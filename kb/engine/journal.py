@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +38,8 @@ class JournalState:
     path: Path
     report_id: str
     observed_at: str
+    spec: str
+    """What was swept (the spec file's path)."""
     settled: Mapping[str, tuple[str, RunResult]]
     """Label → (request key, the run), for the runs that settled ``ok`` (the last one wins)."""
     lines: int
@@ -52,21 +54,46 @@ class JournalState:
 class RunJournal:
     """An open journal the engine appends to (append-only, each line fsynced)."""
 
-    def __init__(self, path: Path, handle: IO[str]) -> None:
+    def __init__(self, path: Path, handle: IO[str], cut: Callable[[str], str]) -> None:
         self.path = path
         self._handle = handle
+        self._cut = cut
 
     @classmethod
-    def open(cls, path: Path, report_id: str, observed_at: str) -> RunJournal:
-        """Open ``path`` for appending (written with its header line when new)."""
+    def open(
+        cls,
+        path: Path,
+        report_id: str,
+        observed_at: str,
+        *,
+        spec: str,
+        cut: Callable[[str], str] = lambda text: text,
+    ) -> RunJournal:
+        """Open ``path`` for appending (written with its header line when new).
+
+        ``spec`` names what was swept (a resume of another spec is refused);
+        ``cut`` takes secrets out of every text before it reaches the disk.
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists() or path.stat().st_size == 0
         handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        journal = cls(path, handle)
+        journal = cls(path, handle, cut)
         if new:
-            header = {"journal": JOURNAL_FORMAT, "reportId": report_id, "observedAt": observed_at}
-            journal._write(header)
+            journal._write(
+                {
+                    "journal": JOURNAL_FORMAT,
+                    "reportId": report_id,
+                    "observedAt": observed_at,
+                    "spec": spec,
+                }
+            )
         return journal
+
+    def discard(self, labels: Iterable[str]) -> None:
+        """Mark settled runs as not to be reused (a suspect cell's answers: an outage's)."""
+        found = list(labels)
+        if found:
+            self._write({"discard": found})
 
     def _write(self, value: Mapping[str, Any]) -> None:
         self._handle.write(json.dumps(value, ensure_ascii=False) + "\n")
@@ -85,7 +112,7 @@ class RunJournal:
                 "kind": result.kind,
                 "model": result.model,
                 "status": result.status,
-                "output": result.output,
+                "output": self._cut(result.output) if result.output is not None else None,
                 "usage": {
                     "promptTokens": result.usage.prompt_tokens,
                     "completionTokens": result.usage.completion_tokens,
@@ -93,7 +120,7 @@ class RunJournal:
                 "costUsd": result.cost_usd,
                 "priceSource": result.price_source,
                 "attempts": result.attempts,
-                "error": result.error,
+                "error": self._cut(result.error) if result.error else result.error,
                 "latencyMs": latency,
             }
         )
@@ -121,6 +148,7 @@ def read_journal(path: Path) -> JournalState | None:
         if header.get("journal") != JOURNAL_FORMAT:
             raise ValueError(f"journal must be {JOURNAL_FORMAT}")
         report_id, observed_at = str(header["reportId"]), str(header["observedAt"])
+        spec = str(header.get("spec", ""))
     except (ValueError, KeyError, AttributeError) as exc:
         raise ConfigError(str(path), f"not a kb run journal: {exc}") from None
     settled: dict[str, tuple[str, RunResult]] = {}
@@ -128,6 +156,10 @@ def read_journal(path: Path) -> JournalState | None:
     for number, line in enumerate(lines[1:], 2):
         try:
             entry = json.loads(line)
+            if isinstance(entry, dict) and "discard" in entry:
+                for label in entry["discard"]:
+                    settled.pop(str(label), None)
+                continue
             result = _result(entry)
         except (ValueError, KeyError, TypeError) as exc:
             if number == len(lines):
@@ -138,7 +170,7 @@ def read_journal(path: Path) -> JournalState | None:
             settled[result.label] = (str(entry["key"]), result)
         else:
             settled.pop(result.label, None)
-    return JournalState(path, report_id, observed_at, settled, count)
+    return JournalState(path, report_id, observed_at, spec, settled, count)
 
 
 def _result(entry: Mapping[str, Any]) -> RunResult:

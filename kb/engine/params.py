@@ -26,6 +26,7 @@ kb's own providers know their own params (``scripted``: its script keys;
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,10 +96,61 @@ def param_issues(provider: str, params: Mapping[str, Any], where: str) -> list[s
                 f"{where}.{name}: not a param litellm knows for {provider}{hint} (pass a "
                 "provider-specific key in params.extra = {...})"
             )
+        elif name in TYPED_PARAMS:
+            issue = TYPED_PARAMS[name](params[name])
+            if issue:
+                issues.append(f"{where}.{name}: {issue} (got {params[name]!r})")
     extra = params.get("extra")
     if extra is not None and not isinstance(extra, Mapping):
         issues.append(f"{where}.extra: must be a table of provider-specific keys")
     elif isinstance(extra, Mapping):
-        owned = [key for key in extra if key in KB_OWNED]
-        issues += [f"{where}.extra.{key}: kb sets {key} itself; {KB_OWNED[key]}" for key in owned]
+        for key in extra:
+            if key in KB_OWNED:
+                issues.append(f"{where}.extra.{key}: kb sets {key} itself; {KB_OWNED[key]}")
+            elif key in KB_SETTINGS:
+                # Inside extra it would be sent to the provider, never read by kb.
+                issues.append(f"{where}.extra.{key}: a kb setting; set it as {where}.{key}")
+            elif key in known:
+                issues.append(
+                    f"{where}.extra.{key}: litellm knows {key} for {provider}; set it as "
+                    f"{where}.{key} so kb checks it (extra is for provider-specific keys)"
+                )
     return issues
+
+
+def _number(low: float | None = None, high: float | None = None) -> Any:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "must be a number"
+        if not math.isfinite(value):
+            return "must be a finite number"
+        if high is not None and not (low is None or low <= value <= high):
+            return f"must be between {low:g} and {high:g}"
+        if low is not None and value < low:
+            return f"must be at least {low:g}"
+        return None
+
+    return check
+
+
+def _integer(low: int) -> Any:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be a whole number"
+        return f"must be at least {low}" if value < low else None
+
+    return check
+
+
+#: Common sampling params whose type a provider would otherwise reject mid-sweep
+#: (after other cells had already spent) — checked before the plan.
+TYPED_PARAMS = {
+    "temperature": _number(0.0, 2.0),
+    "top_p": _number(0.0, 1.0),
+    "presence_penalty": _number(-2.0, 2.0),
+    "frequency_penalty": _number(-2.0, 2.0),
+    "max_tokens": _integer(1),
+    "max_completion_tokens": _integer(1),
+    "seed": _integer(-(2**63)),
+    "n_ctx": _integer(1),
+}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -101,6 +102,16 @@ def unpriced(spec: ModelSpec) -> bool:
 
 def price_param_issues(params: Mapping[str, Any], where: str) -> list[str]:
     """A declared ``price`` must be ``{input_per_mtok, output_per_mtok}`` of USD amounts."""
+    declared = [
+        key
+        for key in ("cost_usd", "price", "input_cost_per_token", "output_cost_per_token")
+        if key in params
+    ]
+    if "cost_usd" in declared and len(declared) > 1 or "price" in declared and len(declared) > 1:
+        return [
+            f"{where}: declares its price twice ({', '.join(declared)}); keep one "
+            "(cost_usd per call, price per million tokens, or litellm's *_cost_per_token)"
+        ]
     price = params.get("price")
     if price is None:
         return []
@@ -115,6 +126,10 @@ def price_param_issues(params: Mapping[str, Any], where: str) -> list[str]:
         value = price.get(key)
         if value is None:
             issues.append(f"{where}.price.{key}: missing")
-        elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        elif (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (math.isfinite(value) and value >= 0)
+        ):
             issues.append(f"{where}.price.{key}: must be a nonnegative number (got {value!r})")
     return issues

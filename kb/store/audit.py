@@ -20,6 +20,7 @@ from kb.store.filestore import (
     COMPACTED_TRAILER,
     KnowledgeStore,
 )
+from kb.store.layout import conflict_lines
 from kb.store.models import ModelClaim
 from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, construct_claim
 from kb.store.validation import parse_store
@@ -272,9 +273,11 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
         issues.extend(f"work tree: {issue}" for issue in exc.issues)
         current = None
     checked = 0
+    warnings: list[str] = []
     git = store.git
     if git is not None:
         last_version: int | None = None
+        compacted = set(git.trailer_values(COMPACTED_TRAILER, None, "HEAD"))
         for commit in git.store_history():
             short = commit.oid[:12]
             blob = git.blob_in(commit.oid)
@@ -282,10 +285,14 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
                 last_version = None
                 continue
             checked += 1
+            data = git.read_blob(blob)
             try:
-                snapshot = parse_store(git.read_blob(blob), f"{short}:{git.rel}")
+                snapshot = parse_store(data, f"{short}:{git.rel}")
             except ConfigError as exc:
-                issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
+                if conflict_lines(data.decode("utf-8", "replace")):
+                    issues.append(_committed_conflict(short, git.rel))
+                else:
+                    issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
                 last_version = None
                 continue
             if len(commit.parents) > 1:
@@ -296,11 +303,74 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
                     f"{last_version} (must rise by exactly 1)"
                 )
             last_version = snapshot.version
+        # Every merge, including one that kept a side's store as it was (git lists it under
+        # no store change): did it drop claims a branch had?
+        for commit in git.merges():
+            blob = git.blob_in(commit.oid)
+            if blob is None:
+                continue
+            try:
+                merged = parse_store(git.read_blob(blob), f"{commit.oid[:12]}:{git.rel}")
+            except ConfigError:
+                continue  # told above, with the version it holds
+            lost, redone = _dropped_by_merge(git, commit, merged, current, compacted)
+            issues += lost
+            warnings += redone
     issues.extend(_beside_issues(store))
     if issues:
         raise ConfigError(str(store.path), issues)
     assert current is not None
-    return VerifyReport(current.version, len(current), checked, current.warnings)
+    return VerifyReport(current.version, len(current), checked, (*current.warnings, *warnings))
+
+
+def _committed_conflict(short: str, rel: str) -> str:
+    return (
+        f"commit {short}: a store with git conflict markers was committed (a merge kb's driver "
+        f"could not merge); history keeps it: make the work-tree store whole again (git "
+        f"checkout {short}^1 -- {rel}, redo the other side's changes with kb) and commit"
+    )
+
+
+def _dropped_by_merge(
+    git: GitStoreRepo,
+    commit: StoreCommit,
+    merged: Snapshot,
+    current: Snapshot | None,
+    compacted: set[str],
+) -> tuple[list[str], list[str]]:
+    """Claims a parent had that the merge left out (not compacted): lost, or since redone.
+
+    A merge that kept one side's store as it was (a driver that did not run, or
+    ``git checkout --ours``) drops every claim the other side added; it is an
+    issue while any of them is still missing from the store, a warning once
+    they are all back.
+    """
+    present = set(merged.index)
+    missing: list[str] = []
+    for parent in commit.parents:
+        blob = git.blob_in(parent)
+        if blob is None:
+            continue
+        try:
+            side = parse_store(git.read_blob(blob), f"{parent[:12]}:{git.rel}")
+        except ConfigError:
+            continue  # an unreadable side is told where it was committed
+        missing += [i for i in side.index if i not in present and i not in compacted]
+    if not missing:
+        return [], []
+    missing = sorted(set(missing))
+    shown = ", ".join(repr(i) for i in missing[:3]) + (" …" if len(missing) > 3 else "")
+    back = current is not None and all(current.has(i) for i in missing)
+    line = (
+        f"commit {commit.oid[:12]}: the merge dropped {len(missing)} claim"
+        f"{'s' if len(missing) != 1 else ''} a branch had ({shown})"
+    )
+    if back:
+        return [], [f"{line}; they were redone since"]
+    return [
+        f"{line}: redo them with kb (kb show ID reads them from history), or merge again "
+        "with kb's driver (kb merge-driver --install)"
+    ], []
 
 
 def _merge_issues(git: GitStoreRepo, commit: StoreCommit, version: int) -> list[str]:

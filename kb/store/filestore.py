@@ -583,7 +583,8 @@ class KnowledgeStore:
                     published = False
                     raise GitError(
                         "git's index stayed locked (another git command running?): nothing "
-                        "was committed; run the command again"
+                        "was committed; run the command again (a sweep: with --resume, which "
+                        "reuses its journaled runs)"
                     )
         except Exception:
             for temp in temps.values():

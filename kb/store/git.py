@@ -270,6 +270,21 @@ class GitStoreRepo:
                 found.append(commit)
         return found
 
+    def merges(self) -> list[StoreCommit]:
+        """Merge commits on the first-parent line of ``HEAD`` (whatever their store)."""
+        if self.head()[1] is None:
+            return []
+        out = self.run(
+            "log",
+            "--first-parent",
+            "--merges",
+            "-z",
+            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
+            "HEAD",
+            strip=False,
+        )
+        return _parse_log(out)
+
     def store_history(self) -> list[StoreCommit]:
         """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first."""
         if self.head()[1] is None:
@@ -342,8 +357,19 @@ class GitStoreRepo:
         if self.unmerged():
             text = self.store_path.read_text("utf-8", "replace") if self.store_path.exists() else ""
             markers = conflict_lines(text)
-            advice = conflict_advice(self.rel, markers) if markers else unmerged_advice(self.rel)
+            driver = "kb merge-driver" in (
+                self.try_run("config", "--get", f"merge.{MERGE_DRIVER}.driver") or ""
+            )
+            advice = (
+                conflict_advice(self.rel, markers) if markers else unmerged_advice(self.rel, driver)
+            )
             raise StoreDirtyError(str(self.store_path), advice)
+        if self.try_run("rev-parse", "-q", "--verify", "MERGE_HEAD") is not None:
+            raise StoreDirtyError(
+                str(self.store_path),
+                "a git merge is in progress: finish it (git commit) or abort it (git merge "
+                "--abort) before kb commits (a kb commit now would land beside the merge)",
+            )
         ref, head = self.head()
         intent, beside = self.read_intent()
         action = "clean"
@@ -611,8 +637,15 @@ def store_version(head: bytes) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def unmerged_advice(rel: str) -> str:
-    """What to do about a store git left unmerged."""
+def unmerged_advice(rel: str, driver: bool = False) -> str:
+    """What to do about a store git left unmerged (``driver``: kb's driver is registered)."""
+    if driver:
+        return (
+            "git left this file unmerged: kb's merge driver could not merge it (git merge said "
+            f"why); kb will not read it as the store: take one side (git checkout --ours {rel} "
+            "or --theirs), git add it, finish the merge with git commit, then redo what still "
+            "applies of the other side's change with kb (or git merge --abort)"
+        )
     return (
         "git left this file unmerged (a merge whose store kb's merge driver did not merge); "
         f"kb will not read it as the store: git merge --abort, kb merge-driver --install, "
@@ -819,7 +852,12 @@ def read_guard_issue(store_path: Path, file_version: int) -> str | None:
         return None  # not in a git work tree
     rel = store_path.name
     if unmerged.stdout.strip():
-        return unmerged_advice(rel)
+        driver = subprocess.run(
+            ["git", "-C", str(directory), "config", "--get", f"merge.{MERGE_DRIVER}.driver"],
+            capture_output=True,
+            check=False,
+        )
+        return unmerged_advice(rel, b"kb merge-driver" in driver.stdout)
     with subprocess.Popen(
         ["git", "-C", str(directory), "cat-file", "blob", f"HEAD:./{store_path.name}"],
         stdout=subprocess.PIPE,

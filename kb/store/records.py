@@ -237,7 +237,8 @@ class CellRecord(WireModel):
     pass_rate: float = Field(alias="passRate")
     n: int
     planned_n: int = Field(alias="plannedN")
-    total_cost_usd: float = Field(alias="totalCostUsd")
+    total_cost_usd: float | None = Field(default=None, alias="totalCostUsd")
+    """Absent (format 2) when a run was unpriced: the cost is unknown, never a sum of $0s."""
     case_names: tuple[str, ...] = Field(alias="caseNames")
     unpriced_runs: int | None = Field(default=None, alias="unpricedRuns")
     """Format 2: runs nobody could price (the cell's cost is unknown, never $0)."""
@@ -257,6 +258,13 @@ class CellRecord(WireModel):
     outcome: Literal["strength", "weakness", "none", "incomplete"]
     claim_id: str | None = Field(default=None, alias="claimId")
     prior_stands: tuple[PriorStands, ...] | None = Field(default=None, alias="priorStands")
+
+    @field_validator("total_cost_usd")
+    @classmethod
+    def _a_total(cls, value: float | None) -> float | None:
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise ValueError("must be a finite nonnegative number of USD (or null: unpriced)")
+        return value
 
     @property
     def subject_key(self) -> str:
@@ -294,6 +302,8 @@ class CanaryRecord(WireModel):
     all_ok: bool = Field(alias="allOk")
     probes: tuple[ProbeRecord, ...]
     status: Literal["no-drift", "drift", "rebaselined", "incomplete", "unstable"]
+    reason: str | None = None
+    """Format 2: why the canary could not judge (``incomplete``, ``unstable``)."""
     flipped: tuple[str, ...] = ()
     version: int | None = None
 
@@ -322,6 +332,8 @@ class ReportFile(WireModel):
     retired: tuple[RetiredRecord, ...]
     canary: tuple[CanaryRecord, ...]
     committed_version: int | None = Field(default=None, alias="committedVersion")
+    reused_runs: int | None = Field(default=None, alias="reusedRuns")
+    """Format 2: runs a resumed sweep served from its journal (paid by the stopped one)."""
     run_count: int | None = Field(default=None, alias="runCount")
     """Format 2: how many records the runs file holds (a cut file is caught on reading)."""
     runs_sha256: str | None = Field(default=None, alias="runsSha256")

@@ -104,14 +104,35 @@ class CanaryResult:
         return all(probe.stable for probe in self.probes)
 
     @property
-    def all_empty(self) -> bool:
-        """Every probe came back empty: an outage answering HTTP 200, not a model."""
-        return all(not output for probe in self.probes for output in probe.outputs)
+    def unhealthy(self) -> str | None:
+        """Why the probes' answers are an outage's, not a model's (``None``: they look real).
+
+        Every probe empty, or (with two probes or more) one answer to probes that
+        ask different things: an error page or a provider answering without text.
+        """
+        answers = [output for probe in self.probes for output in probe.outputs]
+        if answers and all(not output for output in answers):
+            return "every probe answered empty: an outage, not drift"
+        if len(self.probes) >= 2 and len(set(answers)) == 1:
+            shown = answers[0] if len(answers[0]) <= 40 else answers[0][:39] + "…"
+            return f"every probe answered {shown!r}: an error page, not drift"
+        return None
 
     @property
     def may_flip(self) -> bool:
         """Only an all-ok, stable fingerprint of real answers is evidence of drift."""
-        return self.all_ok and self.stable and not self.all_empty
+        return self.all_ok and self.stable and self.unhealthy is None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the canary could not judge the model (for ``incomplete`` and ``unstable``)."""
+        failed = [f"{i + 1}: {p.status}" for i, p in enumerate(self.probes) if p.status != "ok"]
+        if failed:
+            return f"probe {'; '.join(failed)}"
+        if self.status == "unstable":
+            shaky = [str(i + 1) for i, probe in enumerate(self.probes) if not probe.stable]
+            return f"probe {', '.join(shaky)} disagreed across repeats"
+        return self.unhealthy if self.status == "incomplete" else None
 
     def to_record(self) -> CanaryRecord:
         """The ``kb canary --json`` entry (also the sweep report's ``canary[]``)."""
@@ -122,6 +143,7 @@ class CanaryResult:
                 "allOk": self.all_ok,
                 "probes": [{"prompt": p.prompt, "status": p.status} for p in self.probes],
                 "status": self.status,
+                "reason": self.reason,
                 "flipped": self.flipped,
                 "version": self.version,
             }
@@ -265,7 +287,7 @@ def canary_change(
     outcomes: dict[str, tuple[CanaryStatus, tuple[str, ...]]] = {}
     for result in canaries:
         key = result.member.key
-        if not result.all_ok or result.all_empty:  # missing evidence, not a changed model
+        if not result.all_ok or result.unhealthy:  # missing evidence, not a changed model
             outcomes[key] = ("incomplete", ())
             continue
         if not result.stable:
@@ -395,14 +417,8 @@ def canary_line(result: CanaryResult) -> str:
         count = len(result.flipped)
         where = f" (store v{result.version})" if result.version is not None else " (not committed)"
         return head + f"DRIFT, {count} claim{'s' if count != 1 else ''} flipped stale{where}"
-    if result.status == "unstable":
-        shaky = [str(i + 1) for i, probe in enumerate(result.probes) if not probe.stable]
-        return head + f"unstable (probe {', '.join(shaky)} disagreed across repeats)"
-    if result.status == "incomplete":
-        failed = [f"{i + 1}: {p.status}" for i, p in enumerate(result.probes) if p.status != "ok"]
-        if not failed:
-            return head + "incomplete (every probe answered empty: an outage, not drift)"
-        return head + f"incomplete (probe {'; '.join(failed)})"
+    if result.status in ("unstable", "incomplete"):
+        return head + f"{result.status} ({result.reason})"
     if result.status == "rebaselined":
         return head + "rebaselined (a new probe set: its baseline recorded, nothing flipped)"
     return head + "no drift"

@@ -49,10 +49,10 @@ class EvidenceContext:
         return scrub_secrets(text, self.secrets)
 
 
-def _verdict(grade: Grade) -> Verdict:
-    return Verdict(
-        grader=grade.grader_id, passed=grade.passed, score=grade.score, reason=grade.detail
-    )
+def _verdict(grade: Grade, context: EvidenceContext) -> Verdict:
+    # A reason may quote the reply or a judge's words, which may echo a secret.
+    reason = context.cut(grade.detail) if grade.detail else grade.detail
+    return Verdict(grader=grade.grader_id, passed=grade.passed, score=grade.score, reason=reason)
 
 
 def _request(run: RunResult, context: EvidenceContext) -> RequestRecord | None:
@@ -112,7 +112,7 @@ def run_record(
         status=run.status,
         output=output,
         output_sha256=output_sha,
-        verdicts=tuple(_verdict(grade) for grade in verdicts),
+        verdicts=tuple(_verdict(grade, context) for grade in verdicts),
         cost_usd=run.cost_usd,
         latency_ms=round(latency, 1) if latency is not None else None,
         attempts=run.attempts,

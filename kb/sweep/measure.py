@@ -40,6 +40,8 @@ class Measurement:
     runs: tuple[RunRecord, ...]
     """Every run's evidence record: canary probes, then each cell's targets and judges."""
     spent_usd: float
+    reused: int = 0
+    """Runs served from the journal of a stopped invocation (paid then, not now)."""
 
     @property
     def measured_any(self) -> bool:
@@ -76,7 +78,9 @@ def measure(plan: SweepPlan, engine: Engine) -> Measurement:
     runs = canary_records(canaries, context) + [
         record for cell, _ in cells for record in cell_records(cell, context)
     ]
-    return Measurement(tuple(canaries), tuple(cells), tuple(runs), usd(envelope.debited))
+    reused = sum(1 for cell, _ in cells for run in cell.runs if run.reused)
+    reused += sum(1 for c in canaries for probe in c.probes for run in probe.runs if run.reused)
+    return Measurement(tuple(canaries), tuple(cells), tuple(runs), usd(envelope.debited), reused)
 
 
 def measured_cells(

@@ -146,12 +146,13 @@ def _refuse_backdating(snapshot: Snapshot, pairs: Sequence[CaseRun], observed_at
     ]
     if newer:
         first = min(newer, key=lambda claim: claim.id)
+        # The instant may be --observed-at, --as-of or the clock: name none of them.
         raise ConfigError(
-            "--observed-at",
+            "sweep instant",
             f"{format_instant(observed_at)} is older than {len(newer)} live claim"
             f"{'s' if len(newer) != 1 else ''} this sweep would retire (e.g. {first.id}, "
-            f"observed {first.observed_at}); measure at a later instant, or replay the old "
-            "night with --no-commit",
+            f"observed {first.observed_at}); measure at a later instant (--observed-at), or "
+            "replay the old night with --no-commit",
         )
 
 
@@ -192,6 +193,8 @@ def prepare_sweep(
     pairs = plan_case_runs(spec, pool, shard, resume)
     if resume is not None:
         report_id = resume.report_id
+    if report_id is not None and not report_id.strip():
+        raise ConfigError("--report-id", "must not be empty (omit it for kb-sweep-<observedAt>)")
     report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
     if commit:
         refuse_used_report_id(snapshot, report_id, pairs)

@@ -43,7 +43,7 @@ def cell_record(
         pass_rate=cell.pass_rate,
         n=cell.n,
         planned_n=cell.planned_n,
-        total_cost_usd=cell.total_cost_usd,
+        total_cost_usd=None if cell.unpriced_runs else cell.total_cost_usd,
         case_names=tuple(cell.case_names),
         unpriced_runs=cell.unpriced_runs or None,
         exhausted_runs=cell.exhausted_runs or None,
@@ -137,6 +137,7 @@ def sweep_report(
             ],
             "canary": [c.to_record() for c in canary],
             "committedVersion": committed_version,
+            "reusedRuns": measurement.reused or None,
         }
     )
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kb.engine.journal import RunJournal, read_journal
 from kb.engine.scheduler import Engine
+from kb.errors import ConfigError
 from kb.store.baselines import BaselinesFile
 from kb.store.diff import Side, StoreDiff, diff_snapshots
 from kb.store.evidence import evidence_paths
@@ -36,6 +37,7 @@ from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant
 from kb.sweep.canary import CanaryChange, canary_change, classified
 from kb.sweep.cells import SweepCell
+from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_used_report_id
@@ -176,7 +178,15 @@ def resume_night(
     if report_id is None and spec.sweep.report_id is None and observed_at is not None:
         report_id = f"kb-sweep-{format_instant(observed_at)}"
     directory = evidence_target(spec, store).directory
-    return find_resume(store, directory, report_id or spec.sweep.report_id)
+    found = find_resume(store, directory, report_id or spec.sweep.report_id)
+    swept = str(spec.path.resolve())
+    if found.journal is not None and found.journal.spec not in ("", swept):
+        raise ConfigError(
+            "--resume",
+            f"the stopped night {found.report_id!r} is a sweep of {found.journal.spec}, not of "
+            f"{swept}: resume it with that spec (its journal is kept)",
+        )
+    return found
 
 
 def night_runs(plan: SweepPlan, measurement: Measurement) -> list[RunRecord]:
@@ -213,10 +223,24 @@ def execute_sweep(
         created = not journal.parent.exists()
         if store.git is not None:
             store.git.exclude(journal)  # a working file of this clone, never committed
-        engine.journal = RunJournal.open(journal, plan.report_id, format_instant(plan.observed_at))
+        context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
+        engine.journal = RunJournal.open(
+            journal,
+            plan.report_id,
+            format_instant(plan.observed_at),
+            spec=str(plan.spec.path.resolve()),
+            cut=context.cut,
+        )
         engine.settled = plan.resume.journal if plan.resume is not None else None
         try:
             measurement = measure(plan, engine)
+            # A suspect cell's answers are an outage's: a resume must ask again.
+            engine.journal.discard(
+                verdict.target.label
+                for cell, _ in measurement.cells
+                if cell.suspect
+                for verdict in cell.verdicts
+            )
         finally:
             engine.journal.close()
         result = None
@@ -254,6 +278,11 @@ def _ready_to_spend(
     push: bool,
 ) -> None:
     """Before the first call, under the lease: the night is free, and its commit can be made."""
+    if plan.resume is not None and not plan.pairs:
+        raise ConfigError(
+            "--resume",
+            f"the night {plan.report_id!r} is committed complete: nothing is left to resume",
+        )
     refuse_used_report_id(store.read(), plan.report_id, plan.pairs)
     if journal.exists() and (plan.resume is None or plan.resume.journal is None):
         left = read_journal(journal)

@@ -463,6 +463,8 @@ def _numeric_param_issues(index: int, params: Mapping[str, Any]) -> list[str]:
             issues.append(
                 f"models[{index}].params.{name}: must be a nonnegative number (got {value!r})"
             )
+        elif name == "timeout_s" and value == 0:
+            issues.append(f"models[{index}].params.timeout_s: must be more than 0 seconds")
         elif name == "timeout_s" and value > MAX_TIMEOUT_S:
             issues.append(
                 f"models[{index}].params.timeout_s: at most {MAX_TIMEOUT_S:g} seconds "

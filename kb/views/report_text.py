@@ -76,10 +76,11 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         low, high = cell.wilson95
         rate = (
             f"passRate {to_fixed_2(cell.pass_rate)} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
-            if cell.n
+            if cell.n and cell.complete
             else ""
         )
-        cost = "unpriced" if cell.unpriced_runs else f"${cell.total_cost_usd:.4f}"
+        total = cell.total_cost_usd
+        cost = "unpriced" if cell.unpriced_runs or total is None else f"${total:.4f}"
         line = (
             f"  {cell.subject_key:<28} {cell.task_class:<22} {_count(cell)}  {rate}"
             f"{cost}  {cell.outcome}"
@@ -92,6 +93,11 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         if cell.first_error:
             lines.append(f"    first error: {cell.first_error}")
     claims, retired = report.claims, report.retired
+    if report.reused_runs:
+        lines.append(
+            f"reused {report.reused_runs} journaled run{'s' if report.reused_runs != 1 else ''} "
+            "(paid by the stopped sweep of this night)"
+        )
     lines.append(f"claims: {len(claims)}")
     lines += [f"  + {claim['id']}: {claim['statement']}" for claim in claims]
     lines.append(f"retired: {len(retired)}")
@@ -101,7 +107,8 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
     for canary in report.canary:
         flipped = f", {len(canary.flipped)} claims flipped stale" if canary.flipped else ""
         words = CANARY_WORDS.get(canary.status, canary.status)
-        lines.append(f"canary {canary.subject_key}: {words}{flipped}")
+        why = f" ({canary.reason})" if canary.reason else ""
+        lines.append(f"canary {canary.subject_key}: {words}{why}{flipped}")
     if report.committed_version is not None:
         git = f" [git {git_commit[:12]}]" if git_commit else ""
         lines.append(f"committed: store v{report.committed_version}{git}")
