@@ -101,7 +101,8 @@ def test_an_outage_answering_http_200_is_suspect_not_a_weakness(
 ) -> None:
     base, seen = server
     assert kb(runner, "init").exit_code == 0
-    spec = loopback_spec(repo / "s.toml", base)
+    # Every case every night: the second night's counts are the whole suite's.
+    spec = loopback_spec(repo / "s.toml", base, extra_sweep='sampling = "full"')
     first = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
     assert first.exit_code == 0, first.stderr
     assert active(repo) == [("strength", "active")]
@@ -509,7 +510,10 @@ def test_a_model_nobody_can_price_is_refused_under_a_cap_and_named(
     assert report["cells"][0]["totalCostUsd"] == pytest.approx(30 * (5 * 2 + 2 * 10) / 1e6)
     # Allowed unpriced: the runs say so, the cell's cost is "unpriced", never $0.0000.
     allowed = loopback_spec(
-        repo / "a.toml", base, priced=False, extra_sweep="allow_unpriced = true"
+        repo / "a.toml",
+        base,
+        priced=False,
+        extra_sweep='allow_unpriced = true\nsampling = "full"',
     )
     run = kb(runner, "sweep", str(allowed), "--quiet", "--observed-at", NIGHT_2)
     assert run.exit_code == 0, run.stderr

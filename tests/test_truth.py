@@ -68,7 +68,7 @@ def test_the_interval_gate_claims_what_the_evidence_supports(
     }
     strong = next(c for c in report["claims"] if c["subject"]["model"] == "scripted:a")
     assert strong["statement"] == (
-        "sweep passRate 0.97 over 30 extraction cases: strength "
+        "sweep passRate 0.97 over 30 extraction cases and 1 night: strength "
         "(95% interval 0.83-0.99, lower bound >= 0.80)"
     )
     cell = next(c for c in report["cells"] if c["model"] == "scripted:a")

@@ -109,6 +109,11 @@ exhausted; 130 interrupted (nothing committed).
     is_flag=True,
     help="Finish a night that stopped: skip its committed cells, reuse its journaled runs.",
 )
+@click.option(
+    "--new-epoch",
+    is_flag=True,
+    help="Start a new epoch in every cell: pool nothing from earlier nights.",
+)
 @click.option("--strict", is_flag=True, hidden=True, help="Deprecated; does nothing.")
 @click.option(
     "--shard",
@@ -136,6 +141,7 @@ def sweep(
     allow_partial: bool,
     allow_incomplete: bool,
     resume: bool,
+    new_epoch: bool,
     strict: bool,
     shard: str | None,
     attempts: int | None,
@@ -143,6 +149,7 @@ def sweep(
 ) -> None:
     """Measure the pool on the spec's cases and commit the claims (one commit)."""
     from kb.store.diff import diff_markdown
+    from kb.store.epochs import read_epochs
     from kb.store.evidence import earlier_reports
     from kb.sweep.plan import parse_shard, prepare_sweep
     from kb.sweep.report import plan_json, plan_text
@@ -171,6 +178,8 @@ def sweep(
         shard=parse_shard(shard) if shard else None,
         commit=not no_commit,
         resume=stopped,
+        epochs=read_epochs(app.store.home.epochs_file),
+        new_epoch=new_epoch,
     )
     if dry_run and as_json:
         echo_json(plan_json(plan))

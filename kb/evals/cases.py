@@ -167,3 +167,16 @@ def case_fingerprint(case: Case) -> str:
     case asks or how it is graded changes it, and nothing else does.
     """
     return sha256_hex(canonical_json(case.model_dump(by_alias=True, exclude_none=True)))
+
+
+def suite_fingerprint(cases: Sequence[Case]) -> str:
+    """The sha256 of a cell's cases, sorted by name (a changed test is a new suite).
+
+    Adding, removing or editing a case — its prompt, system, schema, graders
+    or expected values, after templating — changes it; reordering does not.
+    """
+    dumps = sorted(
+        (case.model_dump(by_alias=True, exclude_none=True) for case in cases),
+        key=lambda dump: str(dump["name"]),
+    )
+    return sha256_hex(canonical_json(dumps))

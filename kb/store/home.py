@@ -3,13 +3,14 @@
 A store ``rulvar.models.json`` lives with
 
 * ``rulvar.models.canary.json`` — the canary baselines per probe set;
+* ``rulvar.models.epochs.json`` — each cell's open epoch (:mod:`kb.store.epochs`);
 * ``rulvar.models.settings.json`` — what a sweep spec chose that every
   later command must honour without a flag (today: where the evidence
   goes, when a spec set ``evidence_dir``);
 * ``kb-evidence/`` — each report's runs and report file (or the directory
   the settings name);
-* ``.gitattributes`` — the lines that route the store and its baselines to
-  kb's merge driver;
+* ``.gitattributes`` — the lines that route the store, its baselines and its
+  epochs to kb's merge driver;
 * the lock (in the git directory inside a work tree, else
   ``.rulvar.models.json.lock`` beside the store).
 
@@ -82,6 +83,11 @@ class StoreHome:
         return self.directory / f"{self._stem}.canary.json"
 
     @property
+    def epochs_file(self) -> Path:
+        """``rulvar.models.epochs.json``."""
+        return self.directory / f"{self._stem}.epochs.json"
+
+    @property
     def settings_file(self) -> Path:
         """``rulvar.models.settings.json``."""
         return self.directory / f"{self._stem}.settings.json"
@@ -94,7 +100,7 @@ class StoreHome:
     @property
     def merged_files(self) -> tuple[Path, ...]:
         """The files kb's merge driver merges (the store first)."""
-        return (self.store_path, self.canary_baselines)
+        return (self.store_path, self.canary_baselines, self.epochs_file)
 
     def lock_file(self, git_dir: Path | None, rel: str | None) -> Path:
         """The store lock: in the git directory inside a work tree (no untracked file)."""

@@ -228,6 +228,32 @@ class PriorStands(WireModel):
     status: str
 
 
+class EpochRecord(WireModel):
+    """Format 2: a cell's epoch after the night (the interval gate decides on it)."""
+
+    reason: Literal["first", "suite", "drift", "alarm", "manual"]
+    """Why the epoch began."""
+    started_at: str = Field(alias="startedAt")
+    started_in: str = Field(alias="startedIn")
+    """The report of the night it began."""
+    nights: int
+    n: int
+    """Distinct cases the epoch measured."""
+    pass_rate: float = Field(alias="passRate")
+    """The mean of its cases' mean scores."""
+    down: float
+    up: float
+    """The drop and rise detectors after the night."""
+    alarm: Literal["down", "up"] | None = None
+    """The detector that alarmed tonight (and retired the claim it watched)."""
+    pool: int
+    """Cases the epoch draws from."""
+    ran: int
+    """Distinct cases the cell ran tonight."""
+    why: str
+    """Why it ran that many."""
+
+
 class CellRecord(WireModel):
     """One (member, task class) cell of a report."""
 
@@ -258,6 +284,9 @@ class CellRecord(WireModel):
     outcome: Literal["strength", "weakness", "none", "incomplete"]
     claim_id: str | None = Field(default=None, alias="claimId")
     prior_stands: tuple[PriorStands, ...] | None = Field(default=None, alias="priorStands")
+    epoch: EpochRecord | None = None
+    """Format 2, interval gate: the cell's epoch after the night (``passRate``, ``n``,
+    ``plannedN`` and ``caseNames`` are tonight's; ``wilson95`` is the epoch's)."""
 
     @field_validator("total_cost_usd")
     @classmethod

@@ -28,6 +28,7 @@ from kb.store.canonical import to_fixed_2
 from kb.store.models import STATEMENT_MAX_UTF16, ModelClaim
 from kb.store.ttl import claim_expiry, format_instant
 from kb.sweep.gate import CellEstimate, GatePolicy
+from kb.sweep.sampling import CellEpochNight
 
 Outcome = Literal["strength", "weakness", "none", "incomplete"]
 Stability = Literal["stable-pass", "flaky", "stable-fail", "unmeasured"]
@@ -82,6 +83,8 @@ class SweepCell:
     """The 95 % interval, when computed for all cells at once (else computed on use)."""
     suspect: str | None = None
     """Why the answers look like an outage, not a model (:mod:`kb.sweep.health`)."""
+    epoch: CellEpochNight | None = None
+    """The cell's epoch after tonight (interval gate): what the gate decides on."""
 
     @cached_property
     def cases(self) -> tuple[CaseOutcome, ...]:
@@ -114,7 +117,9 @@ class SweepCell:
 
     @property
     def estimate(self) -> CellEstimate:
-        """Pass rate and interval over the measured cases."""
+        """What the gate decides on: the epoch's pooled cases, else tonight's measured cases."""
+        if self.epoch is not None:
+            return CellEstimate(self.epoch.successes, self.epoch.n)
         return CellEstimate(self.passed, self.n, self.interval)
 
     @property
@@ -216,7 +221,10 @@ class SweepCell:
         """The claim the gate grants the cell, ``none``, or ``incomplete``."""
         if not self.complete:
             return "incomplete"
-        return gate.band(self.estimate)
+        band = gate.band(self.estimate)
+        if self.epoch is not None and band == self.epoch.blocked:
+            return "none"  # the claim the detector retired tonight is not re-earned tonight
+        return band
 
     @property
     def wilson95(self) -> tuple[float, float]:
@@ -263,10 +271,13 @@ def claim_statement(cell: SweepCell, outcome: Outcome, gate: GatePolicy) -> str:
     also names the interval and the bar it cleared, dropped only when a long
     task class would push the statement past 200 characters.
     """
-    cases = f"{cell.n} {cell.task_class} case{_s(cell.n)}"
+    estimate = cell.estimate
+    cases = f"{estimate.n} {cell.task_class} case{_s(estimate.n)}"
     if cell.repeats > 1:
         cases += f" x{cell.repeats} repeats"
-    head = f"sweep passRate {to_fixed_2(cell.pass_rate)} over {cases}"
+    if cell.epoch is not None:
+        cases += f" and {cell.epoch.nights} night{_s(cell.epoch.nights)}"
+    head = f"sweep passRate {to_fixed_2(estimate.pass_rate)} over {cases}"
     if gate.kind == "point":
         band = "at or above the strength band" if outcome == "strength" else "in the weakness band"
         return f"{head}: {band}"
@@ -293,6 +304,15 @@ def cell_claim(
     if outcome not in ("strength", "weakness"):
         return None
     observed = format_instant(observed_at)
+    estimate = cell.estimate
+    evidence = (
+        [
+            {"kind": "eval", "reportId": night.report_id, "caseIds": list(night.cases)}
+            for night in cell.epoch.epoch.nights
+        ]
+        if cell.epoch is not None
+        else [{"kind": "eval", "reportId": report_id, "caseIds": cell.case_names}]
+    )
     data = {
         "id": claim_id(report_id, cell.member, cell.task_class),
         "subject": cell.member.subject.to_wire(),
@@ -301,15 +321,15 @@ def cell_claim(
         "statement": claim_statement(cell, outcome, gate),
         "class": "eval-measured",
         "status": "active",
-        "evidence": [{"kind": "eval", "reportId": report_id, "caseIds": cell.case_names}],
+        "evidence": evidence,
         "metrics": {
-            "passRate": cell.pass_rate,
-            "n": cell.n,
-            "graderId": GRADER_ID,
+            "passRate": estimate.pass_rate if cell.epoch is not None else cell.pass_rate,
+            "n": estimate.n,
+            "graderId": cell.epoch.grader_id if cell.epoch is not None else GRADER_ID,
             # An unpriced run makes the cell's cost unknown: say nothing rather than $0.
             **({} if cell.unpriced_runs else {"cost": cell.total_cost_usd}),
         },
-        "confidence": confidence_for(cell.n),
+        "confidence": confidence_for(estimate.n),
         "observedAt": observed,
         "expiresAt": claim_expiry("eval-measured", outcome, observed),
         "author": {"kind": "eval-pipeline", "id": committer},

@@ -12,6 +12,17 @@ same commit as the new measurement:
   prior the measurement confidently contradicts (hysteresis) — an uncertain
   night leaves the belief in place.
 
+Under epochs (the interval gate, :mod:`kb.sweep.sampling`) two more rules:
+
+* a detector's **alarm** archives the claim it watched (``falsified``), and
+  that polarity is not re-earned the same night;
+* **no grandfathered beliefs**: hysteresis protects only a prior whose own
+  evidence is this epoch's — its graderId names the cell's current suite,
+  it was observed since the epoch began, and its own pass rate and ``n``
+  meet the gate for its polarity. Any other prior (another gate, another
+  suite, too few cases, or from before a drift or an alarm) is re-decided by
+  this complete measurement: renewed, or archived ``stale``.
+
 Incomplete cells touch nothing. So nightly sweeps never pile up claims
 against the 8-claims cap, and the store never holds an active strength
 beside an active weakness for one subject.
@@ -19,9 +30,9 @@ beside an active weakness for one subject.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from kb.schema import LIVE_STATUSES
 from kb.store.models import ModelClaim
@@ -30,7 +41,8 @@ from kb.store.records import RetiredRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.store.ttl import stored_instant
 from kb.sweep.cells import SweepCell
-from kb.sweep.gate import GatePolicy
+from kb.sweep.gate import CellEstimate, GatePolicy
+from kb.sweep.sampling import CellEpochNight
 
 
 @dataclass(frozen=True)
@@ -99,10 +111,27 @@ def sweep_ops(
                 ops.append(SupersedeClaim(replaced.id, claim, gate))
             else:
                 ops.append(AddClaim(claim, gate))
-        for _, prior in priors:
+        epoch = cell.epoch
+        for index, prior in priors:
             if prior is replaced:
                 continue
             renewed = claim is not None and claim.polarity == prior.polarity
-            if renewed or policy.retires(prior.polarity, cell.estimate):
+            alarmed = epoch is not None and epoch.blocked == prior.polarity
+            if renewed or alarmed or policy.retires(prior.polarity, cell.estimate):
                 ops.append(ArchiveClaim(prior.id, "falsified"))
+            elif epoch is not None and not protected(snapshot.wire_at(index), epoch, policy):
+                ops.append(ArchiveClaim(prior.id, "stale"))
     return ops
+
+
+def protected(prior: Mapping[str, Any], epoch: CellEpochNight, policy: GatePolicy) -> bool:
+    """Whether hysteresis may keep ``prior`` (a claim's wire object) in ``epoch``'s cell."""
+    metrics = prior.get("metrics")
+    if not isinstance(metrics, Mapping) or metrics.get("graderId") != epoch.grader_id:
+        return False  # another gate's, or another suite's
+    if stored_instant(str(prior["observedAt"])) < stored_instant(epoch.epoch.start.observed_at):
+        return False  # from before this epoch (a drift, an alarm, a changed suite)
+    rate, n = metrics.get("passRate"), metrics.get("n")
+    if not isinstance(rate, int | float) or not isinstance(n, int) or n <= 0:
+        return False
+    return policy.band(CellEstimate(rate * n, n)) == prior.get("polarity")

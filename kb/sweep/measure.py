@@ -10,22 +10,27 @@ which the commit step turns into ops.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kb.engine.budget import SpendEnvelope, usd
+from kb.engine.phases import Phase
 from kb.engine.scheduler import Engine
-from kb.evals.suite import CaseVerdict, run_pairs
+from kb.evals.suite import CaseRun, CaseVerdict, run_pairs
 from kb.stats import wilson_arrays
+from kb.store.baselines import BaselinesFile
 from kb.store.models import ModelClaim
 from kb.store.records import RunRecord
-from kb.sweep.canary import CanaryResult, measure_canaries
+from kb.store.ttl import format_instant
+from kb.sweep.canary import CanaryResult, canary_change, measure_canaries
 from kb.sweep.cells import SweepCell, cell_claim, group_cells
+from kb.sweep.epochs import DEFAULT_RULE, EpochRule
 from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
 from kb.sweep.health import answer_health
 from kb.sweep.plan import SweepPlan
+from kb.sweep.sampling import CellEpochNight, CellKey, NightSampler
 
 MeasuredCell = tuple[SweepCell, ModelClaim | None]
 
@@ -54,8 +59,21 @@ class Measurement:
         return {c.member.key: c.fingerprint for c in self.canaries if c.may_flip}
 
 
-def measure(plan: SweepPlan, engine: Engine) -> Measurement:
-    """Run the plan's phases and decide each cell's claim."""
+def measure(
+    plan: SweepPlan,
+    engine: Engine,
+    baselines: BaselinesFile | None = None,
+    *,
+    rule: EpochRule = DEFAULT_RULE,
+) -> Measurement:
+    """Run the plan's phases and decide each cell's claim.
+
+    Under the interval gate the targets run in two passes after the canary
+    (:mod:`kb.sweep.sampling`): the cases each cell's epoch asks for, then
+    more for the cells whose change detector the first pass raised.
+    ``baselines`` (the canary baselines file) tells which subjects drifted
+    tonight: their epochs start over.
+    """
     spec = plan.spec
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     canaries: list[CanaryResult] = []
@@ -68,12 +86,33 @@ def measure(plan: SweepPlan, engine: Engine) -> Measurement:
             repeats=spec.canary.repeats,
             probes=plan.job.phase("canary"),
         )
-    verdicts = run_pairs(
-        engine, plan.pairs, plan.job.phase("targets"), envelope, judge_usd=spec.budgets.judge_usd
-    )
+    targets = plan.job.phase("targets")
+    judge_usd = spec.budgets.judge_usd
+    if not plan.suites:
+        verdicts = run_pairs(engine, plan.pairs, targets, envelope, judge_usd=judge_usd)
+        pairs = list(plan.pairs)
+        nights: dict[CellKey, CellEpochNight] = {}
+    else:
+        epoch_night = NightSampler(
+            plan.suites,
+            rule,
+            spec.sweep.sampling,
+            _drifted(plan, canaries, baselines),
+            report_id=plan.report_id,
+            observed_at=format_instant(plan.observed_at),
+        )
+        chosen = _chosen(plan, epoch_night.first())
+        first = _run_some(engine, plan, chosen, targets, envelope, judge_usd)
+        scores, complete = _pass_scores(plan, first)
+        again = _chosen(plan, epoch_night.second(scores, complete), only=True)
+        second = _run_some(engine, plan, again, targets, envelope, judge_usd)
+        nights = epoch_night.finish(_pass_scores(plan, second)[0])
+        merged = {**first, **second}
+        verdicts = [merged[index] for index in sorted(merged)]
+        pairs = [plan.pairs[index] for index in sorted(merged)]
     engine.finish()
     fingerprints = {c.member.key: c.fingerprint for c in canaries if c.may_flip}
-    cells = measured_cells(plan, verdicts, fingerprints)
+    cells = measured_cells(plan, pairs, verdicts, fingerprints, nights)
     context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
     runs = canary_records(canaries, context) + [
         record for cell, _ in cells for record in cell_records(cell, context)
@@ -83,24 +122,93 @@ def measure(plan: SweepPlan, engine: Engine) -> Measurement:
     return Measurement(tuple(canaries), tuple(cells), tuple(runs), usd(envelope.debited), reused)
 
 
-def measured_cells(
-    plan: SweepPlan, verdicts: Sequence[CaseVerdict], fingerprints: dict[str, str]
-) -> list[MeasuredCell]:
-    """Steps 6–7: the cells of the verdicts and the claim each emits.
+def _drifted(
+    plan: SweepPlan, canaries: Sequence[CanaryResult], baselines: BaselinesFile | None
+) -> frozenset[str]:
+    """The members whose canary says tonight that the provider changed the model."""
+    if not canaries or baselines is None or plan.spec.canary is None:
+        return frozenset()
+    found = canary_change(canaries, plan.snapshot, baselines, tuple(plan.spec.canary.prompts))
+    return frozenset(key for key, (status, _) in found.outcomes.items() if status == "drift")
 
-    Every cell's interval comes from one vectorized call over all cells.
+
+def _chosen(
+    plan: SweepPlan, names: Mapping[CellKey, Sequence[str]], *, only: bool = False
+) -> list[int]:
+    """The plan indices of the pairs ``names`` picks.
+
+    A cell ``names`` does not mention runs whole, unless ``only``.
     """
-    grouped = group_cells([pair.member for pair in plan.pairs], verdicts, plan.spec.sweep.repeats)
+    picked = {key: set(found) for key, found in names.items()}
+    chosen = []
+    for index, pair in enumerate(plan.pairs):
+        wanted = picked.get((pair.member.key, pair.case.task_class))
+        if (wanted is None and not only) or (wanted is not None and pair.name in wanted):
+            chosen.append(index)
+    return chosen
+
+
+def _run_some(
+    engine: Engine,
+    plan: SweepPlan,
+    indices: Sequence[int],
+    targets: Phase,
+    envelope: SpendEnvelope,
+    judge_usd: float | None,
+) -> dict[int, CaseVerdict]:
+    """Run the planned pairs at ``indices`` (targets, then their judges): verdicts by index."""
+    if not indices:
+        return {}
+    phase = Phase(targets.name, tuple(targets.runs[i] for i in indices))
+    pairs = [plan.pairs[i] for i in indices]
+    verdicts = run_pairs(engine, pairs, phase, envelope, judge_usd=judge_usd)
+    return dict(zip(indices, verdicts, strict=True))
+
+
+def _pass_scores(
+    plan: SweepPlan, verdicts: Mapping[int, CaseVerdict]
+) -> tuple[dict[CellKey, dict[str, float]], frozenset[CellKey]]:
+    """Each cell's case scores from one pass, and which cells the pass measured completely."""
+    indices = sorted(verdicts)
+    members = [plan.pairs[i].member for i in indices]
+    grouped = group_cells(members, [verdicts[i] for i in indices], plan.spec.sweep.repeats)
+    cases = {pair.name: pair.case for pair in plan.pairs}
+    scores: dict[CellKey, dict[str, float]] = {}
+    complete = set()
+    for cell in grouped:
+        key = (cell.member.key, cell.task_class)
+        checked = replace(cell, suspect=answer_health(cell.verdicts, cases))
+        scores[key] = {case.name: case.score for case in cell.cases if case.measured}
+        if checked.complete:
+            complete.add(key)
+    return scores, frozenset(complete)
+
+
+def measured_cells(
+    plan: SweepPlan,
+    pairs: Sequence[CaseRun],
+    verdicts: Sequence[CaseVerdict],
+    fingerprints: dict[str, str],
+    nights: Mapping[CellKey, CellEpochNight] | None = None,
+) -> list[MeasuredCell]:
+    """Steps 6–7: the cells of the verdicts (aligned with ``pairs``) and the claim each emits.
+
+    Every cell's interval comes from one vectorized call over all cells;
+    ``nights`` gives each cell its epoch (the interval gate decides on it).
+    """
+    nights = nights or {}
+    grouped = group_cells([pair.member for pair in pairs], verdicts, plan.spec.sweep.repeats)
     lows, highs = wilson_arrays(
         np.array([cell.passed for cell in grouped], dtype=np.float64),
         np.array([cell.n for cell in grouped], dtype=np.float64),
     )
-    cases = {pair.name: pair.case for pair in plan.pairs}
+    cases = {pair.name: pair.case for pair in pairs}
     cells = [
         replace(
             cell,
             interval=(float(low), float(high)),
             suspect=answer_health(cell.verdicts, cases),
+            epoch=nights.get((cell.member.key, cell.task_class)),
         )
         for cell, low, high in zip(grouped, lows, highs, strict=True)
     ]

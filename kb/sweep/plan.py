@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
-from kb.evals.cases import unique_names
+from kb.evals.cases import Case, unique_names
 from kb.evals.suite import CaseRun, judge_phase, target_phase
+from kb.store.epochs import EpochsFile, cell_key
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant, stored_instant
 from kb.sweep.canary import probe_phase
@@ -26,6 +27,7 @@ from kb.sweep.cells import claim_id
 from kb.sweep.falsify import live_eval_claims
 from kb.sweep.pool import PoolMember, build_pool
 from kb.sweep.resume import Resume
+from kb.sweep.sampling import CellSuite, cell_suite
 from kb.sweep.spec import SweepSpec, judge_models
 
 
@@ -45,6 +47,10 @@ class SweepPlan:
     shard: tuple[int, int] | None = None
     resume: Resume | None = None
     """What a stopped invocation of this night left (``--resume``): done cells, settled runs."""
+    suites: tuple[CellSuite, ...] = ()
+    """Each cell's cases and epoch (the interval gate; empty under the point gate)."""
+    epochs: EpochsFile = field(default_factory=EpochsFile)
+    """The epochs file as the plan read it."""
 
     @property
     def members(self) -> list[ModelSpec]:
@@ -182,13 +188,20 @@ def prepare_sweep(
     shard: tuple[int, int] | None = None,
     commit: bool = True,
     resume: Resume | None = None,
+    epochs: EpochsFile | None = None,
+    new_epoch: bool = False,
 ) -> SweepPlan:
     """Steps 1–3 against the store as ``snapshot`` holds it: pool, runs, phases.
 
     A report id already used in the store is refused only when the sweep will
     commit (``commit``): a replay of a past night under its own id may measure.
     ``resume`` finishes a night that stopped (see :mod:`kb.sweep.resume`).
+    ``epochs`` is the epochs file (:mod:`kb.store.epochs`); ``new_epoch``
+    starts a new epoch in every cell (``kb sweep --new-epoch``). The plan
+    holds every case of every cell — the worst case the envelope authorizes
+    and the dry run lists; adaptive sampling runs fewer (:mod:`kb.sweep.sampling`).
     """
+    epochs = epochs if epochs is not None else EpochsFile()
     pool = build_pool(spec.models, snapshot, observed_at)
     pairs = plan_case_runs(spec, pool, shard, resume)
     if resume is not None:
@@ -202,6 +215,7 @@ def prepare_sweep(
     keys = {pair.member.key for pair in pairs}
     members = [member.spec for member in pool if member.spec.key in keys]
     phases = sweep_phases(spec, pairs, members)
+    suites = plan_suites(spec, snapshot, pairs, epochs, new_epoch)
     return SweepPlan(
         spec=spec,
         report_id=report_id,
@@ -212,7 +226,44 @@ def prepare_sweep(
         job=job_plan(phases, spec.budgets.max_total_usd, _settled(phases, resume)),
         shard=shard,
         resume=resume,
+        suites=suites,
+        epochs=epochs,
     )
+
+
+def plan_suites(
+    spec: SweepSpec,
+    snapshot: Snapshot,
+    pairs: Sequence[CaseRun],
+    epochs: EpochsFile,
+    new_epoch: bool = False,
+) -> tuple[CellSuite, ...]:
+    """Each cell's suite and epoch, in plan order (none under the point gate)."""
+    if spec.gate.kind != "interval":
+        return ()
+    cells: dict[tuple[str, str], tuple[ModelSpec, dict[str, Case]]] = {}
+    for pair in pairs:
+        member, found = cells.setdefault((pair.member.key, pair.case.task_class), (pair.member, {}))
+        found[pair.name] = pair.case
+    live = live_eval_claims(snapshot)
+    suites = []
+    for (key, task_class), (member, cases) in cells.items():
+        priors = live.get((member.ref, member.effort, task_class), [])
+        newest = max(
+            priors, key=lambda item: (stored_instant(item[1].observed_at), item[0]), default=None
+        )
+        held = newest[1].polarity if newest is not None else "none"
+        suites.append(
+            cell_suite(
+                member,
+                task_class,
+                [(case, name) for name, case in cases.items()],
+                epochs.cells.get(cell_key(key, task_class)),
+                "strength" if held == "strength" else "weakness" if held == "weakness" else "none",
+                new_epoch=new_epoch,
+            )
+        )
+    return tuple(suites)
 
 
 def _settled(phases: Sequence[Phase], resume: Resume | None) -> frozenset[str]:

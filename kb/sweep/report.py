@@ -15,7 +15,14 @@ from typing import Any
 from kb.engine.phases import Phase
 from kb.store.models import claim_to_wire
 from kb.store.ops import Op
-from kb.store.records import CaseStability, CellRecord, PoolRecord, PriorStands, ReportFile
+from kb.store.records import (
+    CaseStability,
+    CellRecord,
+    EpochRecord,
+    PoolRecord,
+    PriorStands,
+    ReportFile,
+)
 from kb.store.snapshot import ClaimEntry
 from kb.store.ttl import format_instant
 from kb.sweep.canary import CanaryResult
@@ -75,6 +82,29 @@ def cell_record(
             tuple(PriorStands(claim_id=c.id, polarity=c.polarity, status=c.status) for c in stands)
             or None
         ),
+        epoch=epoch_record(cell) if cell.complete else None,
+    )
+
+
+def epoch_record(cell: SweepCell) -> EpochRecord | None:
+    """The cell's ``epoch`` entry (``None``: no epoch, the point gate)."""
+    night = cell.epoch
+    if night is None:
+        return None
+    epoch = night.epoch
+    return EpochRecord(
+        reason=epoch.start.reason,
+        started_at=epoch.start.observed_at,
+        started_in=epoch.start.report_id,
+        nights=len(epoch.nights),
+        n=epoch.n,
+        pass_rate=cell.estimate.pass_rate,
+        down=round(epoch.down, 3),
+        up=round(epoch.up, 3),
+        alarm=night.alarm,
+        pool=night.pool,
+        ran=night.ran,
+        why=night.why,
     )
 
 

@@ -19,7 +19,7 @@ provider call; :func:`execute_sweep` is then a short sequence:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
 
@@ -28,8 +28,10 @@ from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
 from kb.store.baselines import BaselinesFile
 from kb.store.diff import Side, StoreDiff, diff_snapshots
+from kb.store.epochs import EpochsAt, EpochsFile, cell_key, read_epochs
 from kb.store.evidence import evidence_paths
 from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, validate_attempts
+from kb.store.merge import driver_files
 from kb.store.models import ModelClaim
 from kb.store.ops import ArchiveClaim, EvalCommitterGate
 from kb.store.records import ReportFile, RunRecord, render_runs
@@ -92,11 +94,14 @@ def decide_change(
     evidence: EvidenceTarget | None,
     *,
     committing: bool,
+    epochs: EpochsAt | None = None,
 ) -> SweepChange:
     """What the sweep commits against ``snapshot`` (pure: the rebase loop calls it again).
 
     The canary's flips come first, then the claims and retirements; with
-    ``evidence``, the runs file and the report file go into the same commit.
+    ``evidence``, the runs file and the report file go into the same commit,
+    and with ``epochs`` (the epochs file as it is now) each complete cell's
+    epoch.
     """
     spec = plan.spec
     prompts = tuple(spec.canary.prompts) if spec.canary is not None else ()
@@ -120,7 +125,47 @@ def decide_change(
         files.update(evidence.settings)
         if not ops:
             notes.append("evidence only")
+    if epochs is not None:
+        updated = epochs_after(epochs.file, measurement)
+        if updated != epochs.file:
+            files[epochs.path.name] = updated.render()
+            files.update(epochs.attributes)
     return SweepChange(ops, files, ", ".join(notes) or None, outcomes=found.outcomes, report=report)
+
+
+def _epochs_at(store: KnowledgeStore) -> EpochsAt:
+    """The epochs file now, with the ``.gitattributes`` that routes it to kb's merge driver.
+
+    Only when the store is routed already and the epochs file (new in kb 3) is not.
+    """
+    found = EpochsAt.read(store.home.epochs_file)
+    attributes = store.home.attributes
+    routed = f"/{store.home.store_path.name} merge="
+    if store.git is not None and attributes.exists() and routed in attributes.read_text("utf-8"):
+        return replace(found, attributes=driver_files(store))
+    return found
+
+
+def epochs_after(epochs: EpochsFile, measurement: Measurement) -> EpochsFile:
+    """The epochs file after the night: each complete cell's epoch as tonight left it.
+
+    A cell measured incompletely keeps its epoch — unless tonight was to start
+    a new one (its cases changed, its canary drifted, ``--new-epoch``): then
+    the old epoch goes, and the next complete night begins afresh.
+    """
+    cells = dict(epochs.cells)
+    for cell, _ in measurement.cells:
+        night = cell.epoch
+        if night is None:
+            continue
+        key = cell_key(cell.member.key, cell.task_class)
+        if cell.complete:
+            cells[key] = night.epoch
+        elif night.suite.restart is not None or (
+            night.restarted is not None and night.restarted != "alarm"
+        ):
+            cells.pop(key, None)
+    return EpochsFile(cells=cells)
 
 
 @dataclass(frozen=True)
@@ -216,7 +261,8 @@ def execute_sweep(
     target = evidence_target(plan.spec, store)
     writes = target if evidence and plan.spec.sweep.evidence else None
     if not commit:
-        return _report(plan, measure(plan, engine), store, target, None, None)
+        measured = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
+        return _report(plan, measured, store, target, None, None)
     journal = journal_path(target.directory, plan.report_id)
     with store.lease(plan.report_id):
         _ready_to_spend(plan, store, journal, writes, push)
@@ -233,7 +279,7 @@ def execute_sweep(
         )
         engine.settled = plan.resume.journal if plan.resume is not None else None
         try:
-            measurement = measure(plan, engine)
+            measurement = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
             # A suspect cell's answers are an outage's: a resume must ask again.
             engine.journal.discard(
                 verdict.target.label
@@ -253,6 +299,7 @@ def execute_sweep(
                     BaselinesFile.read(store.home.canary_baselines),
                     writes,
                     committing=True,
+                    epochs=_epochs_at(store) if plan.suites else None,
                 ),
                 CommitContext(
                     "sweep",
@@ -296,7 +343,8 @@ def _ready_to_spend(
     files = [*evidence_paths(writes.directory, plan.report_id)] if writes else []
     files += [store.home.directory / name for name in (writes.settings if writes else {})]
     canary = [store.home.canary_baselines] if plan.spec.canary is not None else []
-    store.preflight(push=push, writes=[*files, journal, *canary])
+    epochs = [store.home.epochs_file] if plan.suites else []
+    store.preflight(push=push, writes=[*files, journal, *canary, *epochs])
 
 
 def _report(
@@ -356,11 +404,18 @@ def run_sweep(
     commit: bool = True,
     attempts: int = 3,
     push: bool = False,
+    new_epoch: bool = False,
 ) -> SweepReport:
     """A whole sweep: :func:`prepare_sweep`, the budget check, then :func:`execute_sweep`."""
     validate_attempts(attempts)
     plan = prepare_sweep(
-        spec, store.read(), observed_at=observed_at, report_id=report_id, commit=commit
+        spec,
+        store.read(),
+        observed_at=observed_at,
+        report_id=report_id,
+        commit=commit,
+        epochs=read_epochs(store.home.epochs_file),
+        new_epoch=new_epoch,
     )
     plan.check_budget()
     return execute_sweep(plan, store, engine, commit=commit, attempts=attempts, push=push)

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -103,6 +103,13 @@ class SweepSection(StrictModel):
     """Where evidence goes (relative to this spec); outside the work tree it is not committed."""
     timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
     max_retries: int = Field(default=3, ge=0)
+    sampling: Literal["adaptive", "full"] = "adaptive"
+    """``adaptive``: a settled cell measures a rotating minimum each night, more
+    while its change detector is raised (:mod:`kb.sweep.epochs`); ``full``:
+    every case every night. Either way the interval gate pools the nights of
+    an epoch; the point gate has no epochs."""
+    max_cases: int = Field(default=120, ge=1)
+    """The most cases an epoch draws from a task class (the first in its rotation)."""
     include: list[str] = Field(default_factory=list)
 
     @field_validator("tolerance")
