@@ -158,7 +158,8 @@ def list_command(
 def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     """Show one claim, the git commits that touched it, and the cases behind it."""
     from kb.store.audit import claim_history, compacted_claim
-    from kb.views.claims import claim_evidence, format_claim, format_history
+    from kb.store.epochs import read_epochs
+    from kb.views.claims import claim_evidence, format_claim, format_epoch, format_history
 
     claim = app.store.read().get(claim_id)
     if claim is None:
@@ -171,6 +172,9 @@ def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
             f"({compaction.change.removeprefix('compacted ')}); shown as the file last held it"
         )
     click.echo(format_claim(claim, app.as_of))
+    epoch = format_epoch(claim, read_epochs(app.store.home.epochs_file))
+    if epoch is not None:
+        click.echo(epoch)
     click.echo(format_history(claim_history(app.store, claim_id)))
     click.echo(claim_evidence(app.store, claim, evidence_dir))
 

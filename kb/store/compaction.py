@@ -17,9 +17,9 @@ trailer per claim).
 
 Evidence: a report's files (``<report>.jsonl`` and ``<report>.report.json``
 in the evidence directory) go when no claim left in the file cites the
-report and the report was observed before the same cut-off, so a recent
-night that produced no claim keeps its evidence for ``kb report``. Only files
-git tracks are removed.
+report, no open epoch (:mod:`kb.store.epochs`) pools it, and the report was
+observed before the same cut-off, so a recent night that produced no claim
+keeps its evidence for ``kb report``. Only files git tracks are removed.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb.errors import ConfigError
+from kb.store.epochs import read_epochs
 from kb.store.evidence import SUFFIXES, evidence_stem, report_observed_at
 from kb.store.filestore import (
     DEFAULT_ATTEMPTS,
@@ -116,6 +117,12 @@ def plan_compaction(
                 for item in snapshot.wire_at(index).get("evidence", [])
                 if isinstance(item, dict) and item.get("reportId") is not None
             )
+    # An open epoch pools its nights' evidence (claim or none): every night stays.
+    cited.update(
+        night.report_id
+        for epoch in read_epochs(store.home.epochs_file).cells.values()
+        for night in epoch.nights
+    )
     stems = {evidence_stem(r) for r in cited}
     files = tuple(
         path

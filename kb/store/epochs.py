@@ -38,6 +38,14 @@ EPOCHS_FORMAT = 1
 EpochReason = Literal["first", "suite", "drift", "alarm", "manual"]
 
 
+SUITE_GRADER = "eval-suite"
+
+
+def suite_grader_id(suite: str) -> str:
+    """``eval-suite@<first 16 hex of the suite fingerprint>``: a changed test is a new grader."""
+    return f"{SUITE_GRADER}@{suite[:16]}"
+
+
 def cell_key(subject_key: str, task_class: str) -> str:
     """How the epochs file names a cell."""
     return f"{subject_key}|{task_class}"

@@ -9,6 +9,7 @@ and live in :mod:`kb.views`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -201,10 +202,13 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     job = plan.job
     judges = job.phase("judges").later
     judge_text = f", up to {judges} judge runs" if judges else ""
+    worst = " (the worst case)" if plan.suites and plan.spec.sweep.sampling == "adaptive" else ""
     lines.append(
-        f"planned: {len(job.phase('targets').runs)} target runs{judge_text}, "
+        f"planned{worst}: {len(job.phase('targets').runs)} target runs{judge_text}, "
         f"{len(job.phase('canary').runs)} canary probes"
     )
+    if plan.suites:
+        lines.append(epochs_line(plan))
     forecast = job.forecast
     cap = plan.spec.budgets.max_total_usd
     line = f"worst-case authorized spend: ${forecast.worst_usd:.4f} (cap {_money(cap)})"
@@ -216,6 +220,19 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
         for phase in job.phases:
             lines += _phase_lines(phase)
     return "\n".join(lines)
+
+
+def epochs_line(plan: SweepPlan) -> str:
+    """How many cells go on with an epoch tonight, and why the others start one."""
+    reasons = Counter(suite.restart for suite in plan.suites)
+    going_on = reasons.pop(None, 0)
+    starting = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    text = f"epochs: {going_on} of {len(plan.suites)} cells go on"
+    if starting:
+        text += f", new: {starting}"
+    if plan.spec.sweep.sampling == "adaptive" and going_on:
+        text += " (a settled cell runs a rotating sample: fewer runs than planned)"
+    return text
 
 
 def plan_json(plan: SweepPlan) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import numpy as np
 
 from kb.engine.requests import ModelSpec
 from kb.evals.cases import Case, suite_fingerprint
-from kb.store.epochs import CellEpoch, EpochNight, EpochReason, EpochStart
+from kb.store.epochs import CellEpoch, EpochNight, EpochReason, EpochStart, suite_grader_id
 from kb.sweep.epochs import (
     HELD_NONE,
     HELD_STRENGTH,
@@ -47,13 +47,7 @@ CellKey = tuple[str, str]
 """(member key, task class)."""
 Held = Literal["strength", "weakness", "none"]
 Sampling = Literal["adaptive", "full"]
-SUITE_GRADER = "eval-suite"
 _HELD_CODE = {"none": HELD_NONE, "strength": HELD_STRENGTH, "weakness": HELD_WEAKNESS}
-
-
-def suite_grader_id(suite: str) -> str:
-    """``eval-suite@<first 16 hex of the suite fingerprint>``: a changed test is a new grader."""
-    return f"{SUITE_GRADER}@{suite[:16]}"
 
 
 @dataclass(frozen=True)

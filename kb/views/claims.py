@@ -14,28 +14,38 @@ from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
 from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.diff import StoreDiff
+from kb.store.epochs import EpochsFile, cell_key, suite_grader_id
 from kb.store.evidence import load_evidence
 from kb.store.filestore import KnowledgeStore
 from kb.store.jsjson import js_plain_value
 from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
+from kb.store.ttl import stored_instant
 
 _MAX_CASES_SHOWN = 5
+_MAX_NIGHTS_SHOWN = 8
 
 
 def _gate_line(claim: ModelClaim) -> str:
     author = f"{claim.author['kind']}:{claim.author['id']}"
     if claim.claim_class == "eval-measured":
         reports = [ev["reportId"] for ev in claim.evidence if ev["kind"] == "eval"]
-        report = f", report {reports[0]}" if reports else ""
+        report = f", report {reports[-1]}" if reports else ""  # an epoch's last night
         return f"author {author} (gate eval-committer{report})"
     return f"author {author} (gate human, approver {claim.author['id']})"
 
 
 def _evidence_lines(claim: ModelClaim) -> list[str]:
     lines = []
-    for item in claim.evidence:
+    items = list(claim.evidence)
+    half = _MAX_NIGHTS_SHOWN // 2
+    hidden = len(items) - 2 * half if len(items) > _MAX_NIGHTS_SHOWN else 0
+    for index, item in enumerate(items):
+        if hidden and half <= index < len(items) - half:  # a long epoch: first and last nights
+            if index == half:
+                lines.append(f"evidence … {hidden} more nights (kb list --json lists them all)")
+            continue
         if item["kind"] == "eval":
             case_ids = item["caseIds"]
             cases = case_ids[:_MAX_CASES_SHOWN]
@@ -221,3 +231,28 @@ def _rate(claim: ModelClaim | None) -> str:
     if claim is None or claim.metrics is None:
         return "editorial"
     return f"passRate {to_fixed_2(claim.metrics['passRate'])}"
+
+
+def format_epoch(claim: ModelClaim, epochs: EpochsFile) -> str | None:
+    """The claim's cell's epoch, as the epochs file holds it (``None``: none there)."""
+    if claim.claim_class != "eval-measured":
+        return None
+    effort = claim.subject.get("effort")
+    key = cell_key(
+        f"{claim.subject['model']}@{effort}" if effort else claim.subject["model"], claim.task_class
+    )
+    epoch = epochs.cells.get(key)
+    if epoch is None:
+        return "epoch: none recorded for this cell"
+    start = epoch.start
+    rate = to_fixed_2(epoch.successes / epoch.n) if epoch.n else "-"
+    nights = len(epoch.nights)
+    line = (
+        f"epoch: began {start.observed_at} ({start.reason}, {start.report_id}); "
+        f"{nights} night{'s' if nights != 1 else ''}, {epoch.n} of {len(epoch.cases)} cases, "
+        f"passRate {rate}; detectors down {epoch.down:.2f} up {epoch.up:.2f}; "
+        f"suite {suite_grader_id(epoch.suite)}"
+    )
+    if stored_instant(claim.observed_at) < stored_instant(start.observed_at):
+        line += "\n  (this claim is from before the epoch: the next complete sweep re-decides it)"
+    return line

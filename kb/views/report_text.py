@@ -9,7 +9,7 @@ CLI's job.
 from __future__ import annotations
 
 from kb.store.canonical import to_fixed_2
-from kb.store.records import CellRecord, ReportFile
+from kb.store.records import CellRecord, EpochRecord, ReportFile
 
 CANARY_WORDS = {
     "no-drift": "no drift",
@@ -33,6 +33,29 @@ def _count(cell: CellRecord) -> str:
         return f"{round(cell.pass_rate * n)}/{n} of {planned}"
     flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
     return f"{n} of {planned} cases x{cell.repeats}, {flaky} flaky"
+
+
+EPOCH_WORDS = {
+    "first": "first measurement",
+    "suite": "the cases changed",
+    "drift": "canary drift",
+    "alarm": "detector alarm",
+    "manual": "--new-epoch",
+}
+
+
+def epoch_text(epoch: EpochRecord) -> str:
+    """One line: the epoch the gate decided on, and why tonight ran the cases it ran."""
+    nights = f"{epoch.nights} night{'s' if epoch.nights != 1 else ''}"
+    alarm = {
+        "down": "; ALARM: a drop (the strength is retired)",
+        "up": "; ALARM: a rise (the weakness is retired)",
+        None: "",
+    }[epoch.alarm]
+    return (
+        f"epoch: {epoch.n} cases over {nights} since {epoch.started_at[:10]} "
+        f"({EPOCH_WORDS[epoch.reason]}); ran {epoch.ran} of {epoch.pool}: {epoch.why}{alarm}"
+    )
 
 
 def incomplete_summary(report: ReportFile) -> str | None:
@@ -74,8 +97,10 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
     lines = ["cells:"]
     for cell in report.cells:
         low, high = cell.wilson95
+        epoch = cell.epoch
+        shown = epoch.pass_rate if epoch is not None else cell.pass_rate
         rate = (
-            f"passRate {to_fixed_2(cell.pass_rate)} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
+            f"passRate {to_fixed_2(shown)} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
             if cell.n and cell.complete
             else ""
         )
@@ -90,6 +115,8 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         for prior in cell.prior_stands or ():
             line += f"; prior {prior.polarity} stands: {prior.claim_id}"
         lines.append(line)
+        if epoch is not None:
+            lines.append(f"    {epoch_text(epoch)}")
         if cell.first_error:
             lines.append(f"    first error: {cell.first_error}")
     claims, retired = report.claims, report.retired
