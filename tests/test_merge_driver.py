@@ -436,7 +436,9 @@ def test_committing_a_merge_that_kept_one_side_fails_kb_verify_until_redone(
     verified = runner.invoke(cli, ["verify"])
     assert verified.exit_code == 2
     assert "the merge dropped 1 claim a branch had" in verified.stderr
-    assert theirs in verified.stderr and "redo them with kb" in verified.stderr
+    assert (
+        theirs in verified.stderr and "re-add each under its id (kb note --id ID" in verified.stderr
+    )
     # Redone, the history is still told, as a warning.
     note(runner, "planning", "2026-11-20T00:00:00Z")
     again = runner.invoke(cli, ["verify"])

@@ -459,7 +459,13 @@ def test_resume_refuses_another_spec_and_a_night_already_complete(
     other = repo / "other.toml"
     other.write_text(spec.read_text())
     before = (state(repo), len(seen.requests))
-    wrong = kb(runner, "sweep", str(other), "--quiet", "--resume")
+    # Unnamed: this spec has no stopped night (the newest one is named, with its spec).
+    unnamed = kb(runner, "sweep", str(other), "--quiet", "--resume")
+    assert unnamed.exit_code == 2
+    assert "no journal of a stopped sweep of this spec" in unnamed.stderr
+    assert f"is a sweep of {spec.resolve()})" in unnamed.stderr
+    # Named: that night is another spec's.
+    wrong = kb(runner, "sweep", str(other), "--quiet", "--resume", "--observed-at", NIGHT_1)
     assert wrong.exit_code == 2
     assert f"is a sweep of {spec.resolve()}, not of {other.resolve()}" in wrong.stderr
     assert (state(repo), len(seen.requests)) == before
@@ -586,7 +592,10 @@ def test_the_checkpoint_refuses_to_compare_unpriced_arms(isolated: Path, runner:
             {"cost_usd": 0.001, "price": {"input_per_mtok": 1, "output_per_mtok": 1}},
             "models[0].params: declares its price twice (cost_usd, price); keep one",
         ),
-        ({"timeout_s": 0}, "models[0].params.timeout_s: must be more than 0 seconds"),
+        (
+            {"timeout_s": 0},
+            "models[0].params.timeout_s: must be a number of seconds above 0 (got 0)",
+        ),
         ({"temperature": "hot"}, "models[0].params.temperature: must be a number (got 'hot')"),
         ({"top_p": 1.5}, "models[0].params.top_p: must be between 0 and 1 (got 1.5)"),
         ({"max_tokens": 0}, "models[0].params.max_tokens: must be at least 1 (got 0)"),
@@ -711,3 +720,141 @@ def test_an_interrupt_with_calls_in_flight_prints_one_line_and_no_warning(
         f"Error: interrupted by {sig}: nothing committed, the store is unchanged; $"
     ), err
     assert out == ""
+
+
+# -- 9. inputs a newcomer mistyped, refused before anything moves -----------------------------
+
+
+def test_a_future_observed_at_is_refused_not_allowed_to_block_every_real_night(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, cases=1)
+    before = state(repo)
+    typo = kb(
+        runner, "--as-of", "2026-11-28T03:00:00Z", "sweep", str(spec), "--quiet",
+        "--observed-at", "2030-11-28T02:00:00Z",
+    )  # fmt: skip
+    assert typo.exit_code == 2
+    assert "--observed-at: 2030-11-28T02:00:00.000Z is 1461.0 days after now" in typo.stderr
+    assert seen.requests == [] and state(repo) == before
+    # A day of clock skew is fine.
+    skew = kb(
+        runner, "--as-of", "2026-11-28T01:00:00Z", "sweep", str(spec), "--quiet",
+        "--observed-at", NIGHT_1,
+    )  # fmt: skip
+    assert skew.exit_code == 0, skew.stderr
+
+
+def test_a_declared_cost_above_the_runs_ceiling_is_refused_before_any_call(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, cases=1, params={"cost_usd": 0.02})
+    spec.write_text(spec.read_text().replace('"cost_usd" = 0.001, ', ""))
+    result = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert result.exit_code == 2
+    assert (
+        "openai:m: cost_usd = 0.02 per call is above budgets.target_usd = 0.01 (each run's "
+        "ceiling): every call would overspend"
+    ) in result.stderr
+    assert seen.requests == []
+
+
+@pytest.mark.parametrize(
+    ("report_id", "message"),
+    [
+        ("a\nb", "must not contain '\\n'"),
+        ("../escape", "must not contain '/'"),
+        ("-rf", "must not start with '-'"),
+        ("x y", "must not contain ' '"),
+        ("r" * 121, "is 121 characters; at most 120"),
+    ],
+)
+def test_a_report_id_that_cannot_name_a_night_is_refused(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen], report_id: str, message: str
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, cases=1)
+    before = state(repo)
+    result = kb(runner, "sweep", str(spec), "--quiet", "--report-id", report_id)
+    assert result.exit_code == 2 and "--report-id: " in result.stderr
+    assert message in result.stderr, result.stderr
+    assert seen.requests == [] and state(repo) == before
+
+
+def test_a_report_id_whose_night_left_evidence_only_is_not_reused(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    # 3 of 4 right: no claim under the interval gate, but the night's evidence is committed.
+    spec = loopback_spec(repo / "s.toml", base, cases=4)
+    spec.write_text(spec.read_text().replace('expected = "echo: q0"', 'expected = "no"'))
+    first = kb(runner, "sweep", str(spec), "--quiet", "--report-id", "night-a")
+    assert first.exit_code == 0, first.stderr
+    evidence = (repo / "kb-evidence" / "night-a.report.json").read_bytes()
+    before, asked = state(repo), len(seen.requests)
+    again = kb(runner, "sweep", str(spec), "--quiet", "--report-id", "night-a")
+    assert again.exit_code == 2
+    assert "'night-a' was already used: its evidence is in" in again.stderr
+    assert state(repo) == before and len(seen.requests) == asked
+    assert (repo / "kb-evidence" / "night-a.report.json").read_bytes() == evidence
+
+
+def test_a_ref_git_cannot_write_is_not_called_a_race(
+    runner: CliRunner, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kb.store.git import GitStoreRepo
+
+    assert kb(runner, "init").exit_code == 0
+    before = state(repo)
+    real = GitStoreRepo.call
+
+    def locked(self: GitStoreRepo, *args: str, **kwargs: Any) -> tuple[int, str, str]:
+        if args[:1] == ("update-ref",) and "-m" in args and "kb: take back" not in args:
+            return (
+                128,
+                "",
+                "fatal: Unable to create 'refs/heads/main.lock': Operation not permitted",
+            )
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GitStoreRepo, "call", locked)
+    noted = kb(
+        runner, "--as-of", "2026-11-21T00:00:00Z", "note", "--model", "a:b",
+        "--task-class", "t", "--polarity", "weakness", "--statement", "s",
+        "--approver", "al", "--ruled-out", "prompt", "--evidence", "journal:r:1",
+    )  # fmt: skip
+    assert noted.exit_code == 2, noted.stderr
+    assert "git cannot update the ref (fatal: Unable to create" in noted.stderr
+    assert "moved from" not in noted.stderr and "attempts" not in noted.stderr
+    assert state(repo) == before
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"api_key": 98765432101234}, "models[0].params.api_key: must be a non-empty string"),
+        ({"input_cost_per_token": 1e-3}, "models[0].params.output_cost_per_token: missing"),
+        (
+            {"api_key_env": "SOME_VAR"},
+            "models[0].params: both api_key and api_key_env; keep one",
+        ),
+    ],
+)
+def test_more_params_a_provider_would_reject_mid_sweep(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen], params: dict[str, Any], message: str
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    priced = "input_cost_per_token" not in params
+    spec = loopback_spec(repo / "s.toml", base, cases=1, params=params, priced=priced)
+    result = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert result.exit_code == 2
+    assert message in result.stderr, result.stderr
+    assert seen.requests == []

@@ -160,7 +160,7 @@ class App:
         try:
             if chosen is None:
                 return instant_from_datetime(datetime.now(UTC))
-            return check_claim_instant(parse_instant(chosen), where)
+            return check_claim_instant(parse_instant(chosen), "the instant")
         except InstantError as exc:
             raise ConfigError(where, str(exc)) from None
 

@@ -151,9 +151,9 @@ def sweep(
     from kb.store.diff import diff_markdown
     from kb.store.epochs import read_epochs
     from kb.store.evidence import earlier_reports
-    from kb.sweep.plan import parse_shard, prepare_sweep
+    from kb.sweep.plan import parse_shard, prepare_sweep, refuse_future_instant
     from kb.sweep.report import plan_json, plan_text
-    from kb.sweep.run import execute_sweep, resume_night
+    from kb.sweep.run import execute_sweep, restart_warning, resume_night
     from kb.views.html import cell_history, report_html
     from kb.views.report_text import incomplete_summary, summary_text, sweep_markdown
 
@@ -170,10 +170,13 @@ def sweep(
         given = app.instant(observed_at, "--observed-at") if observed_at else None
         stopped = resume_night(spec, app.store, report_id=report_id, observed_at=given)
         observed_at = observed_at or stopped.observed_at
+    instant = app.instant(observed_at, "--observed-at")
+    if observed_at is not None:
+        refuse_future_instant(instant, app.as_of, "--observed-at")
     plan = prepare_sweep(
         spec,
         app.store.read(),
-        observed_at=app.instant(observed_at, "--observed-at"),
+        observed_at=instant,
         report_id=report_id,
         shard=parse_shard(shard) if shard else None,
         commit=not no_commit,
@@ -188,6 +191,9 @@ def sweep(
     plan.check_budget(allow_partial=allow_partial)
     if dry_run:
         return
+    again = restart_warning(plan, app.store, commit=not no_commit)
+    if again is not None:
+        click.echo(f"warning: {again}", err=True)  # before the first call, not after
     with progress_bar(plan.job.size, enabled=not quiet) as advance:
         engine.on_settled = advance
         done = execute_sweep(

@@ -100,6 +100,11 @@ def param_issues(provider: str, params: Mapping[str, Any], where: str) -> list[s
             issue = TYPED_PARAMS[name](params[name])
             if issue:
                 issues.append(f"{where}.{name}: {issue} (got {params[name]!r})")
+    if "api_key" in params and "api_key_env" in params:
+        issues.append(
+            f"{where}: both api_key and api_key_env; keep one (api_key_env names the "
+            "environment variable that holds the key)"
+        )
     extra = params.get("extra")
     if extra is not None and not isinstance(extra, Mapping):
         issues.append(f"{where}.extra: must be a table of provider-specific keys")
@@ -142,6 +147,10 @@ def _integer(low: int) -> Any:
     return check
 
 
+def _text(value: Any) -> str | None:
+    return None if isinstance(value, str) and value else "must be a non-empty string"
+
+
 #: Common sampling params whose type a provider would otherwise reject mid-sweep
 #: (after other cells had already spent) — checked before the plan.
 TYPED_PARAMS = {
@@ -153,4 +162,8 @@ TYPED_PARAMS = {
     "max_completion_tokens": _integer(1),
     "seed": _integer(-(2**63)),
     "n_ctx": _integer(1),
+    "api_key": _text,
+    "api_base": _text,
+    "base_url": _text,
+    "api_key_env": _text,
 }

@@ -112,6 +112,10 @@ def price_param_issues(params: Mapping[str, Any], where: str) -> list[str]:
             f"{where}: declares its price twice ({', '.join(declared)}); keep one "
             "(cost_usd per call, price per million tokens, or litellm's *_cost_per_token)"
         ]
+    per_token = [k for k in ("input_cost_per_token", "output_cost_per_token") if k in params]
+    if len(per_token) == 1:
+        other = ({"input_cost_per_token", "output_cost_per_token"} - set(per_token)).pop()
+        return [f"{where}.{other}: missing (beside {per_token[0]}; 0 if it is free)"]
     price = params.get("price")
     if price is None:
         return []

@@ -290,7 +290,14 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
                 snapshot = parse_store(data, f"{short}:{git.rel}")
             except ConfigError as exc:
                 if conflict_lines(data.decode("utf-8", "replace")):
-                    issues.append(_committed_conflict(short, git.rel))
+                    missing = _missing_from(git, commit.parents, set(), current, compacted)
+                    if current is not None and not missing:
+                        warnings.append(
+                            f"commit {short}: a store with git conflict markers was committed; "
+                            "the store was made whole since and holds every claim of both sides"
+                        )
+                    else:
+                        issues.append(_committed_conflict(short, git.rel, missing))
                 else:
                     issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
                 last_version = None
@@ -323,12 +330,39 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
     return VerifyReport(current.version, len(current), checked, (*current.warnings, *warnings))
 
 
-def _committed_conflict(short: str, rel: str) -> str:
+def _committed_conflict(short: str, rel: str, missing: Sequence[str]) -> str:
+    shown = ", ".join(repr(i) for i in missing[:3]) + (" …" if len(missing) > 3 else "")
+    lost = f"; {len(missing)} claims of its sides are not in the store ({shown})" if missing else ""
     return (
         f"commit {short}: a store with git conflict markers was committed (a merge kb's driver "
-        f"could not merge); history keeps it: make the work-tree store whole again (git "
-        f"checkout {short}^1 -- {rel}, redo the other side's changes with kb) and commit"
+        f"could not merge){lost}: make the work-tree store whole again (git checkout "
+        f"{short}^1 -- {rel}), re-add each missing claim under its id (kb note --id ID …; kb "
+        "show ID reads it from history) and commit"
     )
+
+
+def _missing_from(
+    git: GitStoreRepo,
+    parents: Sequence[str],
+    present: set[str],
+    current: Snapshot | None,
+    compacted: set[str],
+) -> list[str]:
+    """Claims the ``parents`` had that are not in ``present``, compacted or ``current``.
+
+    ``current`` is the store now (``None``: not checked). Sorted.
+    """
+    missing: set[str] = set()
+    for parent in parents:
+        blob = git.blob_in(parent)
+        if blob is None:
+            continue
+        try:
+            side = parse_store(git.read_blob(blob), f"{parent[:12]}:{git.rel}")
+        except ConfigError:
+            continue  # an unreadable side is told where it was committed
+        missing |= {i for i in side.index if i not in present and i not in compacted}
+    return sorted(i for i in missing if current is None or not current.has(i))
 
 
 def _dropped_by_merge(
@@ -346,30 +380,20 @@ def _dropped_by_merge(
     they are all back.
     """
     present = set(merged.index)
-    missing: list[str] = []
-    for parent in commit.parents:
-        blob = git.blob_in(parent)
-        if blob is None:
-            continue
-        try:
-            side = parse_store(git.read_blob(blob), f"{parent[:12]}:{git.rel}")
-        except ConfigError:
-            continue  # an unreadable side is told where it was committed
-        missing += [i for i in side.index if i not in present and i not in compacted]
-    if not missing:
+    dropped = _missing_from(git, commit.parents, present, None, compacted)
+    if not dropped:
         return [], []
-    missing = sorted(set(missing))
-    shown = ", ".join(repr(i) for i in missing[:3]) + (" …" if len(missing) > 3 else "")
-    back = current is not None and all(current.has(i) for i in missing)
+    still = [i for i in dropped if current is None or not current.has(i)]
+    shown = ", ".join(repr(i) for i in dropped[:3]) + (" …" if len(dropped) > 3 else "")
     line = (
-        f"commit {commit.oid[:12]}: the merge dropped {len(missing)} claim"
-        f"{'s' if len(missing) != 1 else ''} a branch had ({shown})"
+        f"commit {commit.oid[:12]}: the merge dropped {len(dropped)} claim"
+        f"{'s' if len(dropped) != 1 else ''} a branch had ({shown})"
     )
-    if back:
+    if not still:
         return [], [f"{line}; they were redone since"]
     return [
-        f"{line}: redo them with kb (kb show ID reads them from history), or merge again "
-        "with kb's driver (kb merge-driver --install)"
+        f"{line}: re-add each under its id (kb note --id ID …; kb show ID reads it from "
+        "history), or merge again with kb's driver (kb merge-driver --install)"
     ], []
 
 

@@ -414,7 +414,8 @@ class KnowledgeStore:
         """
         with self._locked(None):
             self._prepare()
-            check_replaceable([self.path, *writes])
+            refs = self.git.ref_files() if self.git is not None else []
+            check_replaceable([self.path, *writes, *refs])
         if push:
             self._push_target()
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kb.atomicfile import write_atomic
-from kb.errors import GitError, KnowledgeCasError, PushRejected, StoreDirtyError
+from kb.errors import ConfigError, GitError, KnowledgeCasError, PushRejected, StoreDirtyError
 from kb.store.layout import conflict_advice, conflict_lines
 
 if TYPE_CHECKING:
@@ -161,6 +161,15 @@ class GitStoreRepo:
         ref = ref.strip() if ref else "HEAD"
         oid = self.try_run("rev-parse", "-q", "--verify", "HEAD^{commit}")
         return ref, (oid.strip() if oid else None)
+
+    def ref_files(self) -> list[Path]:
+        """The files moving the branch writes (its loose ref, the packed refs): for preflight."""
+        ref, _ = self.head()
+        common = Path(self.run("rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+        files = [common / ref]
+        if (common / "packed-refs").exists():
+            files.append(common / "packed-refs")
+        return files
 
     def blob_in(self, commit: str | None) -> str | None:
         """The store's blob oid in ``commit`` (``None`` when absent or no commit)."""
@@ -602,6 +611,15 @@ class GitStoreRepo:
         )
         if status != 0:
             _, moved_to = self.head()
+            if moved_to == prepared.expected_head:
+                # Not a race (the ref is where it was): git could not write it. Retrying
+                # cannot help, so this is not a compare-and-swap conflict.
+                raise ConfigError(
+                    prepared.ref,
+                    f"git cannot update the ref ({err.strip()}); check that .git/refs and "
+                    ".git/packed-refs are writable (not read-only or chattr +i); nothing "
+                    "was committed",
+                )
             raise KnowledgeCasError(
                 f"git {prepared.ref} moved from {(prepared.expected_head or 'unborn')[:12]} to "
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",

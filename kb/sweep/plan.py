@@ -162,6 +162,47 @@ def _refuse_backdating(snapshot: Snapshot, pairs: Sequence[CaseRun], observed_at
         )
 
 
+REPORT_ID_MAX = 120
+
+
+def report_id_issue(report_id: str) -> str | None:
+    """Why ``report_id`` cannot name a night (``None``: it can).
+
+    It becomes file names, a claim id's first part (before a ``/``) and a
+    commit trailer: printable, no ``/``, no whitespace, not starting with
+    ``-`` or ``.``, at most 120 characters.
+    """
+    if not report_id.strip():
+        return "must not be empty (omit it for kb-sweep-<observedAt>)"
+    bad = sorted({ch for ch in report_id if not ch.isprintable() or ch.isspace() or ch in "/\\"})
+    if bad:
+        return f"{report_id!r} must not contain {', '.join(map(repr, bad))}"
+    if report_id[0] in "-.":
+        return f"{report_id!r} must not start with {report_id[0]!r}"
+    if len(report_id) > REPORT_ID_MAX:
+        return f"is {len(report_id)} characters; at most {REPORT_ID_MAX}"
+    return None
+
+
+FUTURE_SLACK_MS = 86_400_000
+"""How far past now a sweep instant may be (clocks and time zones disagree; a year does not)."""
+
+
+def refuse_future_instant(observed_at: int, now: int, flag: str) -> None:
+    """A sweep observed in the future would outrank every real night until then: refuse it.
+
+    ``now`` is the instant the caller runs at (``--as-of``, else the clock).
+    """
+    if observed_at > now + FUTURE_SLACK_MS:
+        days = (observed_at - now) / 86_400_000
+        raise ConfigError(
+            flag,
+            f"{format_instant(observed_at)} is {days:.1f} days after now "
+            f"({format_instant(now)}): its claims would block every real night until then; "
+            "check the date, or pass --as-of to sweep as of a later instant on purpose",
+        )
+
+
 def refuse_used_report_id(snapshot: Snapshot, report_id: str, pairs: Sequence[CaseRun]) -> None:
     """A committing sweep may not reuse a report id that already named claims of its cells."""
     taken = sorted(
@@ -206,8 +247,10 @@ def prepare_sweep(
     pairs = plan_case_runs(spec, pool, shard, resume)
     if resume is not None:
         report_id = resume.report_id
-    if report_id is not None and not report_id.strip():
-        raise ConfigError("--report-id", "must not be empty (omit it for kb-sweep-<observedAt>)")
+    for given, source in ((report_id, "--report-id"), (spec.sweep.report_id, "sweep.report_id")):
+        issue = report_id_issue(given) if given is not None else None
+        if issue is not None:
+            raise ConfigError(source, issue)
     report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
     if commit:
         refuse_used_report_id(snapshot, report_id, pairs)

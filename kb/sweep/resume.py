@@ -69,22 +69,30 @@ class Resume:
         ]
 
 
-def newest_journal(directory: Path) -> JournalState | None:
-    """The journal of the latest night in ``directory`` (``None``: there is none)."""
+def newest_journal(directory: Path, spec: str | None = None) -> JournalState | None:
+    """The journal of the latest night in ``directory`` (of ``spec``'s sweeps, when given)."""
     found = [read_journal(path) for path in directory.glob(f"*{JOURNAL_SUFFIX}")]
-    journals = [j for j in found if j is not None]
+    journals = [j for j in found if j is not None and (spec is None or j.spec in ("", spec))]
     return max(journals, key=lambda j: j.observed_at) if journals else None
 
 
-def find_resume(store: KnowledgeStore, directory: Path, report_id: str | None) -> Resume:
-    """What there is to resume of ``report_id`` (else of the newest journaled night)."""
+def find_resume(
+    store: KnowledgeStore, directory: Path, report_id: str | None, spec: str | None = None
+) -> Resume:
+    """What there is to resume of ``report_id`` (else of ``spec``'s newest journaled night)."""
     if report_id is None:
-        latest = newest_journal(directory)
+        latest = newest_journal(directory, spec)
         if latest is None:
+            others = newest_journal(directory)
+            hint = (
+                f" (the newest stopped night, {others.report_id}, is a sweep of {others.spec})"
+                if others is not None
+                else ""
+            )
             raise ConfigError(
                 "--resume",
-                f"nothing to resume: no journal of a stopped sweep in {directory}; name the "
-                "night with --observed-at or --report-id",
+                f"nothing to resume: no journal of a stopped sweep of this spec in {directory}"
+                f"{hint}; name the night with --observed-at or --report-id",
             )
         report_id = latest.report_id
     journal = read_journal(journal_path(directory, report_id))

@@ -223,8 +223,8 @@ def resume_night(
     if report_id is None and spec.sweep.report_id is None and observed_at is not None:
         report_id = f"kb-sweep-{format_instant(observed_at)}"
     directory = evidence_target(spec, store).directory
-    found = find_resume(store, directory, report_id or spec.sweep.report_id)
     swept = str(spec.path.resolve())
+    found = find_resume(store, directory, report_id or spec.sweep.report_id, swept)
     if found.journal is not None and found.journal.spec not in ("", swept):
         raise ConfigError(
             "--resume",
@@ -317,6 +317,23 @@ def execute_sweep(
     return _report(plan, measurement, store, target, result, writes)
 
 
+def restart_warning(plan: SweepPlan, store: KnowledgeStore, *, commit: bool = True) -> str | None:
+    """What a sweep that does not ``--resume`` a stopped night would pay again (say it first)."""
+    if plan.resume is not None and plan.resume.journal is not None:
+        return None
+    left = read_journal(journal_path(evidence_target(plan.spec, store).directory, plan.report_id))
+    count = len(left.settled) if left is not None else 0
+    if not count:
+        return None
+    how = (
+        "starts the night over and pays" if commit else "(--no-commit) does not reuse them and pays"
+    )
+    return (
+        f"a stopped sweep of {plan.report_id} had {count} runs settled ok; this sweep {how} "
+        "for them again (kb sweep --resume reuses them)"
+    )
+
+
 def _ready_to_spend(
     plan: SweepPlan,
     store: KnowledgeStore,
@@ -331,15 +348,17 @@ def _ready_to_spend(
             f"the night {plan.report_id!r} is committed complete: nothing is left to resume",
         )
     refuse_used_report_id(store.read(), plan.report_id, plan.pairs)
-    if journal.exists() and (plan.resume is None or plan.resume.journal is None):
-        left = read_journal(journal)
-        count = len(left.settled) if left is not None else 0
-        journal.unlink()  # a fresh start of the night: its journal starts over too
-        if count:
-            store.warnings.append(
-                f"a stopped sweep of {plan.report_id} had {count} runs settled ok; this sweep "
-                "starts the night over and pays for them again (kb sweep --resume reuses them)"
+    if writes is not None and plan.resume is None:
+        _, report_file = evidence_paths(writes.directory, plan.report_id)
+        if report_file.exists():  # a night that committed evidence and no claim
+            raise ConfigError(
+                "report id",
+                f"{plan.report_id!r} was already used: its evidence is in {report_file} "
+                "(kb report shows it); pass a new --report-id or --observed-at (or --resume, "
+                "to finish a night that stopped)",
             )
+    if journal.exists() and (plan.resume is None or plan.resume.journal is None):
+        journal.unlink()  # a fresh start of the night: its journal starts over too
     files = [*evidence_paths(writes.directory, plan.report_id)] if writes else []
     files += [store.home.directory / name for name in (writes.settings if writes else {})]
     canary = [store.home.canary_baselines] if plan.spec.canary is not None else []

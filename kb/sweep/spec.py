@@ -248,6 +248,8 @@ def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
     models = resolve_models([(i, e) for i, e in enumerate(entries) if e is not None], base, issues)
     if sweep is not None:
         issues.extend(_budget_issues(sweep, budgets, cases, canary))
+    if budgets is not None:
+        issues.extend(_ceiling_issues(models, budgets, canary))
     if not cases and not issues:
         issues.append("cases: the spec (with its includes) has no cases")
     issues.extend(_judge_param_issues(cases))
@@ -392,6 +394,28 @@ def _included_cases(path: Path, issues: list[str]) -> list[LocatedCase]:
     return found
 
 
+def _ceiling_issues(
+    models: Sequence[ModelSpec], budgets: Budgets, canary: CanarySection | None
+) -> list[str]:
+    """A declared per-call cost above a run's ceiling: every call would overspend, known now."""
+    issues = []
+    ceilings = [("target_usd", budgets.target_usd)]
+    if canary is not None:
+        ceilings.append(("canary_usd", budgets.canary_usd))
+    for model in models:
+        cost = model.params.get("cost_usd")
+        if isinstance(cost, bool) or not isinstance(cost, int | float):
+            continue
+        for name, ceiling in ceilings:
+            if ceiling is not None and cost > ceiling:
+                issues.append(
+                    f"{model.key}: cost_usd = {cost:g} per call is above budgets.{name} = "
+                    f"{ceiling:g} (each run's ceiling): every call would overspend; raise "
+                    f"budgets.{name}"
+                )
+    return issues
+
+
 def _budget_issues(
     sweep: SweepSection,
     budgets: Budgets | None,
@@ -467,11 +491,12 @@ def _numeric_param_issues(index: int, params: Mapping[str, Any]) -> list[str]:
             or not isinstance(value, int | float)
             or not (math.isfinite(value) and value >= 0)
         ):
-            issues.append(
-                f"models[{index}].params.{name}: must be a nonnegative number (got {value!r})"
-            )
+            what = "a number of seconds above 0" if name == "timeout_s" else "a nonnegative number"
+            issues.append(f"models[{index}].params.{name}: must be {what} (got {value!r})")
         elif name == "timeout_s" and value == 0:
-            issues.append(f"models[{index}].params.timeout_s: must be more than 0 seconds")
+            issues.append(
+                f"models[{index}].params.timeout_s: must be a number of seconds above 0 (got 0)"
+            )
         elif name == "timeout_s" and value > MAX_TIMEOUT_S:
             issues.append(
                 f"models[{index}].params.timeout_s: at most {MAX_TIMEOUT_S:g} seconds "

@@ -343,13 +343,19 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
         else "not committed"
     )
     header = "<th>model</th>" + "".join(f'<th scope="col">{esc(c)}</th>' for c in classes)
+    unpriced_runs = sum(cell.unpriced_runs or 0 for cell in report.cells)
+    unpriced = (
+        f" (+ {unpriced_runs} unpriced run{'s' if unpriced_runs != 1 else ''}, cost unknown)"
+        if unpriced_runs
+        else ""
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>kb sweep {esc(report.report_id)}</title>
 <style>{STYLE}</style></head><body>
 <h1>kb sweep <code>{esc(report.report_id)}</code></h1>
-<p class="meta">observed {esc(report.observed_at)} · spent ${report.spent_usd:.4f}
+<p class="meta">observed {esc(report.observed_at)} · spent ${report.spent_usd:.4f}{unpriced}
 · {esc(committed)}</p>
 <h2>Pass rate by model and task class</h2>
 <p class="hint">Click a cell to see its cases: verdicts, grader reasons, outputs, errors.</p>
