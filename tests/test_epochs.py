@@ -209,6 +209,51 @@ def test_a_detector_alarm_retires_the_strength_and_it_is_not_re_earned_that_nigh
     assert "ALARM: a drop (the strength is retired)" in text
 
 
+def test_a_rise_is_claimed_the_night_it_is_seen(runner: CliRunner, isolated: Path) -> None:
+    weak = model(set(range(60)) - {0, 1, 2, 3, 4, 5})  # 6 of 60: a weakness
+    night(runner, spec(isolated / "a.toml", weak), 1)
+    second = night(runner, spec(isolated / "a.toml", weak), 2)
+    assert second["cells"][0]["epoch"]["ran"] == 5  # settled: a held weakness runs 5
+    assert active() == [("scripted:m", "weakness")]
+    # The model gets everything right: the rise detector alarms on the first pass, the
+    # weakness is retired, and the new epoch measures the rest of its pool the same night,
+    # enough to earn the strength at once.
+    report = night(runner, spec(isolated / "b.toml", model()), 3)
+    (cell,) = report["cells"]
+    assert cell["epoch"]["alarm"] == "up" and cell["epoch"]["reason"] == "alarm"
+    assert cell["epoch"]["ran"] == 60 and cell["epoch"]["n"] == 60
+    assert (
+        "the detector alarmed (a rise), so the new epoch measured the other"
+        in (cell["epoch"]["why"])
+    )
+    assert cell["outcome"] == "strength"
+    assert active() == [("scripted:m", "strength")]
+    (retired,) = report["retired"]
+    assert retired["reason"] == "falsified"
+
+
+def test_a_raised_detector_runs_confirm_passes_the_same_night(
+    runner: CliRunner, isolated: Path
+) -> None:
+    steady = {3, 17, 41}  # 0.95
+    path = spec(isolated / "s.toml", model(steady))
+    night(runner, path, 1)
+    night(runner, path, 2)
+    # One case in six more now fails (0.78): the first pass's 20 cases raise the drop
+    # detector, a confirm pass runs 15 more (in rotation, none twice) and alarms, and the
+    # new epoch measures the other 25 the same night.
+    drop = steady | set(range(0, 60, 6))
+    report = night(runner, spec(isolated / "d.toml", model(drop)), 3)
+    (cell,) = report["cells"]
+    assert cell["epoch"]["why"] == (
+        "settled (a held strength): 20 of 60 in rotation, then 15 more to confirm a raised "
+        "detector; the detector alarmed (a drop), so the new epoch measured the other 25 cases"
+    )
+    assert cell["epoch"]["alarm"] == "down" and cell["epoch"]["n"] == 60
+    assert len({r["case"] for r in report["runs"]}) == len(report["runs"]) == 60
+    assert active() == []
+
+
 def test_a_steady_model_never_alarms_over_many_nights(runner: CliRunner, isolated: Path) -> None:
     path = spec(isolated / "s.toml", model({3, 17, 41}))  # 0.95, steady
     outcomes = []

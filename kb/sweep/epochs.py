@@ -11,20 +11,32 @@ An epoch ends when the suite changes (its fingerprint), when the subject's
 canary drifts, when ``--new-epoch`` is asked for, or when the cell's
 **change detector** alarms. The detector is a pair of one-sided Bernoulli
 CUSUM statistics updated case by case, in rotation order, with tonight's
-results against the epoch's level ``p0`` (its estimate before tonight):
-``down`` looks for a drop to ``p0 - shift``, ``up`` for a rise to
-``p0 + shift``. A held strength is watched for a drop, a held weakness for
-a rise, a cell without a claim both ways. A statistic above ``alarm`` ends
-the epoch: the watched claim is retired, a new epoch starts with tonight's
-runs alone, and the retired claim cannot be re-earned the same night.
+results against the epoch's **reference level**: its estimate the night it
+first covered its pool, frozen — a change the epoch goes on pooling never
+becomes the level it is measured against. ``down`` looks for a drop of
+about ``shift``, ``up`` for a rise. A held strength is watched for a drop,
+a held weakness for a rise, a cell without a claim both ways (against a
+higher bar, ``alarm_none``: nothing is retired, so a false alarm only costs
+a restart). A watched statistic above its bar ends the epoch: the watched
+claim is retired, a new epoch starts with tonight's runs, and the retired
+claim cannot be re-earned the same night.
+
+The scratch study behind the numbers also tried judging each case against
+its own record (shrunk by an estimated intra-case correlation) and a
+reference that follows calm nights; on the simulation's fixed case sets
+they shortened delays but left more drops unseen for 16 nights, so the
+product keeps the plain detector (``bench/RESULTS.md`` has the figures).
 
 **Adaptive sampling.** Each cell runs its cases in a stable pseudo-random
 rotation seeded by the suite's fingerprint. A new epoch measures the whole
 pool (up to ``max_cases``); a settled cell measures a minimum each night —
 ``strength_sample`` for a held strength (so a drop shows soon),
-``other_sample`` otherwise — and ``raised_sample`` while a detector is above
-``raise_level``: a change is confirmed or cleared within a night, for a
-fraction of measuring everything every night.
+``other_sample`` otherwise. When a pass leaves a watched detector above
+``raise_level``, the same night runs ``confirm_sample`` more cases (up to
+``confirm_passes`` times), and an alarm's new epoch measures the rest of its
+pool the same night: a change is confirmed or cleared, and the new level
+measured, within the night, for a fraction of measuring everything every
+night.
 
 Everything here is vectorized over cells (numpy arrays with a leading cell
 axis): one sweep updates all its cells at once, and ``bench/truth_sim.py``
@@ -35,7 +47,9 @@ rule's numbers (see ``bench/RESULTS.md`` for the frontier it printed).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +61,8 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 HELD_NONE, HELD_STRENGTH, HELD_WEAKNESS = 0, 1, 2
+NightPass = Literal["first", "confirm", "refill"]
+"""What a pass of the night is for."""
 
 
 @dataclass(frozen=True)
@@ -57,18 +73,30 @@ class EpochRule:
     """Cases a settled cell holding a strength measures each night."""
     other_sample: int = 5
     """Cases any other settled cell measures each night."""
-    raised_sample: int = 60
-    """Cases a cell measures while one of its detectors is raised."""
+    raised_sample: int = 0
+    """Cases a cell measures the night after a pass left a watched detector raised
+    (0: its settled sample; the same night's confirm passes do the work)."""
+    confirm_sample: int = 15
+    """Cases each confirm pass adds, the same night, for a cell left raised."""
+    confirm_passes: int = 3
+    """How many confirm passes a night may run."""
     shift: float = 0.1
     """The change each detector looks for (a drop or a rise of about this much)."""
-    alarm: float = 4.0
-    """A detector above this ends the epoch."""
-    raise_level: float = 1.5
-    """A detector above this measures ``raised_sample`` cases the next night."""
+    alarm: float = 5.0
+    """A watched detector of a held claim above this ends the epoch."""
+    alarm_none: float = 7.0
+    """A detector of a cell without a claim above this ends the epoch."""
+    raise_level: float = 1.0
+    """A watched detector above this runs a confirm pass."""
     max_cases: int = 120
     """The most cases an epoch's first night measures (the pool, cut to this)."""
-    prior: float = 2.0
-    """How many nights' worth of the epoch's level each case's own record starts from."""
+    pooled_level: bool = False
+    """The detectors' level is the epoch's pooled estimate before tonight (not the
+    estimate frozen the night it first covered its pool)."""
+    level_margin: float = 0.0
+    """The level is moved this many standard errors of its own estimate towards the
+    change each detector looks for: an estimated level errs, and a CUSUM against a
+    level set too high alarms on its error."""
 
 
 DEFAULT_RULE = EpochRule()
@@ -99,8 +127,7 @@ class EpochArrays:
     """[B] the cell's pool size (cases 0..size-1 are real)."""
     level: FloatArray
     """[B] the detectors' reference: the epoch's estimate the night it first covered the
-    whole pool (NaN before), frozen — so a change the epoch goes on pooling never
-    becomes the level it is measured against."""
+    whole pool (NaN before), frozen."""
 
     @classmethod
     def empty(cls, size: IntArray, width: int) -> EpochArrays:
@@ -127,6 +154,24 @@ class EpochArrays:
         successes, n = self.estimate()
         return wilson_arrays(successes, n.astype(np.float64))
 
+    def pool(self, rule: EpochRule) -> IntArray:
+        """[B] the cases each epoch draws from (its pool, cut to ``max_cases``)."""
+        return np.minimum(self.size, rule.max_cases)
+
+
+def watched(state: EpochArrays, held: IntArray) -> tuple[FloatArray, FloatArray]:
+    """[B] each cell's watched detectors (an unwatched one reads 0)."""
+    return (
+        np.where(held != HELD_WEAKNESS, state.down, 0.0),
+        np.where(held != HELD_STRENGTH, state.up, 0.0),
+    )
+
+
+def raised_cells(state: EpochArrays, held: IntArray, rule: EpochRule) -> BoolArray:
+    """[B]: cells whose watched detector is above ``raise_level``."""
+    down, up = watched(state, held)
+    return np.asarray(np.maximum(down, up) > rule.raise_level, dtype=bool)
+
 
 def tonight(
     state: EpochArrays,
@@ -134,18 +179,26 @@ def tonight(
     new_epoch: BoolArray,
     held: IntArray,
     rule: EpochRule,
+    wanted: IntArray | None = None,
 ) -> BoolArray:
     """[B, K]: the cases each cell measures tonight (in ``orders``' rotation, from the cursor).
 
     ``orders`` is [B, K]: each cell's rotation (``rotation`` of its suite, padded).
+    A new epoch, and one that has not yet covered its pool (an alarm began it),
+    measures the whole pool; a settled cell ``strength_sample`` /
+    ``other_sample`` cases (``raised_sample`` while a watched detector is
+    raised, when set). ``wanted`` overrides the count (a confirm pass).
     """
     cells, width = state.scores.shape
-    pool = np.minimum(state.size, rule.max_cases)
+    pool = state.pool(rule)
     _, seen = state.estimate()
-    full = new_epoch | (seen < pool)  # a new epoch, or one an alarm began with a few runs
-    raised = np.maximum(state.down, state.up) > rule.raise_level
-    settled = np.where(held == HELD_STRENGTH, rule.strength_sample, rule.other_sample)
-    wanted = np.where(full, pool, np.where(raised, rule.raised_sample, settled))
+    full = new_epoch | (seen < pool)
+    if wanted is None:
+        settled = np.where(held == HELD_STRENGTH, rule.strength_sample, rule.other_sample)
+        raised = raised_cells(state, held, rule) & (rule.raised_sample > 0)
+        wanted = np.where(
+            full, pool, np.where(raised, np.maximum(settled, rule.raised_sample), settled)
+        )
     wanted = np.minimum(wanted, pool)
     steps = np.arange(width)[None, :]
     positions = (state.cursor[:, None] + steps) % np.maximum(pool, 1)[:, None]
@@ -160,13 +213,18 @@ def tonight(
 
 @dataclass
 class NightResult:
-    """What one night did to each cell's epoch."""
+    """What one night (so far) did to each cell's epoch."""
 
     state: EpochArrays
     alarm_down: BoolArray
     """[B] the drop detector ended the epoch (a held strength or no claim watched it)."""
     alarm_up: BoolArray
     """[B] the rise detector ended the epoch."""
+
+    @property
+    def alarmed(self) -> BoolArray:
+        """[B] either detector ended the epoch."""
+        return self.alarm_down | self.alarm_up
 
 
 def night(
@@ -178,118 +236,123 @@ def night(
     held: IntArray,
     rule: EpochRule,
 ) -> NightResult:
-    """Add tonight's ``scores`` ([B, K], read where ``selected``) to each cell's epoch.
+    """Add ``scores`` ([B, K], read where ``selected``) to each cell's epoch.
 
-    A new epoch starts from tonight alone. Otherwise the detectors see
-    tonight's cases one by one in rotation order against the epoch's level
-    before tonight; an alarm starts a new epoch from tonight's runs.
+    A new epoch starts from these runs alone. Otherwise the detectors see
+    the cases one by one in rotation order against the epoch's level; an
+    alarm starts a new epoch from these runs.
     """
     cells, width = state.scores.shape
     successes, n = state.estimate()
     current = np.divide(successes, n, out=np.full(cells, 0.5), where=n > 0)
-    level = np.clip(np.where(np.isnan(state.level), current, state.level), 0.02, 0.98)
-    # Each case against its own record, shrunk towards the epoch's level: a case that
-    # always passed and now fails is strong evidence; one that fails as it always did is none.
-    p0 = np.clip(
-        (state.scores + rule.prior * level[:, None]) / (state.counts + rule.prior), 0.02, 0.98
-    )
-    # The alternatives: every case's pass chance scaled down (or its fail chance scaled
-    # down) so that the epoch's level moves by ``shift``.
-    p_down = np.clip(p0 * (1 - rule.shift / level)[:, None], 0.01, 0.99)
-    p_up = np.clip(1 - (1 - p0) * (1 - rule.shift / (1 - level))[:, None], 0.01, 0.99)
-    pass_down, fail_down = np.log(p_down / p0), np.log((1 - p_down) / (1 - p0))
-    pass_up, fail_up = np.log(p_up / p0), np.log((1 - p_up) / (1 - p0))
+    frozen = np.where(np.isnan(state.level), current, state.level)
+    reference = np.clip(current if rule.pooled_level else frozen, 0.02, 0.98)
+    margin = rule.level_margin * np.sqrt(reference * (1 - reference) / np.maximum(n, 1))
+    level_down = np.clip(reference - margin, 0.02, 0.98)
+    level_up = np.clip(reference + margin, 0.02, 0.98)
+    # The alternatives: a drop or a rise of ``shift`` from the level.
+    p_down = np.clip(level_down - rule.shift, 0.01, 0.99)
+    p_up = np.clip(level_up + rule.shift, 0.01, 0.99)
+    pass_down, fail_down = np.log(p_down / level_down), np.log((1 - p_down) / (1 - level_down))
+    pass_up, fail_up = np.log(p_up / level_up), np.log((1 - p_up) / (1 - level_up))
     watch_down = held != HELD_WEAKNESS
     watch_up = held != HELD_STRENGTH
-    down = np.where(new_epoch, 0.0, state.down)
-    up = np.where(new_epoch, 0.0, state.up)
+    bar = np.where(held == HELD_NONE, rule.alarm_none, rule.alarm)
+    # An unwatched detector rests at 0: a claim lost by the gate does not inherit an
+    # old, unwatched statistic.
+    down = np.where(new_epoch | ~watch_down, 0.0, state.down)
+    up = np.where(new_epoch | ~watch_up, 0.0, state.up)
     alarm_down = np.zeros(cells, dtype=bool)
     alarm_up = np.zeros(cells, dtype=bool)
-    order_selected = np.take_along_axis(selected, orders, axis=1)
-    order_scores = np.take_along_axis(scores, orders, axis=1)
-    orders_pd, orders_fd = (
-        np.take_along_axis(pass_down, orders, 1),
-        np.take_along_axis(fail_down, orders, 1),
-    )
-    orders_pu, orders_fu = (
-        np.take_along_axis(pass_up, orders, 1),
-        np.take_along_axis(fail_up, orders, 1),
-    )
+    ordered = np.take_along_axis(selected, orders, axis=1) & ~new_epoch[:, None]
+    ordered_scores = np.take_along_axis(scores, orders, axis=1)
     # Rotation order from the cursor: the detectors read cases as the night ran them.
-    pool = np.maximum(np.minimum(state.size, rule.max_cases), 1)
+    pool = np.maximum(state.pool(rule), 1)
     start = state.cursor % pool
     rows = np.arange(cells)
-    for step in range(int(pool.max(initial=1))):
+    offsets = (np.arange(width)[None, :] - start[:, None]) % pool[:, None]
+    reach = int(np.where(ordered, offsets + 1, 0).max(initial=0))
+    for step in range(reach):
         column = (start + step) % pool
-        live = order_selected[rows, column] & ~new_epoch & (step < pool)
-        x = order_scores[rows, column]
-        step_down = x * orders_pd[rows, column] + (1 - x) * orders_fd[rows, column]
-        step_up = x * orders_pu[rows, column] + (1 - x) * orders_fu[rows, column]
-        down = np.where(live, np.maximum(0.0, down + step_down), down)
-        up = np.where(live, np.maximum(0.0, up + step_up), up)
-        alarm_down |= watch_down & (down > rule.alarm)
-        alarm_up |= watch_up & (up > rule.alarm)
+        live = ordered[rows, column] & (step < pool)
+        x = ordered_scores[rows, column]
+        down = np.where(live, np.maximum(0.0, down + x * pass_down + (1 - x) * fail_down), down)
+        up = np.where(live, np.maximum(0.0, up + x * pass_up + (1 - x) * fail_up), up)
+        alarm_down |= watch_down & (down > bar)
+        alarm_up |= watch_up & (up > bar)
     restart = new_epoch | alarm_down | alarm_up
     kept = ~restart[:, None]
-    tonight_scores = np.where(selected, scores, 0.0)
-    tonight_counts = selected.astype(np.float64)
     updated = EpochArrays(
-        np.where(kept, state.scores, 0.0) + tonight_scores,
-        np.where(kept, state.counts, 0.0) + tonight_counts,
+        np.where(kept, state.scores, 0.0) + np.where(selected, scores, 0.0),
+        np.where(kept, state.counts, 0.0) + selected,
         np.where(restart, 0.0, down),
         np.where(restart, 0.0, up),
         (np.where(new_epoch, 0, state.cursor) + selected.sum(axis=1)) % pool,
         state.size,
         np.where(restart, np.nan, state.level),
     )
-    after, seen = updated.estimate()
-    first_full = np.isnan(updated.level) & (seen >= pool)
-    updated.level = np.where(first_full, after / np.maximum(seen, 1), updated.level)
+    _set_level(updated, rule)
     return NightResult(updated, alarm_down & ~new_epoch, alarm_up & ~new_epoch)
+
+
+def _set_level(updated: EpochArrays, rule: EpochRule) -> None:
+    """Freeze ``level`` the night an epoch first covers its pool."""
+    after, seen = updated.estimate()
+    first_full = np.isnan(updated.level) & (seen >= updated.pool(rule))
+    updated.level = np.where(first_full, after / np.maximum(seen, 1), updated.level)
 
 
 def confirm(
     state: EpochArrays,
     orders: IntArray,
     ran: BoolArray,
-    first: NightResult,
+    so_far: NightResult,
     new_epoch: BoolArray,
     held: IntArray,
     rule: EpochRule,
 ) -> BoolArray:
-    """[B, K]: tonight's second pass — more cases for each cell whose detector is raised.
+    """[B, K]: a confirm pass — more cases for each cell whose watched detector is raised.
 
-    Only a settled epoch confirms (not one that began tonight or just alarmed):
-    ``raised_sample`` more cases in rotation, none it already ran tonight.
+    Only an epoch that had covered its pool before tonight confirms (not one
+    that began tonight or alarmed): ``confirm_sample`` more cases in
+    rotation, none already run tonight. ``state`` is the epoch before
+    tonight, ``so_far`` the night so far and ``ran`` every case run tonight.
     """
-    after = first.state
-    raised = (np.maximum(after.down, after.up) > rule.raise_level) & ~new_epoch
-    raised &= ~(first.alarm_down | first.alarm_up)
+    after = so_far.state
+    raised = raised_cells(after, held, rule) & ~new_epoch & ~so_far.alarmed
     _, seen = state.estimate()
-    raised &= seen >= np.minimum(state.size, rule.max_cases)
-    more = tonight(after, orders, np.zeros(len(held), dtype=bool), held, rule)
+    raised &= seen >= state.pool(rule)
+    cells = len(held)
+    more = tonight(
+        after,
+        orders,
+        np.zeros(cells, dtype=bool),
+        held,
+        rule,
+        wanted=np.full(cells, rule.confirm_sample, dtype=np.int64),
+    )
     return more & raised[:, None] & ~ran
 
 
 def combine(
-    first: NightResult,
-    second: NightResult,
+    so_far: NightResult,
+    confirmed_night: NightResult,
     confirmed: BoolArray,
-    first_selected: BoolArray,
-    first_scores: FloatArray,
+    ran: BoolArray,
+    scores: FloatArray,
 ) -> NightResult:
-    """The night's result: the first pass, or (for ``confirmed`` cells) both passes.
+    """The night after a confirm pass: ``so_far``, or for ``confirmed`` cells the pass's result.
 
-    A cell whose second pass alarmed starts its new epoch with both passes' runs.
+    A cell whose confirm pass alarmed starts its new epoch with every run of
+    the night (``ran``, read from ``scores``), not only the pass's.
     """
-    alarmed = confirmed & (second.alarm_down | second.alarm_up)
+    alarmed = confirmed & confirmed_night.alarmed
     take = confirmed[:, None]
-    earlier_scores = np.where(first_selected & alarmed[:, None], first_scores, 0.0)
-    earlier_counts = (first_selected & alarmed[:, None]).astype(np.float64)
-    s1, s2 = first.state, second.state
+    earlier = ran & alarmed[:, None]
+    s1, s2 = so_far.state, confirmed_night.state
     state = EpochArrays(
-        np.where(take, s2.scores, s1.scores) + earlier_scores,
-        np.where(take, s2.counts, s1.counts) + earlier_counts,
+        np.where(take, s2.scores, s1.scores) + np.where(earlier, scores, 0.0),
+        np.where(take, s2.counts, s1.counts) + earlier,
         np.where(confirmed, s2.down, s1.down),
         np.where(confirmed, s2.up, s1.up),
         np.where(confirmed, s2.cursor, s1.cursor),
@@ -298,6 +361,78 @@ def combine(
     )
     return NightResult(
         state,
-        first.alarm_down | (confirmed & second.alarm_down),
-        first.alarm_up | (confirmed & second.alarm_up),
+        so_far.alarm_down | (confirmed & confirmed_night.alarm_down),
+        so_far.alarm_up | (confirmed & confirmed_night.alarm_up),
     )
+
+
+def refill(so_far: NightResult, new_epoch: BoolArray, rule: EpochRule) -> BoolArray:
+    """[B, K]: the cases an epoch an alarm began tonight has not run (its pool).
+
+    Measured the same night, the new epoch covers its pool at once: a rise is
+    claimed, and a drop's new level known, the night the change is seen.
+    """
+    state = so_far.state
+    width = state.scores.shape[1]
+    alarmed = so_far.alarmed & ~new_epoch
+    real = np.arange(width)[None, :] < state.pool(rule)[:, None]
+    return np.asarray(alarmed[:, None] & real & (state.counts == 0), dtype=bool)
+
+
+def absorb(
+    so_far: NightResult, selected: BoolArray, scores: FloatArray, rule: EpochRule
+) -> NightResult:
+    """Add a refill's runs to the new epochs (no detector reads them: they are its start)."""
+    s = so_far.state
+    updated = EpochArrays(
+        s.scores + np.where(selected, scores, 0.0),
+        s.counts + selected,
+        s.down,
+        s.up,
+        s.cursor,
+        s.size,
+        s.level.copy(),
+    )
+    _set_level(updated, rule)
+    return NightResult(updated, so_far.alarm_down, so_far.alarm_up)
+
+
+def run_night(
+    state: EpochArrays,
+    orders: IntArray,
+    new_epoch: BoolArray,
+    held: IntArray,
+    rule: EpochRule,
+) -> Generator[tuple[NightPass, BoolArray], FloatArray, NightResult]:
+    """One night of every cell, pass by pass: yields each pass and its cases, is sent their scores.
+
+    The first pass (:func:`tonight`), then up to ``confirm_passes`` confirm
+    passes for cells left raised, then a refill for epochs an alarm began.
+    A pass yields only when some cell has cases to run; each yielded [B, K]
+    mask is answered with a [B, K] score array (read where the mask is set).
+    A caller that could not measure a cell completely runs nothing more for
+    it and discards its result: what the night did to it is not evidence.
+    Returns the night's result.
+    """
+    cells = len(held)
+    zeros = np.zeros(cells, dtype=bool)
+    first = tonight(state, orders, new_epoch, held, rule)
+    scores = yield "first", first
+    so_far = night(state, orders, first, scores, new_epoch, held, rule)
+    ran = first.copy()
+    tonight_scores = np.where(first, scores, 0.0)
+    for _ in range(rule.confirm_passes):
+        more = confirm(state, orders, ran, so_far, new_epoch, held, rule)
+        confirmed = np.asarray(more.any(axis=1), dtype=bool)
+        if not confirmed.any():
+            break
+        scores = yield "confirm", more
+        tonight_scores = np.where(more, scores, tonight_scores)
+        second = night(so_far.state, orders, more, scores, zeros, held, rule)
+        so_far = combine(so_far, second, confirmed, ran, tonight_scores)
+        ran |= more
+    fill = refill(so_far, new_epoch, rule)
+    if fill.any():
+        scores = yield "refill", fill
+        so_far = absorb(so_far, fill, scores, rule)
+    return so_far

@@ -68,9 +68,10 @@ def measure(
 ) -> Measurement:
     """Run the plan's phases and decide each cell's claim.
 
-    Under the interval gate the targets run in two passes after the canary
+    Under the interval gate the targets run in passes after the canary
     (:mod:`kb.sweep.sampling`): the cases each cell's epoch asks for, then
-    more for the cells whose change detector the first pass raised.
+    more for the cells whose change detector a pass raised, then the rest of
+    the pool for an epoch an alarm began.
     ``baselines`` (the canary baselines file) tells which subjects drifted
     tonight: their epochs start over.
     """
@@ -101,13 +102,15 @@ def measure(
             report_id=plan.report_id,
             observed_at=format_instant(plan.observed_at),
         )
-        chosen = _chosen(plan, epoch_night.first())
-        first = _run_some(engine, plan, chosen, targets, envelope, judge_usd)
-        scores, complete = _pass_scores(plan, first)
-        again = _chosen(plan, epoch_night.second(scores, complete), only=True)
-        second = _run_some(engine, plan, again, targets, envelope, judge_usd)
-        nights = epoch_night.finish(_pass_scores(plan, second)[0])
-        merged = {**first, **second}
+        merged: dict[int, CaseVerdict] = {}
+        names, only = epoch_night.first(), False
+        while names or not only:
+            ran = _run_some(
+                engine, plan, _chosen(plan, names, only=only), targets, envelope, judge_usd
+            )
+            merged.update(ran)
+            names, only = epoch_night.more(*_pass_scores(plan, ran)), True
+        nights = epoch_night.finish()
         verdicts = [merged[index] for index in sorted(merged)]
         pairs = [plan.pairs[index] for index in sorted(merged)]
     engine.finish()

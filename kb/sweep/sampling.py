@@ -18,7 +18,7 @@ next complete night measures begins afresh.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -34,13 +34,12 @@ from kb.sweep.epochs import (
     BoolArray,
     EpochArrays,
     EpochRule,
+    FloatArray,
     IntArray,
+    NightPass,
     NightResult,
-    combine,
-    confirm,
-    night,
     rotation,
-    tonight,
+    run_night,
 )
 
 CellKey = tuple[str, str]
@@ -197,10 +196,17 @@ class NightSampler:
                 self.state.level[row] = np.nan if prior.level is None else prior.level
         self.new: BoolArray = np.array([r is not None for r in self.restarts], dtype=bool)
         self.held: IntArray = np.array([_HELD_CODE[s.held] for s in self.suites], dtype=np.int64)
-        self._first_selected: BoolArray | None = None
-        self._first_scores: np.ndarray | None = None
-        self._first: NightResult | None = None
-        self._second_selected: BoolArray | None = None
+        cells, width = len(self.suites), self.width
+        self._passes: Generator[tuple[NightPass, BoolArray], FloatArray, NightResult] | None
+        self._passes = None
+        self._pending: BoolArray | None = None
+        self._kind: NightPass = "first"
+        self._result: NightResult | None = None
+        self._ok: BoolArray = np.ones(cells, dtype=bool)
+        self._ran: dict[NightPass, BoolArray] = {
+            kind: np.zeros((cells, width), dtype=bool) for kind in ("first", "confirm", "refill")
+        }
+        """The cases each cell ran tonight, by the pass that ran them."""
 
     def _names(self, selected: BoolArray) -> dict[CellKey, tuple[str, ...]]:
         return {
@@ -220,82 +226,53 @@ class NightSampler:
 
     def first(self) -> dict[CellKey, tuple[str, ...]]:
         """The cases each cell runs first tonight."""
-        self._first_selected = tonight(self.state, self.orders, self.new, self.held, self.rule)
-        return self._names(self._first_selected)
+        self._passes = run_night(self.state, self.orders, self.new, self.held, self.rule)
+        self._kind, self._pending = next(self._passes)
+        return self._names(self._pending)
 
-    def second(
+    def more(
         self, scores: Mapping[CellKey, Mapping[str, float]], complete: frozenset[CellKey]
     ) -> dict[CellKey, tuple[str, ...]]:
-        """The cases each cell whose detector the first pass raised runs to confirm or clear it.
+        """Give the last pass's ``scores``; the cases the night runs next (empty: it is done).
 
-        ``scores``: each complete cell's case scores (pass fraction over its repeats).
+        ``scores``: each cell's case scores (pass fraction over its repeats);
+        ``complete``: the cells the pass measured completely. A cell that was
+        not is sent nothing more (its night is discarded).
         """
-        assert self._first_selected is not None
-        self._first_scores = self._scores(scores)
-        self._first = night(
-            self.state,
-            self.orders,
-            self._first_selected,
-            self._first_scores,
-            self.new,
-            self.held,
-            self.rule,
-        )
-        more = confirm(
-            self.state,
-            self.orders,
-            self._first_selected,
-            self._first,
-            self.new,
-            self.held,
-            self.rule,
-        )
+        assert self._passes is not None and self._pending is not None and self._result is None
         ok = np.array([s.key in complete for s in self.suites], dtype=bool)
-        self._second_selected = more & ok[:, None]
-        return {key: names for key, names in self._names(self._second_selected).items() if names}
+        self._ok &= ok | ~self._pending.any(axis=1)
+        self._ran[self._kind] |= self._pending & self._ok[:, None]
+        try:
+            self._kind, wanted = self._passes.send(self._scores(scores))
+        except StopIteration as done:
+            self._result = done.value
+            self._pending = None
+            return {}
+        self._pending = wanted & self._ok[:, None]
+        names = {key: found for key, found in self._names(self._pending).items() if found}
+        if not names:  # nothing to run for a complete cell: answer the pass with nothing
+            return self.more({}, complete)
+        return names
 
-    def finish(
-        self, scores: Mapping[CellKey, Mapping[str, float]]
-    ) -> dict[CellKey, CellEpochNight]:
-        """Each cell's night, from the second pass's ``scores`` (only cells that ran one)."""
-        assert self._first is not None and self._second_selected is not None
-        assert self._first_selected is not None and self._first_scores is not None
-        result = self._first
-        confirmed: BoolArray = np.asarray(self._second_selected.any(axis=1), dtype=bool)
-        if confirmed.any():
-            second = night(
-                self._first.state,
-                self.orders,
-                self._second_selected,
-                self._scores(scores),
-                np.zeros(len(self.suites), dtype=bool),
-                self.held,
-                self.rule,
-            )
-            result = combine(
-                self._first, second, confirmed, self._first_selected, self._first_scores
-            )
-        nights: dict[CellKey, CellEpochNight] = {}
-        for row, suite in enumerate(self.suites):
-            nights[suite.key] = self._cell_night(row, suite, result, bool(confirmed[row]))
-        return nights
+    def finish(self) -> dict[CellKey, CellEpochNight]:
+        """Each cell's night (call once :meth:`more` returned nothing)."""
+        assert self._result is not None
+        return {
+            suite.key: self._cell_night(row, suite, self._result)
+            for row, suite in enumerate(self.suites)
+        }
 
-    def _cell_night(
-        self, row: int, suite: CellSuite, result: NightResult, confirmed: bool
-    ) -> CellEpochNight:
-        assert self._first_selected is not None and self._second_selected is not None
+    def _cell_night(self, row: int, suite: CellSuite, result: NightResult) -> CellEpochNight:
         size = len(suite.names)
         state = result.state
         alarm: Literal["down", "up"] | None = (
             "down" if result.alarm_down[row] else "up" if result.alarm_up[row] else None
         )
         restarted = self.restarts[row] or ("alarm" if alarm else None)
-        first_ran = int(self._first_selected[row, :size].sum())
-        second_ran = int(self._second_selected[row, :size].sum())
-        ran_names = tuple(
-            suite.names[i]
-            for i in np.flatnonzero((self._first_selected[row] | self._second_selected[row])[:size])
-        )
+        ran = {kind: int(mask[row, :size].sum()) for kind, mask in self._ran.items()}
+        every = self._ran["first"] | self._ran["confirm"] | self._ran["refill"]
+        ran_names = tuple(suite.names[i] for i in np.flatnonzero(every[row, :size]))
         tonight_night = EpochNight(
             report_id=self.report_id, observed_at=self.observed_at, cases=ran_names
         )
@@ -328,31 +305,38 @@ class NightSampler:
             restarted,
             alarm,
             pool,
-            first_ran + second_ran,
-            self._why(row, suite, pool, first_ran, second_ran, confirmed),
+            len(ran_names),
+            self._why(row, suite, pool, ran, alarm),
         )
 
     def _why(
-        self, row: int, suite: CellSuite, pool: int, first: int, second: int, confirmed: bool
+        self,
+        row: int,
+        suite: CellSuite,
+        pool: int,
+        ran: Mapping[NightPass, int],
+        alarm: Literal["down", "up"] | None,
     ) -> str:
         restart = self.restarts[row]
+        first = ran["first"]
         if self.sampling == "full":
             why = f"sampling = full: all {pool} cases"
         elif restart is not None:
             why = f"new epoch ({_REASONS[restart]}): all {pool} cases"
         elif suite.prior is not None and suite.prior.n < pool:
             why = f"the epoch has measured {suite.prior.n} of its {pool} cases: the rest"
-        elif (
-            max(suite.prior.down, suite.prior.up) > self.rule.raise_level if suite.prior else False
-        ):
-            why = f"a detector is raised: {first} of {pool} in rotation"
         else:
             held = {"strength": "a held strength", "weakness": "a held weakness"}.get(
                 suite.held, "no claim held"
             )
             why = f"settled ({held}): {first} of {pool} in rotation"
-        if confirmed and second:
-            why += f", then {second} more to confirm a raised detector"
+        if ran["confirm"]:
+            why += f", then {ran['confirm']} more to confirm a raised detector"
+        if alarm is not None:
+            change = "drop" if alarm == "down" else "rise"
+            why += f"; the detector alarmed (a {change})"
+            if ran["refill"]:
+                why += f", so the new epoch measured the other {ran['refill']} cases"
         return why
 
 
