@@ -114,6 +114,11 @@ exhausted; 130 interrupted (nothing committed).
     is_flag=True,
     help="Start a new epoch in every cell: pool nothing from earlier nights.",
 )
+@click.option(
+    "--fail-on-drift",
+    is_flag=True,
+    help="Exit 1 (after committing) when the canary saw a model change.",
+)
 @click.option("--strict", is_flag=True, hidden=True, help="Deprecated; does nothing.")
 @click.option(
     "--shard",
@@ -142,6 +147,7 @@ def sweep(
     allow_incomplete: bool,
     resume: bool,
     new_epoch: bool,
+    fail_on_drift: bool,
     strict: bool,
     shard: str | None,
     attempts: int | None,
@@ -218,9 +224,25 @@ def sweep(
     else:
         click.echo(summary_text(report, done.git_commit))
     echo_warnings(app)
+    failures = []
+    drifted = [c.subject_key for c in report.canary if c.status == "drift"]
+    if drifted:
+        click.echo(
+            f"drift: the canary saw the provider change {', '.join(drifted)}; "
+            + (
+                "its claims were flipped stale (kb diff HEAD~1 HEAD)"
+                if report.committed_version is not None
+                else "nothing was committed"
+            ),
+            err=True,
+        )
+        if fail_on_drift:
+            failures.append(f"drift in {len(drifted)} model{'s' if len(drifted) != 1 else ''}")
     incomplete = incomplete_summary(report)
     if incomplete and not allow_incomplete:
-        raise JobFailedError(incomplete)
+        failures.append(incomplete)
+    if failures:
+        raise JobFailedError("; ".join(failures))
 
 
 CANARY_EPILOG = """\b

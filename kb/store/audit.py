@@ -18,6 +18,7 @@ from kb.store.diff import Side, StoreDiff, diff_snapshots
 from kb.store.filestore import (
     ARCHIVED_TRAILER,
     COMPACTED_TRAILER,
+    STALED_TRAILER,
     KnowledgeStore,
 )
 from kb.store.layout import conflict_lines
@@ -140,6 +141,14 @@ class _ClaimProbe:
             change += f" ({reason})" if reason else ""
         elif current is not None and current.get("status") == "stale" and "→" in change:
             change += " (canary-drift)"
+        if (
+            current is not None
+            and current.get("status") != "stale"
+            and "active → " in change
+            and _trailer_for(commit.body, STALED_TRAILER, self._claim_id) is not None
+        ):
+            # the commit flagged the drift and re-measured the claim: both steps are told
+            change = change.replace("active → ", "active → stale (canary-drift) → ", 1)
         return ClaimEvent(commit.oid, commit.date, commit.subject, change)
 
     def compaction_index(self) -> int | None:
@@ -202,7 +211,12 @@ def _version_of(data: bytes) -> int | None:
 
 def _archive_reason(body: str, claim_id: str) -> str | None:
     """The reason a commit's ``Kb-Archived`` trailer gives for ``claim_id``."""
-    prefix = f"{ARCHIVED_TRAILER}: {claim_id} "
+    return _trailer_for(body, ARCHIVED_TRAILER, claim_id)
+
+
+def _trailer_for(body: str, trailer: str, claim_id: str) -> str | None:
+    """The value after ``claim_id`` in a commit's ``trailer: <claim id> <value>`` line."""
+    prefix = f"{trailer}: {claim_id} "
     for line in body.splitlines():
         if line.startswith(prefix):
             return line[len(prefix) :].strip()
@@ -471,4 +485,7 @@ def diff_revisions(
     for value in git.trailer_values(ARCHIVED_TRAILER, commit_a, commit_b):
         claim_id, _, reason = value.rpartition(" ")
         reasons[claim_id] = reason
-    return diff_snapshots(before, after, before_side, after_side, reasons)
+    staled = [
+        value.rpartition(" ")[0] for value in git.trailer_values(STALED_TRAILER, commit_a, commit_b)
+    ]
+    return diff_snapshots(before, after, before_side, after_side, reasons, staled)

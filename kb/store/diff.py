@@ -9,7 +9,7 @@ instants.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +65,16 @@ def diff_snapshots(
     before_side: Side,
     after_side: Side,
     archive_reasons: Mapping[str, str] | None = None,
+    staled_ids: Collection[str] = (),
 ) -> StoreDiff:
-    """Compare two snapshots of one store (``archive_reasons``: claim id → reason)."""
+    """Compare two snapshots of one store (``archive_reasons``: claim id → reason).
+
+    ``staled_ids``: the claims the commits in between flagged stale (their ops or
+    ``Kb-Staled`` trailers). A claim flagged stale and then superseded or archived by
+    the same commit is listed under both: a drift is never hidden by what followed it.
+    """
     reasons = archive_reasons or {}
+    flagged = set(staled_ids)
     old = before.by_id
     replaced_by = {claim.supersedes: claim for claim in after.claims if claim.supersedes}
     now = after.by_id
@@ -91,7 +98,7 @@ def diff_snapshots(
                 superseded.append((claim, replaced_by.get(claim.id)))
             elif claim.status == "archived":
                 archived.append((claim, reasons.get(claim.id)))
-            elif claim.status == "stale":
+            if claim.status == "stale" or (claim.id in flagged and prior.status != "stale"):
                 staled.append(claim)
         if claim.status == "active":
             ends = stored_instant(claim.expires_at)
@@ -179,6 +186,18 @@ def diff_markdown(diff: StoreDiff) -> str:
     def who(claim: ModelClaim) -> str:
         return f"{claim.subject_key} · {claim.task_class}"
 
+    if diff.staled:
+        lines += [
+            f"> **Drift:** the canary saw a provider change the model behind "
+            f"{len({c.subject_key for c in diff.staled})} subject(s); their claims were "
+            "flipped stale.",
+            "",
+        ]
+    table(
+        "Flipped stale (canary drift)",
+        ["subject", "claim", "now"],
+        [[who(c), c.polarity, c.status] for c in diff.staled],
+    )
     table(
         "Added",
         ["subject", "claim", "pass rate", "n"],
@@ -193,11 +212,6 @@ def diff_markdown(diff: StoreDiff) -> str:
         "Archived",
         ["subject", "claim", "reason"],
         [[who(c), c.polarity, reason or "—"] for c, reason in diff.archived],
-    )
-    table(
-        "Flipped stale (canary drift)",
-        ["subject", "claim"],
-        [[who(c), c.polarity] for c in diff.staled],
     )
     table(
         "Expired",

@@ -50,6 +50,7 @@ from kb.store.ops import (
     DEFAULT_ACTIVE_CLAIMS_CAP,
     ArchiveClaim,
     CompactClaim,
+    MarkStale,
     Op,
     OpCounts,
     apply_ops,
@@ -66,6 +67,9 @@ if TYPE_CHECKING:
 DEFAULT_STORE_NAME = "rulvar.models.json"
 #: One per archived claim, ``<claim id> <reason>``: the reason is not a claim field.
 ARCHIVED_TRAILER = "Kb-Archived"
+STALED_TRAILER = "Kb-Staled"
+"""One per claim a canary drift flagged, ``<claim id> <reason>``: kept in the history even
+when the same commit goes on to supersede or archive the claim."""
 COMPACTED_TRAILER = "Kb-Compacted"
 """One per claim ``kb compact`` removed: how ``kb show`` finds it in history."""
 DEFAULT_ATTEMPTS = 3
@@ -520,6 +524,11 @@ class KnowledgeStore:
             (ARCHIVED_TRAILER, f"{op.claim_id} {op.reason}")
             for op in change.ops
             if isinstance(op, ArchiveClaim)
+        ]
+        trailers += [
+            (STALED_TRAILER, f"{op.claim_id} {op.reason}")
+            for op in change.ops
+            if isinstance(op, MarkStale)
         ]
         trailers += [
             (COMPACTED_TRAILER, op.claim_id) for op in change.ops if isinstance(op, CompactClaim)

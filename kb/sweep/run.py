@@ -33,7 +33,7 @@ from kb.store.evidence import evidence_paths
 from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, validate_attempts
 from kb.store.merge import driver_files
 from kb.store.models import ModelClaim
-from kb.store.ops import ArchiveClaim, EvalCommitterGate
+from kb.store.ops import ArchiveClaim, EvalCommitterGate, MarkStale
 from kb.store.records import ReportFile, RunRecord, render_runs
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant
@@ -410,7 +410,8 @@ def commit_diff(result: CommitResult, plan: SweepPlan) -> StoreDiff:
     before = Side(f"{commit}~1" if commit else "before", result.base.version, plan.observed_at)
     after = Side(commit or plan.report_id, result.snapshot.version, plan.observed_at)
     reasons = {op.claim_id: op.reason for op in result.ops if isinstance(op, ArchiveClaim)}
-    return diff_snapshots(result.base, result.snapshot, before, after, reasons)
+    staled = [op.claim_id for op in result.ops if isinstance(op, MarkStale)]
+    return diff_snapshots(result.base, result.snapshot, before, after, reasons, staled)
 
 
 def run_sweep(

@@ -201,6 +201,12 @@ def format_diff(changes: StoreDiff) -> str:
     lines = [
         f"store v{before.version} ({before.label}) -> v{after.version} ({after.label})",
     ]
+    for claim in changes.staled:  # first: a drift is the news of the night
+        then = {"superseded": "; re-measured since", "archived": "; archived since"}
+        lines.append(
+            f"  ! stale       {claim.id} (canary drift: the provider changed the model"
+            f"{then.get(claim.status, '')})"
+        )
     for claim in changes.added:
         lines.append(f"  + added       {claim.id} ({claim.polarity}, {_rate(claim)})")
     for old, new in changes.superseded:
@@ -208,8 +214,6 @@ def format_diff(changes: StoreDiff) -> str:
         lines.append(f"  ~ superseded  {old.id}{by}")
     for claim, reason in changes.archived:
         lines.append(f"  - archived    {claim.id} ({reason or 'reason not recorded'})")
-    for claim in changes.staled:
-        lines.append(f"  ! stale       {claim.id} (canary drift)")
     for claim in changes.expired:
         lines.append(f"  x expired     {claim.id} (at {claim.expires_at})")
     if changes.compacted:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kb.store.canonical import to_fixed_2
-from kb.store.records import CellRecord, ReportFile, RunRecord
+from kb.store.records import CanaryRecord, CellRecord, ReportFile, RunRecord
 
 OUTCOME_COLOURS = {
     "strength": "#1a7f37",
@@ -209,6 +209,9 @@ th, td { border: 1px solid #d0d7de; padding: 0; vertical-align: top; text-align:
 #heatmap td a { display: block; padding: .5em .7em; color: inherit; text-decoration: none;
                 min-width: 10em; }
 #heatmap td a:hover, #heatmap td a:focus { outline: 2px solid #0969da; outline-offset: -2px; }
+th.drifted { box-shadow: inset 4px 0 0 #b35900; }
+.drift { color: #8a4500; font-size: 0.8em; font-weight: 600; }
+.drift-banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
 td.incomplete { background: repeating-linear-gradient(45deg, #f6f8fa, #f6f8fa 6px,
                 #eaeef2 6px, #eaeef2 12px); }
 td.empty { padding: .5em .7em; color: #8c959f; }
@@ -248,6 +251,18 @@ code { overflow-wrap: anywhere; }
 """
 
 
+def _drift_banner(drifted: Mapping[str, CanaryRecord]) -> str:
+    if not drifted:
+        return ""
+    names = ", ".join(html.escape(name) for name in drifted)
+    flipped = sum(len(c.flipped) for c in drifted.values())
+    return (
+        f'<p class="drift-banner" role="alert"><strong>Drift:</strong> the canary saw the '
+        f"provider change the model behind {names}; {flipped} claim"
+        f"{'s' if flipped != 1 else ''} flipped stale.</p>"
+    )
+
+
 def report_html(report: ReportFile, history: History | None = None) -> str:
     """The page for a report with its ``runs`` (``history``: earlier points per cell)."""
     esc = html.escape
@@ -257,9 +272,18 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
     classes = list(dict.fromkeys(c.task_class for c in cells))
     members = list(dict.fromkeys(c.subject_key for c in cells))
     index_of = {(c.subject_key, c.task_class): i for i, c in enumerate(cells)}
+    drifted = {c.subject_key: c for c in report.canary if c.status == "drift"}
     rows = []
     for member in members:
-        tds = [f'<th scope="row">{esc(member)}</th>']
+        mark = ""
+        if member in drifted:
+            flipped = len(drifted[member].flipped)
+            mark = (
+                '<div class="drift" title="the canary saw the provider change the model">'
+                f"drift · {flipped} claim{'s' if flipped != 1 else ''} stale</div>"
+            )
+        marked = ' class="drifted"' if mark else ""
+        tds = [f'<th scope="row"{marked}>{esc(member)}{mark}</th>']
         for task_class in classes:
             found = index_of.get((member, task_class))
             if found is None:
@@ -357,6 +381,7 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
 <h1>kb sweep <code>{esc(report.report_id)}</code></h1>
 <p class="meta">observed {esc(report.observed_at)} · spent ${report.spent_usd:.4f}{unpriced}
 · {esc(committed)}</p>
+{_drift_banner(drifted)}
 <h2>Pass rate by model and task class</h2>
 <p class="hint">Click a cell to see its cases: verdicts, grader reasons, outputs, errors.</p>
 <div class="scroll"><table id="heatmap"><thead><tr>{header}</tr></thead>

@@ -180,5 +180,21 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
             f"{to_fixed_2(low)}–{to_fixed_2(high)} | {cell.n}/{cell.planned_n} | {outcome} |"
         )
     lines.append("")
+    drifted = [c for c in report.canary if c.status == "drift"]
+    if drifted:
+        flipped = sum(len(c.flipped) for c in drifted)
+        names = ", ".join(f"`{c.subject_key}`" for c in drifted)
+        lines += [
+            f"> **Drift:** the canary saw the provider change the model behind {names}; "
+            f"{flipped} claim{'s' if flipped != 1 else ''} flipped stale.",
+            "",
+        ]
+    if report.canary:
+        lines += ["| canary | status | claims flipped stale |", "|---|---|---:|"]
+        lines += [
+            f"| {c.subject_key} | {CANARY_WORDS.get(c.status, c.status)} | {len(c.flipped)} |"
+            for c in report.canary
+        ]
+        lines.append("")
     lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
     return "\n".join(lines)
