@@ -67,7 +67,7 @@ def test_init_creates_and_commits_an_empty_store(runner: CliRunner, repo: Path) 
 
 def test_list_shows_everything_a_reader_needs(runner: CliRunner, isolated: Path) -> None:
     seed()
-    out = kb(runner, "--as-of", "2026-11-15", "list").stdout
+    out = kb(runner, "--as-of", "2026-11-15", "list", "--all").stdout
     assert "w1\n  active · ttl holds · observed 2026-11-01T00:00:00.000Z" in out
     assert "anthropic:claude-haiku-4-5@low · weakness · planning · eval-measured" in out
     assert "confidence medium" in out
@@ -81,6 +81,39 @@ def test_list_shows_everything_a_reader_needs(runner: CliRunner, isolated: Path)
     assert "supersedes s1" in out
     assert "s1\n  superseded · ttl expired" in out
     assert out.rstrip().endswith("3 of 3 claims shown")
+
+
+def test_list_is_one_line_per_active_claim_newest_first(runner: CliRunner, isolated: Path) -> None:
+    seed()
+    lines = kb(runner, "--as-of", "2026-11-15", "list").stdout.splitlines()
+    assert lines[0].split() == ["model", "task", "class", "claim", "rate", "95%", "interval"] + [
+        "n",
+        "expires",
+    ]
+    # s2 (observed 2026-07-01) is expired on 2026-11-15: only w1 steers
+    assert lines[1].split() == [
+        "anthropic:claude-haiku-4-5@low",
+        "planning",
+        "weakness",
+        "0.25",
+        "[0.07,",
+        "0.59]",
+        "8",
+        "2026-12-01",
+        "(16d)",
+    ]
+    assert lines[2] == (
+        "1 claim shown (3 in the store; 1 active but expired: kb queue); "
+        "--long for the full view, --all for every status"
+    )
+    # on 2026-09-01 both steer: w1 (observed 2026-11-01) before s2 (2026-07-01)
+    early = kb(runner, "--as-of", "2026-09-01", "list").stdout.splitlines()
+    assert [line.split()[2] for line in early[1:3]] == ["weakness", "strength"]
+    long = kb(runner, "--as-of", "2026-09-01", "list", "--long").stdout
+    assert long.index("w1\n") < long.index("s2\n") and "\ns1\n" not in long
+    superseded = kb(runner, "--as-of", "2026-09-01", "list", "--status", "superseded").stdout
+    assert superseded.splitlines()[0].endswith("status")
+    assert superseded.splitlines()[1].endswith("superseded")
 
 
 def test_list_filters(runner: CliRunner, isolated: Path) -> None:
@@ -105,9 +138,12 @@ def test_list_json_is_the_stored_claims_plus_ttl(runner: CliRunner, isolated: Pa
     seed()
     stored = json.loads(Path(STORE).read_text())["claims"]
     listed = json.loads(kb(runner, "list", "--json", KB_AS_OF="2026-07-02").stdout)
-    assert [{k: v for k, v in c.items() if k != "ttl"} for c in listed] == stored
-    assert [list(c)[:-1] for c in listed] == [list(c) for c in stored]  # key order kept
+    added = ("ttl", "wilson95")
+    assert [{k: v for k, v in c.items() if k not in added} for c in listed] == stored
+    assert [list(c)[:-2] for c in listed] == [list(c) for c in stored]  # key order kept
     assert [c["ttl"] for c in listed] == ["holds", "holds", "holds"]
+    low, high = listed[1]["wilson95"]  # the interval the gate used: 2 of 8
+    assert round(low, 2) == 0.07 and round(high, 2) == 0.59
 
 
 def test_list_json_prints_numbers_as_javascript_does(runner: CliRunner, isolated: Path) -> None:
@@ -123,8 +159,8 @@ def test_list_json_prints_numbers_as_javascript_does(runner: CliRunner, isolated
 def test_store_path_from_env_and_flag(runner: CliRunner, isolated: Path) -> None:
     (isolated / "sub").mkdir()
     seed(isolated / "sub" / "k.json")
-    assert "3 of 3" in kb(runner, "--store", "sub/k.json", "list").stdout
-    assert "3 of 3" in kb(runner, "list", KB_STORE="sub/k.json").stdout
+    assert "(3 in the store" in kb(runner, "--store", "sub/k.json", "list").stdout
+    assert "(3 in the store" in kb(runner, "list", KB_STORE="sub/k.json").stdout
     missing = kb(runner, "list")  # no store here: refused, never created
     assert missing.exit_code == 2 and "no store at" in missing.stderr
     assert not (isolated / STORE).exists()

@@ -76,7 +76,9 @@ def test_the_interval_gate_claims_what_the_evidence_supports(
     # kb list shows the interval the gate used.
     listed = kb(runner, "--as-of", "2026-11-02", "list", "--model", "scripted:a").stdout
     low, high = cell["wilson95"]
-    assert f"wilson95 [{low:.2f}, {high:.2f}]" in listed
+    assert f"[{low:.2f}, {high:.2f}]" in listed.splitlines()[1]
+    long = kb(runner, "--as-of", "2026-11-02", "list", "--model", "scripted:a", "--long").stdout
+    assert f"wilson95 [{low:.2f}, {high:.2f}]" in long
 
 
 def test_a_belief_is_kept_only_by_its_own_epochs_evidence(

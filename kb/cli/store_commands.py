@@ -110,9 +110,11 @@ def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str
 
 LIST_EPILOG = """\b
 Examples:
-  kb list --model openai:gpt-4o-mini --status active
+  kb list                                   active claims, newest first, one line each
+  kb list --model openai:gpt-4o-mini --long the full view of that model's active claims
+  kb list --all                             every claim, every status (the full view)
   kb list --task-class extraction --expired
-  kb --as-of 2026-12-01 list --json
+  kb --as-of 2026-12-01 list --json         every claim as stored, plus ttl and wilson95
 """
 
 
@@ -123,7 +125,9 @@ Examples:
     "--status", "statuses", multiple=True, type=status_choice, help="Only these (repeatable)."
 )
 @click.option("--expired/--unexpired", default=None, help="Only expired / unexpired claims.")
-@json_option("Print the claims as stored, plus ttl.")
+@click.option("--long", "long_view", is_flag=True, help="The full view: every field of each.")
+@click.option("--all", "all_claims", is_flag=True, help="Every claim, every status (full view).")
+@json_option("Print the claims as stored, plus ttl and wilson95 (every claim unless filtered).")
 @global_options
 @pass_app
 def list_command(
@@ -132,22 +136,59 @@ def list_command(
     task_class: str | None,
     statuses: tuple[str, ...],
     expired: bool | None,
+    long_view: bool,
+    all_claims: bool,
     as_json: bool,
 ) -> None:
-    """List claims with their status, lifetime, evidence and metrics."""
+    """List the active claims, newest first, one line each (--long, --all: the full view)."""
     from kb.store.query import ClaimFilter, check_model_filter, select
     from kb.views.claims import claims_json, format_claims
+    from kb.views.decision import list_lines, newest_first
 
     if model is not None:
         check_model_filter(model)
     snapshot = app.store.read()
-    claim_filter = ClaimFilter(model, task_class, frozenset(statuses) or None, expired)
-    indexes = list(select(snapshot, claim_filter, app.as_of))
+    if as_json or all_claims:  # every claim unless filtered (what scripts read since v1)
+        wanted = ClaimFilter(model, task_class, frozenset(statuses) or None, expired)
+    else:  # what steers today, unless asked otherwise
+        live = expired if expired is not None else (None if statuses else False)
+        wanted = ClaimFilter(model, task_class, frozenset(statuses or ("active",)), live)
+    indexes = list(select(snapshot, wanted, app.as_of))
     if as_json:
         click.echo(claims_json(snapshot, indexes, app.as_of))
+        return
+    chosen = [snapshot.claim_at(i) for i in indexes]
+    if all_claims or long_view:
+        shown = chosen if all_claims else newest_first(chosen)
+        click.echo(format_claims(shown, len(snapshot), app.as_of))
     else:
-        chosen = [snapshot.claim_at(i) for i in indexes]
-        click.echo(format_claims(chosen, len(snapshot), app.as_of))
+        click.echo(list_lines(chosen, snapshot, app.as_of))
+
+
+MATRIX_EPILOG = """\b
+Examples:
+  kb matrix                  which model for which task class, today
+  kb matrix --markdown       for a pull-request comment or a wiki page
+  kb --as-of 2027-01-15 matrix --json
+"""
+
+
+@cli.command(epilog=MATRIX_EPILOG)
+@click.option("--markdown", is_flag=True, help="Print a markdown table.")
+@json_option("Print every cell with its claims' numbers.")
+@global_options
+@pass_app
+def matrix(app: App, markdown: bool, as_json: bool) -> None:
+    """Model × task class: each live claim's polarity, pass rate, interval, n and age."""
+    from kb.views.decision import claim_matrix, matrix_json, matrix_markdown, matrix_text
+
+    found = claim_matrix(app.store.read(), app.as_of)
+    if as_json:
+        echo_json(matrix_json(found))
+    elif markdown:
+        click.echo(matrix_markdown(found), nl=False)
+    else:
+        click.echo(matrix_text(found))
 
 
 @cli.command()

@@ -22,6 +22,7 @@ from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import stored_instant
+from kb.views.decision import metrics_interval
 
 _MAX_CASES_SHOWN = 5
 _MAX_NIGHTS_SHOWN = 8
@@ -119,7 +120,9 @@ def format_claims(claims: Sequence[ModelClaim], total: int, as_of: int) -> str:
 
 
 def claims_json(snapshot: Snapshot, indexes: Iterable[int], as_of: int) -> str:
-    """JSON array of the stored claims (exactly as stored) plus ``"ttl"``.
+    """JSON array of the stored claims (exactly as stored) plus ``ttl`` and ``wilson95``.
+
+    ``wilson95`` (eval claims only) is the 95 % interval of the claim's metrics.
 
     Python's C encoder prints them when they print the same as in JavaScript
     (see ``kb.store.canonical.fast_canonical_json``); otherwise the
@@ -129,6 +132,9 @@ def claims_json(snapshot: Snapshot, indexes: Iterable[int], as_of: int) -> str:
     for index in indexes:
         item = snapshot.wire_at(index)
         item["ttl"] = ttl_state(snapshot.entries[index], as_of)
+        interval = metrics_interval(item.get("metrics"))
+        if interval is not None:
+            item["wilson95"] = list(interval)
         items.append(item)
     if js_plain_value(items):
         return json.dumps(items, indent=2, ensure_ascii=False)
