@@ -18,6 +18,7 @@ from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
 from kb.store.models import ModelClaim
 from kb.sweep.spec import (
     ModelEntry,
+    bind_python_graders,
     duplicate_name_issues,
     judge_models,
     load_spec,
@@ -112,6 +113,7 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
     located = [LocatedCase(case, f"cases[{i}]") for i, case in enumerate(spec.cases)]
     for dataset in spec.datasets:
         located.extend(load_dataset(dataset, base, issues))
+    issues += bind_python_graders(located, base)
     issues += duplicate_name_issues(located)
     issues += _budget_issues(spec, [item.case for item in located])
     if not located:

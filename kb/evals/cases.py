@@ -11,15 +11,26 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from kb.schema import ModelRefText, StrictModel
 from kb.store.canonical import canonical_json, sha256_hex
 
 GoldenMatch = Literal["exact", "normalized", "contains", "regex", "json"]
-_PREDICATES = ("contains", "not_contains", "regex", "max_chars", "min_chars", "json_path", "one_of")
+_PREDICATES = (
+    "contains",
+    "not_contains",
+    "regex",
+    "max_chars",
+    "min_chars",
+    "json_path",
+    "json_schema",
+    "one_of",
+)
+_FUNCTION = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _fraction(value: float, what: str) -> float:
@@ -75,8 +86,11 @@ class Criterion(StrictModel):
     max_chars: int | None = Field(default=None, ge=0)
     min_chars: int | None = Field(default=None, ge=0)
     json_path: str | None = None
-    """Dotted path into the output parsed as JSON (``a.b.0.c``); needs ``equals``."""
+    """A JSONPath into the output parsed as JSON (``$.a.b[0]``, ``$['a key']``, or v2's
+    dotted ``a.b.0``; no wildcards); needs ``equals``. A fenced JSON answer is accepted."""
     equals: Any = None
+    json_schema: dict[str, Any] | None = None
+    """The output parsed as JSON (fenced accepted) is valid against this JSON Schema."""
     one_of: list[str] | None = None
     """The trimmed output is one of these."""
 
@@ -94,6 +108,24 @@ class Criterion(StrictModel):
             raise ValueError(f"criterion {self.name!r}: json_path needs equals")
         if self.regex is not None:
             _compiles(self.regex)
+        if self.json_path is not None:
+            from kb.evals.jsonpath import parse_path
+
+            try:
+                parse_path(self.json_path)
+            except ValueError as exc:
+                raise ValueError(f"criterion {self.name!r}: {exc}") from None
+        if self.json_schema is not None:
+            from jsonschema import Draft202012Validator
+            from jsonschema.exceptions import SchemaError
+
+            try:
+                Draft202012Validator.check_schema(self.json_schema)
+            except SchemaError as exc:
+                raise ValueError(
+                    f"criterion {self.name!r}: json_schema is not a valid JSON Schema: "
+                    f"{exc.message}"
+                ) from None
         return self
 
 
@@ -132,7 +164,59 @@ class JudgeGrader(StrictModel):
         return f"judge:{self.model}"
 
 
-GraderSpec = Annotated[GoldenGrader | RubricGrader | JudgeGrader, Field(discriminator="kind")]
+class PythonGrader(StrictModel):
+    """``function = "module:name"``: a function beside the spec grades the answer.
+
+    See :mod:`kb.evals.python_graders` for what it is given and may return.
+    The spec loader binds it (:meth:`bind`) to the directory of the file
+    that declared the case.
+    """
+
+    kind: Literal["python"]
+    function: str
+    pass_threshold: float = 1.0
+    """A returned score passes at this fraction."""
+    _call: Any = PrivateAttr(default=None)
+    _source: str | None = PrivateAttr(default=None)
+
+    @field_validator("function")
+    @classmethod
+    def _function(cls, value: str) -> str:
+        if _FUNCTION.fullmatch(value) is None:
+            raise ValueError(f"function must be 'module:name' (got {value!r})")
+        return value
+
+    @field_validator("pass_threshold")
+    @classmethod
+    def _threshold(cls, value: float) -> float:
+        return _fraction(value, "pass_threshold")
+
+    def bind(self, directory: Path) -> None:
+        """Find the function beside ``directory``; ``ValueError`` when it is not there."""
+        from kb.evals.python_graders import load_function
+
+        self._call, self._source = load_function(directory, self.function)
+
+    @property
+    def source_sha256(self) -> str | None:
+        """The sha256 of the module's file (part of the suite fingerprint)."""
+        return self._source
+
+    def call(self, output: str, case: Any) -> Any:
+        """Run the function (bound first)."""
+        if self._call is None:
+            raise RuntimeError(f"python grader {self.function!r} was not bound to a directory")
+        return self._call(output, case)
+
+    @property
+    def grader_id(self) -> str:
+        """A short name for reports."""
+        return f"python:{self.function}"
+
+
+GraderSpec = Annotated[
+    GoldenGrader | RubricGrader | JudgeGrader | PythonGrader, Field(discriminator="kind")
+]
 
 
 class Case(StrictModel):
@@ -159,14 +243,24 @@ def unique_names(cases: Sequence[Case]) -> list[str]:
     return names
 
 
+def case_dump(case: Case) -> dict[str, Any]:
+    """The case as it runs (a python grader with its module's sha256)."""
+    dump = case.model_dump(by_alias=True, exclude_none=True)
+    for grader, table in zip(case.graders, dump["graders"], strict=True):
+        if isinstance(grader, PythonGrader) and grader.source_sha256 is not None:
+            table["sourceSha256"] = grader.source_sha256
+    return dump
+
+
 def case_fingerprint(case: Case) -> str:
     """The sha256 of the case as it runs: name, prompt, system, schema and graders.
 
     Computed after templating (a dataset's case holds its rendered prompt and
     expected values), over RFC 8785 canonical JSON, so any edit to what the
-    case asks or how it is graded changes it, and nothing else does.
+    case asks or how it is graded (a python grader's module included) changes
+    it, and nothing else does.
     """
-    return sha256_hex(canonical_json(case.model_dump(by_alias=True, exclude_none=True)))
+    return sha256_hex(canonical_json(case_dump(case)))
 
 
 def suite_fingerprint(cases: Sequence[Case]) -> str:
@@ -175,8 +269,5 @@ def suite_fingerprint(cases: Sequence[Case]) -> str:
     Adding, removing or editing a case — its prompt, system, schema, graders
     or expected values, after templating — changes it; reordering does not.
     """
-    dumps = sorted(
-        (case.model_dump(by_alias=True, exclude_none=True) for case in cases),
-        key=lambda dump: str(dump["name"]),
-    )
+    dumps = sorted((case_dump(case) for case in cases), key=lambda dump: str(dump["name"]))
     return sha256_hex(canonical_json(dumps))

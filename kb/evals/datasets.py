@@ -20,6 +20,8 @@ of spelling out ``[[cases]]`` tables::
   field of the record; ``{{`` and ``}}`` are literal braces, and braces that
   do not hold an identifier (a regex's ``{2,3}``) are left alone. Without
   ``graders``, ``fields.expected`` gives one golden ``normalized`` grader.
+  When both ``prompt_template`` and ``fields.prompt`` are given the
+  template wins (``fields.prompt`` is not read), as with ``system_template``.
 * ``name`` defaults to ``<file stem>-<line>``. Names must be unique across
   the whole spec.
 * ``sample = N`` keeps the N records whose sha256 of (seed, name) is
@@ -79,8 +81,6 @@ class DatasetSpec(StrictModel):
             raise ValueError("give exactly one of task_class and task_class_field")
         if self.graders is None and self.fields.expected is None:
             raise ValueError("give graders, or fields.expected for a golden grader")
-        if self.prompt_template is not None and self.fields.prompt is not None:
-            raise ValueError("give prompt_template or fields.prompt, not both")
         if not self.path.endswith((".jsonl", ".csv")):
             raise ValueError(f"path {self.path!r} must end in .jsonl or .csv")
         return self

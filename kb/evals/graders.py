@@ -16,7 +16,9 @@ from typing import Any
 
 from kb.engine.requests import ModelSpec, ProviderRequest, build_request
 from kb.errors import GraderError
-from kb.evals.cases import Criterion, GoldenGrader, JudgeGrader, RubricGrader
+from kb.evals.cases import Case, Criterion, GoldenGrader, JudgeGrader, PythonGrader, RubricGrader
+from kb.evals.jsonpath import answer_json, find, parse_path
+from kb.evals.python_graders import case_view, read_result
 
 VERDICT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -61,7 +63,7 @@ def grade_golden(grader: GoldenGrader, output: str) -> Grade:
     else:
         target = json.loads(expected) if isinstance(expected, str) else expected
         try:
-            passed = json_equal(json.loads(output), target)
+            passed = json_equal(answer_json(output), target)
         except (ValueError, RecursionError):
             passed = False  # not JSON, or nested past what we parse: a wrong answer
     shown = expected if isinstance(expected, str) else json.dumps(expected)
@@ -85,15 +87,13 @@ def json_equal(left: Any, right: Any) -> bool:
 
 
 def _json_path(output: str, path: str) -> Any:
-    value: Any = json.loads(output)
-    for part in path.split(".") if path else []:
-        if isinstance(value, list):
-            value = value[int(part)]
-        elif isinstance(value, dict):
-            value = value[part]
-        else:
-            raise KeyError(part)
-    return value
+    return find(answer_json(output), parse_path(path))
+
+
+def _schema_valid(output: str, schema: dict[str, Any]) -> bool:
+    from jsonschema import Draft202012Validator
+
+    return bool(Draft202012Validator(schema).is_valid(answer_json(output)))
 
 
 def criterion_met(criterion: Criterion, output: str) -> bool:
@@ -110,11 +110,13 @@ def criterion_met(criterion: Criterion, output: str) -> bool:
         return len(output) >= criterion.min_chars
     if criterion.one_of is not None:
         return output.strip() in criterion.one_of
-    assert criterion.json_path is not None
     try:
+        if criterion.json_schema is not None:
+            return _schema_valid(output, criterion.json_schema)
+        assert criterion.json_path is not None
         return json_equal(_json_path(output, criterion.json_path), criterion.equals)
     except (ValueError, KeyError, IndexError, TypeError, RecursionError):
-        return False
+        return False  # not JSON, or nothing at the path: the criterion is not met
 
 
 def grade_rubric(grader: RubricGrader, output: str) -> Grade:
@@ -129,12 +131,33 @@ def grade_rubric(grader: RubricGrader, output: str) -> Grade:
     return Grade(grader.grader_id, passed, detail, score)
 
 
-def grade(grader: GoldenGrader | RubricGrader, output: str, case_name: str) -> Grade:
+def grade_python(grader: PythonGrader, output: str, case: Case | None) -> Grade:
+    """Call the grader's function with the answer and the case."""
+    view = case_view(case) if case is not None else {}
+    try:
+        passed, score, detail = read_result(grader.call(output, view), grader.pass_threshold)
+    except TypeError as exc:
+        if "returned" not in str(exc):
+            raise
+        raise GraderError(f"grader {grader.grader_id} {exc}") from None
+    return Grade(grader.grader_id, passed, detail, score)
+
+
+def grade(
+    grader: GoldenGrader | RubricGrader | PythonGrader,
+    output: str,
+    case_name: str,
+    case: Case | None = None,
+) -> Grade:
     """Run a deterministic grader; an exception inside it fails the job loudly."""
     try:
         if isinstance(grader, GoldenGrader):
             return grade_golden(grader, output)
+        if isinstance(grader, PythonGrader):
+            return grade_python(grader, output, case)
         return grade_rubric(grader, output)
+    except GraderError as exc:
+        raise GraderError(f"{exc} on case {case_name!r}") from exc
     except Exception as exc:  # noqa: BLE001 - any failure here is a suite defect
         raise GraderError(
             f"grader {grader.grader_id} raised on case {case_name!r}: {type(exc).__name__}: {exc}"

@@ -233,7 +233,7 @@ def _verdict(
             else:
                 grades.append(verdict)
         else:
-            grades.append(grade(grader, target.output or "", name))
+            grades.append(grade(grader, target.output or "", name, case))
     passed = not incomplete and all(g.passed for g in grades)
     return CaseVerdict(
         name,

@@ -36,7 +36,7 @@ from kb.engine.prices import DECLARE_HINT, price_param_issues, unpriced
 from kb.engine.providers.scripted import ScriptedModel
 from kb.engine.requests import ModelSpec, credential_issues, provider_issue
 from kb.errors import ConfigError
-from kb.evals.cases import Case, JudgeGrader
+from kb.evals.cases import Case, JudgeGrader, PythonGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
 from kb.evals.graders import judge_spec
 from kb.schema import ModelRefText, StrictModel, validate_into
@@ -358,7 +358,25 @@ def case_tables(
         dataset = validate_into(DatasetSpec, item, f"datasets[{index}]", issues)
         if dataset is not None:
             located.extend(load_dataset(dataset, base, issues))
+    issues.extend(bind_python_graders(located, base))
     return located
+
+
+def bind_python_graders(located: Sequence[LocatedCase], base: Path) -> list[str]:
+    """Find each python grader's function beside ``base``: one issue per distinct problem."""
+    found: dict[str, list[str]] = {}
+    for item in located:
+        for grader in item.case.graders:
+            if isinstance(grader, PythonGrader):
+                try:
+                    grader.bind(base)
+                except ValueError as exc:
+                    found.setdefault(str(exc), []).append(item.where)
+    issues = []
+    for problem, places in found.items():
+        more = f" (and {len(places) - 1} more cases)" if len(places) > 1 else ""
+        issues.append(f"{places[0]}: {problem}{more}")
+    return issues
 
 
 def duplicate_name_issues(located: Sequence[LocatedCase]) -> list[str]:
