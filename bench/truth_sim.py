@@ -94,6 +94,7 @@ RULES: dict[str, EpochRule] = {
     "strength sample 24": replace(DEFAULT_RULE, strength_sample=24),
     "confirm 30": replace(DEFAULT_RULE, confirm_sample=30),
     "raised next night 40": replace(DEFAULT_RULE, raised_sample=40),
+    "level frozen at the first full night": replace(DEFAULT_RULE, level_runs=0),
     "pooled level": replace(DEFAULT_RULE, pooled_level=True),
     "pooled level, margin 1": replace(DEFAULT_RULE, pooled_level=True, level_margin=1.0),
     "pooled level, margin 2": replace(DEFAULT_RULE, pooled_level=True, level_margin=2.0),

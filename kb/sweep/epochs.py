@@ -93,6 +93,10 @@ class EpochRule:
     pooled_level: bool = False
     """The detectors' level is the epoch's pooled estimate before tonight (not the
     estimate frozen the night it first covered its pool)."""
+    level_runs: int = 90
+    """The level freezes only once the epoch holds this many case runs (and covers its
+    pool): a level estimated from a small pool's first night errs by more than the
+    change the detector looks for. Until then the level is the pooled estimate."""
     level_margin: float = 0.0
     """The level is moved this many standard errors of its own estimate towards the
     change each detector looks for: an estimated level errs, and a CUSUM against a
@@ -298,7 +302,8 @@ def night(
 def _set_level(updated: EpochArrays, rule: EpochRule) -> None:
     """Freeze ``level`` the night an epoch first covers its pool."""
     after, seen = updated.estimate()
-    first_full = np.isnan(updated.level) & (seen >= updated.pool(rule))
+    runs = updated.counts.sum(axis=1)
+    first_full = np.isnan(updated.level) & (seen >= updated.pool(rule)) & (runs >= rule.level_runs)
     updated.level = np.where(first_full, after / np.maximum(seen, 1), updated.level)
 
 
