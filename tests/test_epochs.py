@@ -327,8 +327,8 @@ def test_kb_show_prints_the_claims_epoch(runner: CliRunner, isolated: Path) -> N
     shown = kb(runner, "--as-of", "2026-11-03", "show", report["claims"][0]["id"])
     assert shown.exit_code == 0, shown.stderr
     assert (
-        "epoch: began 2026-11-01T02:00:00.000Z (first, kb-sweep-2026-11-01T02:00:00.000Z); "
-        "2 nights, 60 of 60 cases" in shown.stdout
+        "epoch: began 2026-11-01T02:00:00.000Z (first measurement, "
+        "kb-sweep-2026-11-01T02:00:00.000Z); 2 nights, 60 of 60 cases" in shown.stdout
     )
 
 
@@ -428,3 +428,119 @@ def test_hysteresis_protects_only_a_claim_of_this_epoch(
     gate = EvalCommitterGate(committer_id="ci", report_id="r1")
     ops = sweep_ops(snapshot, [(cell, None)], gate, GatePolicy("interval", 0.9, 0.5, 0.1))
     assert [(op.claim_id, op.reason) for op in ops] == ([] if kept else [("prior", "stale")])
+
+
+# -- newcomer findings: max_cases, a store the epochs file does not match, dirty files ------
+
+
+def test_max_cases_cuts_the_pool_and_says_so(runner: CliRunner, isolated: Path) -> None:
+    path = spec(isolated / "s.toml", model(), extra_sweep="max_cases = 10")
+    first = night(runner, path, 1)
+    (cell,) = first["cells"]
+    assert cell["epoch"]["pool"] == 10 and cell["epoch"]["ran"] == 10 and cell["n"] == 10
+    assert cell["epoch"]["why"] == (
+        "new epoch (first measurement): all 10 cases of its pool (max_cases = 10 of 60)"
+    )
+    second = night(runner, path, 2)
+    # ten cases cannot earn a strength (10/10 is [0.72, 1.00]): no claim, 5 a night
+    assert second["cells"][0]["epoch"]["ran"] == 5 and second["claims"] == []
+    third = night(runner, path, 3)
+    assert third["cells"][0]["epoch"]["n"] == 10  # the same ten cases, never the others
+
+
+def test_an_epoch_the_store_does_not_match_starts_over(runner: CliRunner, repo: Path) -> None:
+    """A merge that kept one side's store and the other side's epochs file."""
+    path = spec(repo / "s.toml", model())
+    night(runner, path, 1)
+    night(runner, path, 2)
+    stale_epochs = (repo / EPOCHS).read_bytes()
+    # the model breaks: night 3 alarms, retires the strength and claims a weakness
+    broken = spec(repo / "b.toml", model(set(range(0, 60)) - {0, 1, 2, 3, 4, 5}))
+    night(runner, broken, 3)
+    assert active() == [("scripted:m", "weakness")]
+    # the epochs file goes back to before the alarm (as a merge taking the other side would)
+    (repo / EPOCHS).write_bytes(stale_epochs)
+    git(repo, "add", EPOCHS)
+    git(repo, "commit", "-q", "-m", "merge: their epochs")
+    report = night(runner, broken, 4)
+    (cell,) = report["cells"]
+    assert cell["epoch"]["reason"] == "resync" and cell["epoch"]["ran"] == 60
+    assert "new epoch (the store holds a night the epochs file does not)" in cell["epoch"]["why"]
+    # no false strength from the pre-alarm nights: the weakness stands
+    assert active() == [("scripted:m", "weakness")]
+
+
+def test_an_uncommitted_epochs_edit_is_refused_before_any_call(
+    runner: CliRunner, repo: Path
+) -> None:
+    path = spec(repo / "s.toml", model())
+    night(runner, path, 1)
+    (repo / EPOCHS).write_text((repo / EPOCHS).read_text().replace('"cursor": 0', '"cursor": 1'))
+    store_before = (repo / STORE).read_bytes()
+    result = kb(runner, "sweep", str(path), "--quiet", "--observed-at", "2026-11-02T02:00:00Z")
+    assert result.exit_code == 2
+    assert "has changes git has not committed" in result.stderr
+    assert "git restore" in result.stderr and "remove it" not in result.stderr
+    assert not list((repo / "kb-evidence").glob("*2026-11-02*"))  # nothing ran
+    assert (repo / STORE).read_bytes() == store_before
+
+
+def test_new_epoch_under_the_point_gate_is_refused(runner: CliRunner, isolated: Path) -> None:
+    path = write_spec(isolated / "p.toml", [model()], cases=POOL[:10])
+    before = (isolated / STORE).read_bytes()
+    result = kb(runner, "sweep", str(path), "--new-epoch", "--observed-at", "2026-11-01T02:00:00Z")
+    assert result.exit_code == 2
+    assert "--new-epoch: the point gate keeps no epochs" in result.stderr
+    assert (isolated / STORE).read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["cells"].update({"nonsense": d["cells"].pop(CELL)}), "is not 'model|task"),
+        (lambda d: d["cells"][CELL].update({"cursor": 9999}), "cursor must be below"),
+        (lambda d: d["cells"][CELL].update({"cursor": -5}), "cursor must be below"),
+        (lambda d: d["cells"][CELL].update({"suite": "zz"}), "suite must be 64 hex digits"),
+    ],
+)
+def test_kb_verify_checks_the_epochs_file(
+    runner: CliRunner, repo: Path, edit: Any, message: str
+) -> None:
+    night(runner, spec(repo / "s.toml", model()), 1)
+    assert kb(runner, "verify").exit_code == 0
+    data = json.loads((repo / EPOCHS).read_text())
+    edit(data)
+    (repo / EPOCHS).write_text(json.dumps(data, indent=2))
+    result = kb(runner, "verify")
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_the_human_cell_line_tells_tonight_from_the_epoch(
+    runner: CliRunner, isolated: Path
+) -> None:
+    path = spec(isolated / "s.toml", model({3, 17, 41}))
+    night(runner, path, 1)
+    observed = "2026-11-02T02:00:00Z"
+    text = kb(runner, "sweep", str(path), "--quiet", "--observed-at", observed).stdout
+    line = next(line for line in text.splitlines() if line.startswith("  scripted:m"))
+    assert "tonight 20/20" in line or "tonight 19/20" in line
+    assert "epoch 0.95 [" in line and "n=60" in line
+
+
+def test_the_dry_run_says_what_the_first_pass_runs(runner: CliRunner, isolated: Path) -> None:
+    path = spec(isolated / "s.toml", model())
+    night(runner, path, 1)
+    observed = "2026-11-02T02:00:00Z"
+    text = kb(runner, "sweep", str(path), "--dry-run", "--observed-at", observed).stderr
+    text += kb(runner, "sweep", str(path), "--dry-run", "--observed-at", observed).stdout
+    assert "planned (the worst case): 60 target runs" in text
+    assert "epochs: 1 of 1 cells go on" in text
+    assert "first pass: 20 target runs (then more where a detector is raised" in text
+    fresh = kb(runner, "sweep", str(path), "--dry-run", "--new-epoch", "--observed-at", observed)
+    assert "new: 1 (--new-epoch)" in fresh.stdout + fresh.stderr
+    found = json.loads(
+        kb(runner, "sweep", str(path), "--dry-run", "--json", "--observed-at", observed).stdout
+    )
+    assert found["epochs"] == [
+        {"model": "scripted:m", "taskClass": "extraction", "restart": None, "firstPassRuns": 20}
+    ]

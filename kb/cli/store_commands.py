@@ -88,7 +88,12 @@ def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str
         if sides:
             raise ConfigError("merge-driver", "--install takes no BASE OURS THEIRS PATH")
         changed = install_merge_driver(app.store, merge_driver_command(), committer)
-        what = "committed .gitattributes" if changed else ".gitattributes already routes the store"
+        routed = "the store, its epochs and canary baselines"
+        what = (
+            f"committed .gitattributes (routes {routed})"
+            if changed
+            else f".gitattributes already routes {routed}"
+        )
         click.echo(f"merge driver installed for {app.store.path.name} ({what})")
         return
     if len(sides) != 4:

@@ -429,11 +429,16 @@ def _merge_issues(git: GitStoreRepo, commit: StoreCommit, version: int) -> list[
 
 
 def _beside_issues(store: KnowledgeStore) -> list[str]:
-    """The settings and canary baselines files beside the store must be ones kb can read."""
+    """The settings, epochs and canary baselines files beside the store: ones kb can read."""
+    from kb.store.epochs import read_epochs
     from kb.store.home import read_settings
 
     try:
         read_settings(store.home.settings_file)
+    except ConfigError as exc:
+        return [str(exc)]
+    try:
+        read_epochs(store.home.epochs_file)
     except ConfigError as exc:
         return [str(exc)]
     path = store.home.canary_baselines

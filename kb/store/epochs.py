@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
@@ -35,7 +36,7 @@ from kb.store.merge import leave_textual_conflict
 from kb.store.records import WireModel, format_issue
 
 EPOCHS_FORMAT = 1
-EpochReason = Literal["first", "suite", "drift", "alarm", "manual"]
+EpochReason = Literal["first", "suite", "drift", "alarm", "manual", "resync"]
 
 
 SUITE_GRADER = "eval-suite"
@@ -105,6 +106,10 @@ class CellEpoch(WireModel):
             raise ValueError("level must be between 0 and 1")
         if not self.nights:
             raise ValueError("an epoch has at least one night")
+        if not 0 <= self.cursor < max(len(self.cases), 1):
+            raise ValueError(f"cursor must be below the number of cases ({len(self.cases)})")
+        if re.fullmatch(r"[0-9a-f]{64}", self.suite) is None:
+            raise ValueError("suite must be 64 hex digits (a sha256)")
         return self
 
     @property
@@ -134,6 +139,15 @@ class EpochsFile(WireModel):
 
     format: int = EPOCHS_FORMAT
     cells: dict[str, CellEpoch] = Field(default_factory=dict)
+
+    @field_validator("cells")
+    @classmethod
+    def _keys(cls, cells: dict[str, CellEpoch]) -> dict[str, CellEpoch]:
+        for key in cells:
+            member, bar, task_class = key.rpartition("|")
+            if not (bar and member and task_class):
+                raise ValueError(f"cell {key!r} is not 'model|task class'")
+        return cells
 
     def render(self) -> bytes:
         """Deterministic JSON: cells sorted, two-space indent, trailing newline."""

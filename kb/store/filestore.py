@@ -408,18 +408,27 @@ class KnowledgeStore:
                 "on the remote tip"
             ) from None
 
-    def preflight(self, *, push: bool = False, writes: Sequence[Path] = ()) -> None:
+    def preflight(
+        self, *, push: bool = False, writes: Sequence[Path] = (), clean: Sequence[Path] = ()
+    ) -> None:
         """Fail now, not after a sweep's spending, if a commit could not be made.
 
         Checks what the commit itself would check first: the directory exists,
-        the lock can be taken, git agrees with the store file, the store and
-        every file in ``writes`` (evidence, baselines) can be replaced and,
-        with ``push``, the branch has a remote and nothing unpublished on it.
+        the lock can be taken, git agrees with the store file and with each
+        tracked file in ``clean`` (the epochs file, the canary baselines: the
+        commit rewrites them), the store and every file in ``writes``
+        (evidence, baselines) can be replaced and, with ``push``, the branch
+        has a remote and nothing unpublished on it.
         """
         with self._locked(None):
             self._prepare()
             refs = self.git.ref_files() if self.git is not None else []
             check_replaceable([self.path, *writes, *refs])
+            if self.git is not None:
+                for path in clean:
+                    rel = self.git.rel_of(path)
+                    if rel is not None:
+                        self.git.check_clean(rel)
         if push:
             self._push_target()
 

@@ -492,7 +492,8 @@ class GitStoreRepo:
         if present != committed:
             raise StoreDirtyError(
                 str(target),
-                "has changes git has not committed; commit or remove it before kb commits",
+                f"has changes git has not committed; commit them (git add {rel} && git "
+                f"commit) or discard them (git restore {rel}) before kb commits",
             )
 
     def blob_in_path(self, commit: str | None, rel: str) -> str | None:

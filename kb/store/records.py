@@ -231,7 +231,7 @@ class PriorStands(WireModel):
 class EpochRecord(WireModel):
     """Format 2: a cell's epoch after the night (the interval gate decides on it)."""
 
-    reason: Literal["first", "suite", "drift", "alarm", "manual"]
+    reason: Literal["first", "suite", "drift", "alarm", "manual", "resync"]
     """Why the epoch began."""
     started_at: str = Field(alias="startedAt")
     started_in: str = Field(alias="startedIn")

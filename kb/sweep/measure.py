@@ -96,7 +96,7 @@ def measure(
     else:
         epoch_night = NightSampler(
             plan.suites,
-            rule,
+            replace(rule, max_cases=spec.sweep.max_cases),
             spec.sweep.sampling,
             _drifted(plan, canaries, baselines),
             report_id=plan.report_id,

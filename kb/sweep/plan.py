@@ -283,6 +283,10 @@ def plan_suites(
 ) -> tuple[CellSuite, ...]:
     """Each cell's suite and epoch, in plan order (none under the point gate)."""
     if spec.gate.kind != "interval":
+        if new_epoch:
+            raise ConfigError(
+                "--new-epoch", 'the point gate keeps no epochs (it is for gate = "interval")'
+            )
         return ()
     cells: dict[tuple[str, str], tuple[ModelSpec, dict[str, Case]]] = {}
     for pair in pairs:
@@ -304,6 +308,7 @@ def plan_suites(
                 epochs.cells.get(cell_key(key, task_class)),
                 "strength" if held == "strength" else "weakness" if held == "weakness" else "none",
                 new_epoch=new_epoch,
+                held_claim=snapshot.claim_at(newest[0]) if newest is not None else None,
             )
         )
     return tuple(suites)

@@ -224,20 +224,42 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
 
 def epochs_line(plan: SweepPlan) -> str:
     """How many cells go on with an epoch tonight, and why the others start one."""
-    reasons = Counter(suite.restart for suite in plan.suites)
-    going_on = reasons.pop(None, 0)
-    starting = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+    from kb.sweep.sampling import EPOCH_REASONS
+
+    reasons = Counter(suite.restart for suite in plan.suites if suite.restart is not None)
+    going_on = sum(1 for suite in plan.suites if suite.restart is None)
+    starting = ", ".join(
+        f"{count} ({EPOCH_REASONS[reason]})" for reason, count in sorted(reasons.items())
+    )
     text = f"epochs: {going_on} of {len(plan.suites)} cells go on"
     if starting:
         text += f", new: {starting}"
-    if plan.spec.sweep.sampling == "adaptive" and going_on:
-        text += " (a settled cell runs a rotating sample: fewer runs than planned)"
+    if plan.spec.sweep.sampling == "adaptive":
+        runs = sum(first_pass_runs(plan).values())
+        text += (
+            f"\nfirst pass: {runs} target runs (then more where a detector is raised, the "
+            "rest of a pool after an alarm, the whole pool after a canary drift)"
+        )
     return text
+
+
+def first_pass_runs(plan: SweepPlan) -> dict[tuple[str, str], int]:
+    """Target runs each epoch cell's first pass makes tonight (cases × repeats)."""
+    from dataclasses import replace
+
+    from kb.sweep.epochs import DEFAULT_RULE
+    from kb.sweep.sampling import first_pass
+
+    rule = replace(DEFAULT_RULE, max_cases=plan.spec.sweep.max_cases)
+    repeats = plan.spec.sweep.repeats
+    found = first_pass(plan.suites, rule, plan.spec.sweep.sampling)
+    return {key: cases * repeats for key, cases in found.items()}
 
 
 def plan_json(plan: SweepPlan) -> dict[str, Any]:
     """``--dry-run --json``: every run the sweep would make, with its rendered prompt."""
     forecast = plan.job.forecast
+    first = first_pass_runs(plan) if plan.suites else {}
     return {
         "reportId": plan.report_id,
         "observedAt": format_instant(plan.observed_at),
@@ -245,6 +267,15 @@ def plan_json(plan: SweepPlan) -> dict[str, Any]:
         "worstCaseUsd": forecast.worst_usd,
         "capUsd": plan.spec.budgets.max_total_usd,
         "refusedRuns": forecast.refused,
+        "epochs": [
+            {
+                "model": suite.member.key,
+                "taskClass": suite.task_class,
+                "restart": suite.restart,
+                "firstPassRuns": first.get(suite.key, 0),
+            }
+            for suite in plan.suites
+        ],
         "runs": [
             {
                 "label": run.label,

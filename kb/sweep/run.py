@@ -363,7 +363,7 @@ def _ready_to_spend(
     files += [store.home.directory / name for name in (writes.settings if writes else {})]
     canary = [store.home.canary_baselines] if plan.spec.canary is not None else []
     epochs = [store.home.epochs_file] if plan.suites else []
-    store.preflight(push=push, writes=[*files, journal, *canary, *epochs])
+    store.preflight(push=push, writes=[*files, journal, *canary, *epochs], clean=[*canary, *epochs])
 
 
 def _report(

@@ -27,6 +27,8 @@ import numpy as np
 from kb.engine.requests import ModelSpec
 from kb.evals.cases import Case, suite_fingerprint
 from kb.store.epochs import CellEpoch, EpochNight, EpochReason, EpochStart, suite_grader_id
+from kb.store.models import ModelClaim
+from kb.store.ttl import stored_instant
 from kb.sweep.epochs import (
     HELD_NONE,
     HELD_STRENGTH,
@@ -85,8 +87,16 @@ def cell_suite(
     held: Held,
     *,
     new_epoch: bool = False,
+    held_claim: ModelClaim | None = None,
 ) -> CellSuite:
-    """The suite of one cell: its ``(case, unique name)`` pairs and the epoch the file holds."""
+    """The suite of one cell: its ``(case, unique name)`` pairs and the epoch the file holds.
+
+    ``held_claim`` is the cell's newest live eval claim. When it was earned in
+    the epoch's time from a night the epoch does not hold, the store and the
+    epochs file disagree — a merge kept one side's store and the other side's
+    epochs, say — and the epoch starts over (``resync``) rather than pool
+    nights the store does not stand on.
+    """
     names = tuple(sorted(name for _, name in cases))
     suite = suite_fingerprint([case for case, _ in cases])
     restart: EpochReason | None = None
@@ -96,9 +106,19 @@ def cell_suite(
         restart = "suite"
     elif new_epoch:
         restart = "manual"
+    elif held_claim is not None and not _claim_in_epoch(held_claim, found):
+        restart = "resync"
     return CellSuite(
         member, task_class, names, suite, found if restart is None else None, restart, held
     )
+
+
+def _claim_in_epoch(claim: ModelClaim, epoch: CellEpoch) -> bool:
+    """Whether the claim predates the epoch or rests only on nights the epoch holds."""
+    if stored_instant(claim.observed_at) < stored_instant(epoch.start.observed_at):
+        return True
+    reports = set(epoch.reports)
+    return all(e["reportId"] in reports for e in claim.evidence if e["kind"] == "eval")
 
 
 @dataclass(frozen=True)
@@ -319,10 +339,12 @@ class NightSampler:
     ) -> str:
         restart = self.restarts[row]
         first = ran["first"]
+        size = len(suite.names)
+        cut = f" of its pool (max_cases = {pool} of {size})" if pool < size else ""
         if self.sampling == "full":
-            why = f"sampling = full: all {pool} cases"
+            why = f"sampling = full: all {pool} cases{cut}"
         elif restart is not None:
-            why = f"new epoch ({_REASONS[restart]}): all {pool} cases"
+            why = f"new epoch ({_REASONS[restart]}): all {pool} cases{cut}"
         elif suite.prior is not None and suite.prior.n < pool:
             why = f"the epoch has measured {suite.prior.n} of its {pool} cases: the rest"
         else:
@@ -346,4 +368,15 @@ _REASONS: dict[EpochReason, str] = {
     "drift": "the canary drifted",
     "alarm": "the detector alarmed",
     "manual": "--new-epoch",
+    "resync": "the store holds a night the epochs file does not",
 }
+EPOCH_REASONS = _REASONS
+"""Each epoch start in words (reports, the dry run, kb show)."""
+
+
+def first_pass(
+    suites: Sequence[CellSuite], rule: EpochRule, sampling: Sampling
+) -> dict[CellKey, int]:
+    """The cases each cell's first pass runs tonight, if no canary drifts (the dry run)."""
+    sampler = NightSampler(suites, rule, sampling, frozenset(), report_id="", observed_at="")
+    return {key: len(names) for key, names in sampler.first().items()}

@@ -23,6 +23,7 @@ from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import stored_instant
 from kb.views.decision import metrics_interval
+from kb.views.report_text import EPOCH_WORDS
 
 _MAX_CASES_SHOWN = 5
 _MAX_NIGHTS_SHOWN = 8
@@ -258,7 +259,7 @@ def format_epoch(claim: ModelClaim, epochs: EpochsFile) -> str | None:
     rate = to_fixed_2(epoch.successes / epoch.n) if epoch.n else "-"
     nights = len(epoch.nights)
     line = (
-        f"epoch: began {start.observed_at} ({start.reason}, {start.report_id}); "
+        f"epoch: began {start.observed_at} ({EPOCH_WORDS[start.reason]}, {start.report_id}); "
         f"{nights} night{'s' if nights != 1 else ''}, {epoch.n} of {len(epoch.cases)} cases, "
         f"passRate {rate}; detectors down {epoch.down:.2f} up {epoch.up:.2f}; "
         f"suite {suite_grader_id(epoch.suite)}"

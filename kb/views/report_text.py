@@ -41,6 +41,7 @@ EPOCH_WORDS = {
     "drift": "canary drift",
     "alarm": "detector alarm",
     "manual": "--new-epoch",
+    "resync": "the store and the epochs file disagreed",
 }
 
 
@@ -99,15 +100,18 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         low, high = cell.wilson95
         epoch = cell.epoch
         shown = epoch.pass_rate if epoch is not None else cell.pass_rate
-        rate = (
-            f"passRate {to_fixed_2(shown)} [{to_fixed_2(low)}, {to_fixed_2(high)}]  "
-            if cell.n and cell.complete
-            else ""
-        )
+        interval = f"[{to_fixed_2(low)}, {to_fixed_2(high)}]"
+        if epoch is not None and cell.n and cell.complete:
+            # tonight's count, then what the gate decided on: the epoch's pooled estimate
+            counted = f"tonight {_count(cell).partition(' of ')[0]}"
+            rate = f"epoch {to_fixed_2(shown)} {interval} n={epoch.n}  "
+        else:
+            counted = _count(cell)
+            rate = f"passRate {to_fixed_2(shown)} {interval}  " if cell.n and cell.complete else ""
         total = cell.total_cost_usd
         cost = "unpriced" if cell.unpriced_runs or total is None else f"${total:.4f}"
         line = (
-            f"  {cell.subject_key:<28} {cell.task_class:<22} {_count(cell)}  {rate}"
+            f"  {cell.subject_key:<28} {cell.task_class:<22} {counted}  {rate}"
             f"{cost}  {cell.outcome}"
         )
         if cell.incomplete_reason:
