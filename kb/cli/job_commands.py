@@ -337,6 +337,57 @@ def card(app: App, spec_path: Path, as_json: bool) -> None:
         click.echo(render_card(claims, ladders, app.as_of), nl=False)
 
 
+ROUTE_EPILOG = """\b
+Examples:
+  kb route ladders.toml --spec sweeps/nightly.toml > litellm.config.yaml
+  kb route ladders.toml --format json
+"""
+
+
+@cli.command(epilog=ROUTE_EPILOG)
+@spec_argument("LADDERS.toml")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["litellm", "json"]),
+    default="litellm",
+    show_default=True,
+    help="A LiteLLM Router/proxy config (YAML), or the routes as JSON.",
+)
+@click.option(
+    "--spec",
+    "sweep_spec",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A sweep spec whose [[models]] give each rung its api_base and api_key_env.",
+)
+@global_options
+@pass_app
+def route(app: App, spec_path: Path, output_format: str, sweep_spec: Path | None) -> None:
+    """Write a LiteLLM routing config: per task class the rung the store recommends."""
+    from kb.card import load_ladders
+    from kb.route import plan_routes, render_yaml, router_config, routes_json
+    from kb.store.ttl import format_instant
+    from kb.sweep.spec import load_spec
+
+    ladders = load_ladders(spec_path)
+    routes, warnings = plan_routes(ladders, app.store.read().claims, app.as_of)
+    models = {m.key: m for m in load_spec(sweep_spec).models} if sweep_spec else {}
+    config, key_warnings = router_config(routes, models)
+    for warning in [*warnings, *key_warnings]:
+        click.echo(f"warning: {warning}", err=True)
+    if output_format == "json":
+        echo_json(routes_json(routes, app.as_of))
+        return
+    header = (
+        f"kb route {spec_path.name}: generated from {app.store.path.name} as of "
+        f"{format_instant(app.as_of)}; regenerate rather than edit.\n"
+        "Each kb/<task class> is the rung the verified claims recommend (the ladder's start "
+        "moved at most one rung);\nits fallbacks are the higher rungs in escalation order."
+    )
+    click.echo(render_yaml(config, header), nl=False)
+
+
 @cli.command()
 @spec_argument()
 @json_option("Print the report as JSON.")
