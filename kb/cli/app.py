@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,7 +45,7 @@ def install_signal_handlers() -> None:
 
 
 if TYPE_CHECKING:
-    from kb.engine.runs import RunResult
+    from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import Engine, EngineConfig
     from kb.store.filestore import CommitResult, KnowledgeStore
 
@@ -251,16 +251,32 @@ def build_engine(app: App, config: EngineConfig, flags: EngineFlags) -> Engine:
 
 
 @contextmanager
-def progress_bar(total: int, *, enabled: bool) -> Iterator[Callable[[RunResult], None]]:
-    """A progress bar on stderr, only for a terminal; yields the per-run callback."""
+def progress_bar(
+    total: int, *, enabled: bool, planned: Mapping[RunKind, int] | None = None
+) -> Iterator[Callable[[RunResult], None]]:
+    """A progress bar on stderr, only for a terminal; yields the per-run callback.
+
+    Beside the bar: the phase, done/planned per kind, errors and the spend so far.
+    """
     if not enabled or total == 0 or not sys.stderr.isatty():
         yield lambda _result: None
         return
-    from rich.progress import Progress
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(transient=True) as progress:
-        task = progress.add_task("runs", total=total)
-        yield lambda _result: progress.advance(task)
+    from kb.engine.progress import RunTally
+
+    tally = RunTally(planned or {"target": total})
+    from rich.console import Console
+
+    columns = (BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(tally.describe(), total=total)
+
+        def advance(result: RunResult) -> None:
+            tally.add(result)
+            progress.update(task, advance=1, description=tally.describe())
+
+        yield advance
 
 
 def echo_json(value: Any) -> None:

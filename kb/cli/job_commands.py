@@ -31,6 +31,7 @@ from kb.cli.options import (
 from kb.errors import ConfigError, JobFailedError
 
 if TYPE_CHECKING:
+    from kb.engine.runs import RunKind
     from kb.engine.scheduler import EngineConfig
     from kb.sweep.spec import SweepSpec
 
@@ -200,7 +201,12 @@ def sweep(
     again = restart_warning(plan, app.store, commit=not no_commit)
     if again is not None:
         click.echo(f"warning: {again}", err=True)  # before the first call, not after
-    with progress_bar(plan.job.size, enabled=not quiet) as advance:
+    planned: dict[RunKind, int] = {
+        "canary": plan.job.phase("canary").size,
+        "target": plan.job.phase("targets").size,
+        "judge": plan.job.phase("judges").size,
+    }
+    with progress_bar(plan.job.size, enabled=not quiet, planned=planned) as advance:
         engine.on_settled = advance
         done = execute_sweep(
             plan,

@@ -1,0 +1,76 @@
+"""Progress with meaning (SPEC 12.4): phase, done/planned per kind, errors, spend."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kb.engine.progress import RunTally
+from kb.engine.runs import RunResult
+from tests.sweep_helpers import write_spec
+
+
+def run(kind: str, status: str = "ok", cost: float = 0.001, source: str = "declared") -> RunResult:
+    return RunResult(
+        label=f"{kind}:x",
+        kind=kind,
+        model="m",
+        status=status,
+        cost_usd=cost,  # type: ignore[arg-type]
+        price_source=source,  # type: ignore[arg-type]
+    )
+
+
+def test_the_tally_names_the_phase_counts_errors_and_spend() -> None:
+    tally = RunTally({"canary": 2, "target": 10, "judge": 0})
+    assert tally.describe() == "canary 0/2 · targets 0/10 · $0.0000"
+    tally.add(run("canary"))
+    tally.add(run("canary"))
+    tally.add(run("target"))
+    tally.add(run("target", status="error", cost=0.0))
+    assert tally.describe() == "targets 2/10 · canary 2/2 · 1 error · $0.0030"
+    tally.add(run("target", source="unpriced", cost=0.0))
+    assert tally.describe().endswith("1 error · $0.0030 + 1 unpriced")
+
+
+@pytest.mark.usefixtures("initialized_store")
+def test_a_terminal_sees_the_progress_and_a_pipe_does_not(isolated: Path) -> None:
+    cases = [(f"c{i}", f"Q{i}?", f"a{i}") for i in range(4)]
+    model = {"model": "scripted:m", "params": {"responses": {p: a for _, p, a in cases}}}
+    spec = write_spec(isolated / "s.toml", [model], cases=cases)
+    command = [
+        sys.executable,
+        "-m",
+        "kb",
+        "sweep",
+        str(spec),
+        "--observed-at",
+        "2026-11-01T02:00:00Z",
+        "--no-commit",
+    ]
+    leader, follower = pty.openpty()
+    done = subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=follower, cwd=isolated, timeout=120
+    )
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert done.returncode == 0
+    text = seen.decode("utf-8", "replace")
+    assert "targets" in text and "/4" in text and "$" in text
+    assert b"targets 0/4" not in done.stdout  # the bar never reaches stdout
+    piped = subprocess.run(command, capture_output=True, cwd=isolated, timeout=120)
+    assert b"targets 0/4" not in piped.stderr  # not a terminal: quiet
