@@ -154,13 +154,13 @@ class App:
     def instant(self, text: str | None, flag: str) -> int:
         """``text`` as an instant (ms); else ``--as-of``; else now (the one clock read)."""
         from kb.errors import InstantError
-        from kb.store.ttl import check_claim_instant, instant_from_datetime, parse_instant
+        from kb.store.ttl import check_claim_instant, instant_from_datetime, parse_flag_instant
 
         chosen, where = (text, flag) if text is not None else (self.as_of_text, "--as-of")
         try:
             if chosen is None:
                 return instant_from_datetime(datetime.now(UTC))
-            return check_claim_instant(parse_instant(chosen), "the instant")
+            return check_claim_instant(parse_flag_instant(chosen), "the instant")
         except InstantError as exc:
             raise ConfigError(where, str(exc)) from None
 
@@ -297,3 +297,40 @@ def echo_warnings(app: App) -> None:
     """What the store asked the user to know although the command succeeded."""
     for warning in app.store.warnings:
         click.echo(f"warning: {warning}", err=True)
+
+
+def _completion_store(ctx: click.Context) -> KnowledgeStore | None:
+    from kb.store.filestore import KnowledgeStore
+
+    root = ctx.find_root()
+    given = root.params.get("store_path") if root is not None else None
+    path = Path(given) if given else find_store(Path.cwd())
+    return KnowledgeStore(path) if path.exists() else None
+
+
+def complete_claim_ids(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion: the store's claim ids that start with what was typed."""
+    try:
+        store = _completion_store(ctx)
+        if store is None:
+            return []
+        return [i for i in store.read().index if i.startswith(incomplete)][:200]
+    except Exception:  # noqa: BLE001 - completion never fails the shell
+        return []
+
+
+def complete_report_ids(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion: report ids with evidence beside the store."""
+    try:
+        store = _completion_store(ctx)
+        if store is None:
+            return []
+        found = {
+            path.name.removesuffix(".report.json")
+            for directory in store.home.evidence_dirs()
+            if directory.is_dir()
+            for path in directory.glob("*.report.json")
+        }
+        return sorted(i for i in found if i.startswith(incomplete))[:200]
+    except Exception:  # noqa: BLE001 - completion never fails the shell
+        return []

@@ -12,6 +12,7 @@ from kb.cli.app import (
     EngineFlags,
     build_engine,
     cli,
+    complete_report_ids,
     echo_json,
     echo_warnings,
     global_options,
@@ -431,7 +432,7 @@ Examples:
 
 
 @cli.command(epilog=REPORT_EPILOG)
-@click.argument("report_id")
+@click.argument("report_id", shell_complete=complete_report_ids)
 @click.option(
     "--html",
     "html_path",

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import click
 
-from kb.cli.app import App, cli, echo_commit, echo_json, global_options, pass_app
+from kb.cli.app import (
+    App,
+    cli,
+    complete_claim_ids,
+    echo_commit,
+    echo_json,
+    global_options,
+    pass_app,
+)
 from kb.cli.options import (
     archive_reason_choice,
     attempts_option,
@@ -197,7 +205,7 @@ def matrix(app: App, markdown: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("claim_id")
+@click.argument("claim_id", shell_complete=complete_claim_ids)
 @evidence_dir_option
 @global_options
 @pass_app
@@ -207,11 +215,15 @@ def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     from kb.store.epochs import read_epochs
     from kb.views.claims import claim_evidence, format_claim, format_epoch, format_history
 
-    claim = app.store.read().get(claim_id)
+    snapshot = app.store.read()
+    claim = snapshot.get(claim_id)
     if claim is None:
         found = compacted_claim(app.store, claim_id) if app.store.git is not None else None
         if found is None:
-            raise ConfigError("show", f"no claim with id {claim_id!r}")
+            from kb.store.query import near_miss
+
+            hint = near_miss(claim_id, snapshot.index)
+            raise ConfigError("show", f"no claim with id {claim_id!r}{hint}")
         claim, compaction = found
         click.echo(
             f"compacted: removed from the file by commit {compaction.commit[:12]} "
@@ -417,7 +429,7 @@ def compact(
 
 
 @cli.command()
-@click.argument("claim_id")
+@click.argument("claim_id", shell_complete=complete_claim_ids)
 @click.option("--reason", required=True, type=archive_reason_choice)
 @committer_option
 @attempts_option

@@ -109,7 +109,11 @@ def archive_ops(snapshot: Snapshot, claim_id: str, reason: ArchiveReason) -> lis
     """One archive op, after checking the claim can be archived (a clear error otherwise)."""
     claim = snapshot.get(claim_id)
     if claim is None:
-        raise ConfigError("archive", f"no claim with id {claim_id!r}")
+        from kb.store.query import near_miss
+
+        raise ConfigError(
+            "archive", f"no claim with id {claim_id!r}{near_miss(claim_id, snapshot.index)}"
+        )
     if claim.status in ("archived", "superseded"):
         raise ConfigError("archive", f"claim {claim_id!r} is already {claim.status}")
     return [ArchiveClaim(claim_id, reason)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from kb.errors import ConfigError, ModelRefError
@@ -58,3 +58,16 @@ def select(snapshot: Snapshot, claim_filter: ClaimFilter, as_of: int) -> Iterato
     for index, entry in enumerate(snapshot.entries):
         if claim_filter.matches(entry, as_of):
             yield index
+
+
+def near_miss(wanted: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for an id close to ``wanted``, else ``""``."""
+    import difflib
+
+    found = difflib.get_close_matches(wanted, list(known), n=3, cutoff=0.85)
+    if not found:
+        return ""
+    # ids share long prefixes (the report id): only the closest, or a tie, is a suggestion
+    score = [difflib.SequenceMatcher(None, wanted, f).ratio() for f in found]
+    found = [f for f, r in zip(found, score, strict=True) if r >= max(score) - 0.005][:2]
+    return " (did you mean " + " or ".join(repr(f) for f in found) + "?)"

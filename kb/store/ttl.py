@@ -107,6 +107,32 @@ def parse_instant(text: str) -> int:
     return days * MS_PER_DAY + ((hour * 60 + minute) * 60 + second) * 1000 + millis - offset_ms
 
 
+_FLAG_FORM = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})(?:[Tt ](?P<time>[\d:.]+)(?P<tz>[Zz]|[+-]\d{2}:?\d{2})?)?"
+)
+
+
+def parse_flag_instant(text: str) -> int:
+    """An instant a person typed (``--as-of``, ``--observed-at``), as the store reader reads it.
+
+    ISO forms as V8 reads them: ``t``/``z`` in either case, a space for
+    ``T``, ``+0200`` for ``+02:00``. A time still needs its offset
+    (JavaScript would read it as local time) and the date must be a calendar
+    date (no roll-over of ``2026-02-30``).
+    """
+    match = _FLAG_FORM.fullmatch(text.strip())
+    if match is None or match["time"] is None:
+        return parse_instant(text.strip())
+    tz = match["tz"]
+    if tz is None:
+        return parse_instant(f"{match['date']}T{match['time']}")  # refused: no offset
+    if tz in ("z", "Z"):
+        tz = "Z"
+    elif ":" not in tz:
+        tz = f"{tz[:3]}:{tz[3:]}"
+    return parse_instant(f"{match['date']}T{match['time']}{tz}")
+
+
 def v8_millis(fraction: str) -> int:
     """Milliseconds of a fraction-of-second digit string, read exactly as V8's ``Date.parse``.
 

@@ -1,0 +1,56 @@
+"""Messages (SPEC 12.4): near-miss ids, shell completion of claim and report ids."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kb.store.filestore import CommitContext, KnowledgeStore
+from tests.cli_helpers import kb
+from tests.factories import add, eval_claim
+
+STORE = "rulvar.models.json"
+ID = "kb-sweep-2026-11-30T02:00:00.000Z/openai:gpt-4o-mini/arithmetic"
+
+
+def seed() -> None:
+    claims = [add(eval_claim(ID)), add(eval_claim(ID.replace("arithmetic", "extraction")))]
+    KnowledgeStore(Path(STORE)).commit(claims, 0, CommitContext("seed", "t"))
+
+
+def test_a_near_miss_id_gets_a_suggestion(runner: CliRunner, isolated: Path) -> None:
+    seed()
+    typo = ID.replace("arithmetic", "arithmetc")
+    shown = kb(runner, "show", typo)
+    assert shown.exit_code == 2
+    assert f"no claim with id {typo!r} (did you mean {ID!r}?)" in shown.stderr
+    archived = kb(runner, "archive", typo, "--reason", "rejected")
+    assert archived.exit_code == 2 and f"(did you mean {ID!r}?)" in archived.stderr
+    far = kb(runner, "show", "nothing-like-it")
+    assert far.exit_code == 2 and "did you mean" not in far.stderr
+
+
+def complete(words: str, cwd: Path) -> list[str]:
+    env = {**os.environ, "_KB_COMPLETE": "bash_complete", "COMP_WORDS": words}
+    env["COMP_CWORD"] = str(len(words.split()) - 1)
+    done = subprocess.run(
+        [sys.executable, "-m", "kb"], capture_output=True, text=True, env=env, cwd=cwd
+    )
+    return [line.split(",", 1)[1] for line in done.stdout.splitlines() if "," in line]
+
+
+def test_claim_and_report_ids_complete_in_the_shell(isolated: Path) -> None:
+    seed()
+    assert complete("kb show kb-sweep-2026-11-30T02:00:00.000Z/openai:gpt-4o-mini/a", isolated) == [
+        ID
+    ]
+    assert len(complete("kb show kb-sweep", isolated)) == 2
+    evidence = isolated / "kb-evidence"
+    evidence.mkdir()
+    (evidence / "nightly-1.report.json").write_text("{}")
+    assert complete("kb report night", isolated) == ["nightly-1"]
+    assert complete("kb show x", isolated / "kb-evidence") == []  # no store here: nothing
