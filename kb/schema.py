@@ -164,6 +164,16 @@ def error_path(prefix: str, loc: Sequence[int | str]) -> str:
     return path
 
 
+def _as_written(value: Any) -> str:
+    """A value as the TOML or JSON that held it spells it (``true``, ``"x"``, ``[1, 2]``)."""
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def validation_issues(prefix: str, error: ValidationError) -> list[str]:
     """One line per pydantic error, each with its key path and the offending value."""
     issues = []
@@ -177,7 +187,7 @@ def validation_issues(prefix: str, error: ValidationError) -> list[str]:
         elif (
             item["type"] != "model_type" and "input" in item and not isinstance(item["input"], dict)
         ):  # a whole object echoed back is noise: the message names what is wrong in it
-            shown = repr(item["input"])
+            shown = _as_written(item["input"])
             if len(shown) > 60:
                 shown = shown[:57] + "..."
             msg = f"{msg} (got {shown})"

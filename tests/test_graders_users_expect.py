@@ -208,7 +208,7 @@ def test_a_broken_python_grader_fails_the_job_loudly(
     [
         ("nowhere:f", "python grader 'nowhere:f': no file nowhere.py in"),
         ("checks:absent", "python grader 'checks:absent': checks.py has no 'absent'"),
-        ("checks", "function must be 'module:name' (got 'checks')"),
+        ("checks", "function must be 'module:name' (got \"checks\")"),
     ],
 )
 def test_a_python_grader_that_cannot_be_found_is_refused_at_load(

@@ -183,7 +183,7 @@ class PythonGrader(StrictModel):
     @classmethod
     def _function(cls, value: str) -> str:
         if _FUNCTION.fullmatch(value) is None:
-            raise ValueError(f"function must be 'module:name' (got {value!r})")
+            raise ValueError("function must be 'module:name'")
         return value
 
     @field_validator("pass_threshold")

@@ -246,7 +246,8 @@ def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
     cases = [item.case for item in located]
     canary = _canary(raw.get("canary"), base, issues)
     models = resolve_models([(i, e) for i, e in enumerate(entries) if e is not None], base, issues)
-    if sweep is not None:
+    if sweep is not None and (budgets is not None or "budgets" not in raw):
+        # a [budgets] table that failed validation is told once, with its own issues
         issues.extend(_budget_issues(sweep, budgets, cases, canary))
     if budgets is not None:
         issues.extend(_ceiling_issues(models, budgets, canary))
