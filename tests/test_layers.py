@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kb.engine",),
     ("kb.evals",),
     ("kb.sweep",),
-    ("kb.card",),
+    ("kb.card", "kb.route"),
     ("kb.checkpoint",),
     ("kb.views",),
     ("kb.cli",),

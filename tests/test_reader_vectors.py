@@ -179,7 +179,7 @@ def test_a_lone_surrogate_prints_escaped_in_text_output(tmp_path: Path) -> None:
     vector = next(v for v in ACCEPTED if v["name"] == "lone-high-surrogate-statement")
     path = tmp_path / "rulvar.models.json"
     path.write_bytes(input_bytes(vector))
-    for command in (["list"], ["show", "nightly-42/openai:gpt-4o-mini@low/extraction"]):
+    for command in (["list", "--long"], ["show", "nightly-42/openai:gpt-4o-mini@low/extraction"]):
         done = subprocess.run(
             [sys.executable, "-m", "kb", "--store", str(path), "--as-of", "2026-07-02", *command],
             capture_output=True,

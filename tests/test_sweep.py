@@ -109,7 +109,6 @@ def test_a_single_case_statement_is_singular(runner: CliRunner, isolated: Path) 
 
 
 INCOMPLETE = [
-    ("per-run ceiling", {"cost_usd": 0.02}, {}, "exhaustedRuns", "exceeded the per-run ceiling"),
     (
         "envelope",
         {"cost_usd": 0.001},
@@ -151,6 +150,50 @@ def test_incomplete_cells_emit_nothing_and_touch_nothing(
     assert report["claims"] == [] and report["retired"] == []
     assert "committedVersion" not in report
     assert KnowledgeStore(STORE).read().get("prior").status == "active"  # type: ignore[union-attr]
+
+
+def test_a_run_over_its_ceiling_leaves_the_cell_incomplete(
+    runner: CliRunner, isolated: Path
+) -> None:
+    """A price per token is known only once the reply's tokens are (a declared cost_usd above
+    the ceiling is refused when the spec loads): here 2 tokens at $20,000 per million."""
+    from tests.fake_openai import fake_openai_server
+
+    prior = eval_claim("prior", subject={"model": "openai:m"}, observedAt="2026-11-28")
+    KnowledgeStore(STORE).commit([add(prior)], 0, CommitContext("seed", "t"))
+    with fake_openai_server() as (base, _seen):
+        price = {"input_per_mtok": 0, "output_per_mtok": 20000}
+        model = {
+            "model": "openai:m",
+            "params": {"api_base": base, "api_key": "none", "price": price},
+        }
+        spec = write_spec(
+            isolated / "s.toml",
+            [model],
+            budgets={"target_usd": 0.01, "max_total_usd": 5.0},
+            extra_sweep="max_retries = 0",
+        )
+        failed = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT)
+        assert failed.exit_code == 1 and "1 of 1 cells incomplete" in failed.stderr
+        report = sweep_json(runner, spec, "--allow-incomplete")
+    (cell,) = report["cells"]
+    assert cell["outcome"] == "incomplete" and cell["exhaustedRuns"] == 10
+    assert "exceeded the per-run ceiling" in cell["incompleteReason"]
+    assert report["claims"] == [] and report["retired"] == []
+    assert KnowledgeStore(STORE).read().get("prior").status == "active"  # type: ignore[union-attr]
+
+
+def test_a_script_declaring_a_cost_above_the_ceiling_is_refused_at_load(
+    runner: CliRunner, isolated: Path
+) -> None:
+    (isolated / "m.json").write_text('{"default": "x", "cost_usd": 0.02}')
+    model = {"model": "scripted:m", "params": {"script": "m.json"}}
+    spec = write_spec(
+        isolated / "s.toml", [model], budgets={"target_usd": 0.01, "max_total_usd": 5.0}
+    )
+    result = kb(runner, "sweep", str(spec), "--dry-run")
+    assert result.exit_code == 2
+    assert "cost_usd = 0.02 per call is above budgets.target_usd = 0.01" in result.stderr
 
 
 def test_a_judge_over_its_budget_leaves_the_cell_incomplete(

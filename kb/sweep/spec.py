@@ -423,6 +423,13 @@ def _ceiling_issues(
         ceilings.append(("canary_usd", budgets.canary_usd))
     for model in models:
         cost = model.params.get("cost_usd")
+        if model.provider == "scripted" and "script" in model.params:
+            from kb.engine.providers.scripted import ScriptedModel
+
+            try:  # a script file declares its cost too (a broken script is told elsewhere)
+                cost = ScriptedModel.from_params(model.params, where=model.key).cost_usd
+            except (ConfigError, OSError, ValueError):
+                continue
         if isinstance(cost, bool) or not isinstance(cost, int | float):
             continue
         for name, ceiling in ceilings:
