@@ -344,6 +344,32 @@ def card(app: App, spec_path: Path, as_json: bool) -> None:
         click.echo(render_card(claims, ladders, app.as_of), nl=False)
 
 
+SITE_EPILOG = """\b
+Examples:
+  kb site public/                 then open public/index.html (works from file://)
+"""
+
+
+@cli.command(epilog=SITE_EPILOG)
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@global_options
+@pass_app
+def site(app: App, directory: Path) -> None:
+    """Build a static report site from the evidence: nights, cases, claims, comparisons."""
+    from kb.store.epochs import read_epochs
+    from kb.views.site import build_site
+
+    if directory.exists() and any(directory.iterdir()) and not (directory / "index.html").exists():
+        raise ConfigError(
+            "site", f"{directory} holds other files: give an empty directory or a kb site"
+        )
+    epochs = read_epochs(app.store.home.epochs_file)
+    written, warnings = build_site(app.store, directory, app.as_of, epochs)
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {len(written)} pages to {directory} (open {directory / 'index.html'})")
+
+
 ROUTE_EPILOG = """\b
 Examples:
   kb route ladders.toml --spec sweeps/nightly.toml > litellm.config.yaml

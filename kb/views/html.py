@@ -52,7 +52,7 @@ def cell_history(reports: Sequence[ReportFile]) -> History:
     return history
 
 
-def _heat(rate: float) -> str:
+def heat_colour(rate: float) -> str:
     """Red (0) through amber to green (1)."""
     return f"hsl({round(rate * 120)}, 65%, 86%)"
 
@@ -115,7 +115,7 @@ def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
             f'<div class="rate">{to_fixed_2(cell.pass_rate)}</div>'
             f'<div class="note">n={n} · 95% [{to_fixed_2(low)}, {to_fixed_2(high)}]</div>'
         )
-        style = f' class="cell" style="background:{_heat(cell.pass_rate)}"'
+        style = f' class="cell" style="background:{heat_colour(cell.pass_rate)}"'
         why = ""
     trend = (
         _sparkline([p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [cell.pass_rate])
@@ -323,7 +323,8 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
             for name, colour in OUTCOME_COLOURS.items()
         )
         + '<li><span class="swatch" style="background:linear-gradient(90deg,'
-        f'{_heat(0)},{_heat(0.5)},{_heat(1)})"></span>background: pass rate 0 → 1</li>'
+        f'{heat_colour(0)},{heat_colour(0.5)},{heat_colour(1)})"></span>'
+        "background: pass rate 0 → 1</li>"
         '<li><span class="swatch" style="background:repeating-linear-gradient(45deg,#f6f8fa,'
         '#f6f8fa 3px,#eaeef2 3px,#eaeef2 6px)"></span>incomplete: no claim, cause shown</li>'
         "<li>▲/▼ change since the previous report · line: up to 10 earlier reports</li>"

@@ -1,0 +1,435 @@
+"""``kb site DIR``: a static report site from the evidence, readable from ``file://``.
+
+Pages (every one self-contained: inline style, a little inline script, no
+fetch of anything):
+
+* ``index.html`` — every night newest first (cells, claims, retirements,
+  spend, a drift marker), the claims that steer today, and a form that
+  compares any two nights;
+* ``night-<report>.html`` — one night: model × task class pass rates, then
+  every case with its prompt and every model's answer side by side (verdict,
+  grader reasons — what was expected —, output, tokens, cost, params), with
+  filters: failures only, flaky only, changed since the model's previous
+  night;
+* ``claim-<id hash>.html`` — one live claim: statement, numbers, its epoch,
+  and the nights and cases it rests on;
+* ``compare.html?a=…&b=…`` — two nights cell by cell.
+
+Built from the evidence files in the work tree (``kb-evidence/`` or the
+store's recorded evidence directories); a night whose evidence kb cannot
+read is left out with a warning, never fatal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kb.errors import ConfigError
+from kb.store.canonical import to_fixed_2
+from kb.store.epochs import EpochsFile
+from kb.store.evidence import REPORT_SUFFIX, evidence_stem, load_evidence
+from kb.store.filestore import KnowledgeStore
+from kb.store.models import ModelClaim
+from kb.store.records import ReportFile, RunRecord
+from kb.store.ttl import claim_expired
+from kb.views.decision import claim_interval, newest_first
+from kb.views.html import heat_colour
+
+esc = html.escape
+
+STYLE = """
+* { box-sizing: border-box; }
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+  padding: 12px; max-width: 1200px; color: #1f2328; }
+h1 { font-size: 1.3em; margin: 0.2em 0 0.4em; overflow-x: auto; }
+.id { display: block; overflow-x: auto; white-space: nowrap; }
+h2 { font-size: 1.1em; margin-top: 1.4em; }
+a { color: #0550ae; }
+.name { white-space: nowrap; }
+.scroll { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; margin: 0.4em 0; }
+th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; }
+td.num { text-align: right; white-space: nowrap; }
+.meta { color: #57606a; }
+.pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
+.error { color: #9a6700; font-weight: 600; }
+.drift { color: #8a4500; font-weight: 600; white-space: nowrap; }
+.banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; max-height: 14em;
+  overflow-y: auto; font-size: 0.9em; }
+section.case { border-top: 1px solid #d0d7de; padding-top: 0.4em; }
+.filters label { margin-right: 1em; white-space: nowrap; }
+.prompt { background: #f6f8fa; padding: 0.4em; }
+"""
+
+
+@dataclass(frozen=True)
+class Night:
+    """One night's report with its runs, and its page."""
+
+    report: ReportFile
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def stem(self) -> str:
+        """The file-safe form of the report id."""
+        return evidence_stem(self.report.report_id)
+
+    @property
+    def page(self) -> str:
+        """The night's page, its name safe in a relative link.
+
+        ``:`` and other URL-significant characters are replaced: ``night-x-2026-11-29T02:00…``
+        would otherwise read as a URL scheme.
+        """
+        return "night-" + re.sub(r"[^A-Za-z0-9._-]", "_", self.stem) + ".html"
+
+
+def claim_page(claim_id: str) -> str:
+    """The page of a claim (ids hold ``/`` and ``:``: the page is named by a hash)."""
+    return f"claim-{hashlib.sha256(claim_id.encode()).hexdigest()[:16]}.html"
+
+
+def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
+    """Every night with readable evidence in the store's evidence directories, oldest first."""
+    nights: list[Night] = []
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for directory in store.home.evidence_dirs():
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob(f"*{REPORT_SUFFIX}")):
+            try:
+                report_id = json.loads(path.read_text("utf-8"))["reportId"]
+                found = load_evidence(store, str(report_id), directory)
+            except (OSError, ValueError, KeyError, TypeError, ConfigError) as exc:
+                warnings.append(f"{path.name}: left out ({str(exc)[:160]})")
+                continue
+            if found is None or found.report is None or report_id in seen:
+                continue
+            seen.add(report_id)
+            nights.append(Night(found.report, tuple(found.runs)))
+    nights.sort(key=lambda n: n.report.observed_at)
+    return nights, warnings
+
+
+def _page(title: str, body: str, script: str = "") -> str:
+    tail = f"<script>{script}</script>" if script else ""
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>\n"
+        f"{body}\n{tail}</body></html>\n"
+    )
+
+
+def _drifted(report: ReportFile) -> list[str]:
+    return [c.subject_key for c in report.canary if c.status == "drift"]
+
+
+def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int) -> str:
+    """The site's front page."""
+    rows = []
+    for night in reversed(nights):
+        r = night.report
+        drift = _drifted(r)
+        mark = f' <span class="drift">drift: {esc(", ".join(drift))}</span>' if drift else ""
+        rows.append(
+            f'<tr><td class="name"><a href="{esc(night.page)}">{esc(r.report_id)}</a>{mark}</td>'
+            f'<td class="name">{esc(r.observed_at[:16])}</td><td class="num">{len(r.cells)}</td>'
+            f'<td class="num">{len(r.claims)}</td><td class="num">{len(r.retired)}</td>'
+            f'<td class="num">${r.spent_usd:.4f}</td></tr>'
+        )
+    live = newest_first([c for c in claims if c.status == "active" and not claim_expired(c, as_of)])
+    claim_rows = []
+    for claim in live:
+        interval = claim_interval(claim)
+        rate = to_fixed_2(claim.metrics["passRate"]) if claim.metrics else "note"
+        shown = f"[{to_fixed_2(interval[0])}, {to_fixed_2(interval[1])}]" if interval else "—"
+        n = str(claim.metrics["n"]) if claim.metrics else "—"
+        claim_rows.append(
+            f'<tr><td class="name"><a href="{claim_page(claim.id)}">{esc(claim.subject_key)}</a>'
+            f'</td><td class="name">{esc(claim.task_class)}</td><td>{esc(claim.polarity)}</td>'
+            f'<td class="num">{rate}</td><td class="num">{shown}</td><td class="num">{n}</td>'
+            f'<td class="name">{esc(claim.expires_at[:10])}</td></tr>'
+        )
+    options = "".join(
+        f'<option value="{esc(n.stem)}">{esc(n.report.report_id)}</option>'
+        for n in reversed(nights)
+    )
+    body = (
+        "<h1>kb: what the store knows</h1>"
+        f'<p class="meta">{len(nights)} nights · {len(live)} claims steer today</p>'
+        "<h2>Nights</h2>"
+        '<div class="scroll"><table id="nights"><thead><tr><th>report</th><th>observed</th>'
+        "<th>cells</th><th>claims</th><th>retired</th><th>spent</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></div>"
+        '<h2>Compare two nights</h2><form id="compare" action="compare.html">'
+        f'<select name="a">{options}</select> <select name="b">{options}</select> '
+        '<button type="submit">compare</button></form>'
+        "<h2>Claims that steer today</h2>"
+        '<div class="scroll"><table id="claims"><thead><tr><th>model</th><th>task class</th>'
+        "<th>claim</th><th>rate</th><th>95% interval</th><th>n</th><th>expires</th></tr>"
+        "</thead><tbody>" + "".join(claim_rows) + "</tbody></table></div>"
+    )
+    script = (
+        "var s=document.querySelectorAll('#compare select');"
+        "if(s.length>1&&s[0].options.length>1){s[0].selectedIndex=1;}"  # A older, B newest
+    )
+    return _page("kb site", body, script)
+
+
+def _run_key(run: RunRecord) -> tuple[str, str]:
+    return (f"{run.model}@{run.effort}" if run.effort else run.model, run.case)
+
+
+def night_page(night: Night, earlier: Sequence[Night]) -> str:
+    """One night: the rates, then every case with every model's answer side by side."""
+    r = night.report
+    previous: dict[tuple[str, str], bool] = {}
+    for before in earlier:  # the model's latest earlier verdict on the same case
+        for run in before.runs:
+            if run.kind == "target":
+                previous[_run_key(run)] = _passed(run)
+    classes = list(dict.fromkeys(c.task_class for c in r.cells))
+    members = list(dict.fromkeys(c.subject_key for c in r.cells))
+    rates = {(c.subject_key, c.task_class): c for c in r.cells}
+    drifted = set(_drifted(r))
+    head = "".join(f'<th class="name">{esc(t)}</th>' for t in classes)
+    grid = []
+    for member in members:
+        mark = ' <span class="drift">drift</span>' if member in drifted else ""
+        tds = [f'<th class="name">{esc(member)}{mark}</th>']
+        for task_class in classes:
+            cell = rates.get((member, task_class))
+            if cell is None:
+                tds.append("<td>·</td>")
+                continue
+            rate = cell.epoch.pass_rate if cell.epoch is not None else cell.pass_rate
+            tds.append(
+                f'<td class="num" style="background:{heat_colour(rate)}">{to_fixed_2(rate)} '
+                f"<small>{esc(str(cell.outcome))}</small></td>"
+            )
+        grid.append("<tr>" + "".join(tds) + "</tr>")
+    by_case: dict[tuple[str, str], list[RunRecord]] = {}
+    for run in night.runs:
+        if run.kind == "target":
+            by_case.setdefault((run.task_class or "", run.case), []).append(run)
+    sections = []
+    for (task_class, case), runs in sorted(by_case.items()):
+        sections.append(_case_section(task_class, case, runs, previous))
+    banner = (
+        f'<p class="banner"><strong>Drift:</strong> the canary saw the provider change '
+        f"{esc(', '.join(sorted(drifted)))}.</p>"
+        if drifted
+        else ""
+    )
+    body = (
+        f'<p><a href="index.html">← all nights</a></p><h1>Night <span class="name">'
+        f"{esc(r.report_id)}</span></h1>"
+        f'<p class="meta">observed {esc(r.observed_at)} · spent ${r.spent_usd:.4f} · '
+        f"{len(r.claims)} claims · {len(r.retired)} retired</p>{banner}"
+        '<h2>Pass rate by model and task class</h2><div class="scroll"><table id="rates">'
+        f"<thead><tr><th>model</th>{head}</tr></thead><tbody>{''.join(grid)}</tbody></table>"
+        "</div><h2>Cases</h2>"
+        '<p class="filters"><label><input type="checkbox" id="only-failed"> failures only'
+        '</label><label><input type="checkbox" id="only-flaky"> flaky only</label>'
+        '<label><input type="checkbox" id="only-changed"> changed since the previous night'
+        '</label> <span id="shown" class="meta"></span></p>' + "".join(sections)
+    )
+    script = (
+        "function apply(){var f=document.getElementById('only-failed').checked,"
+        "k=document.getElementById('only-flaky').checked,"
+        "c=document.getElementById('only-changed').checked,n=0,"
+        "all=document.querySelectorAll('section.case');"
+        "all.forEach(function(s){var show=(!f||s.dataset.failed==='1')&&"
+        "(!k||s.dataset.flaky==='1')&&(!c||s.dataset.changed==='1');"
+        "s.hidden=!show;if(show)n++;});"
+        "document.getElementById('shown').textContent=n+' of '+all.length+' cases';}"
+        "['only-failed','only-flaky','only-changed'].forEach(function(i){"
+        "document.getElementById(i).addEventListener('change',apply);});apply();"
+    )
+    return _page(f"kb night {r.report_id}", body, script)
+
+
+def _passed(run: RunRecord) -> bool:
+    return run.status == "ok" and bool(run.verdicts) and all(v.passed for v in run.verdicts)
+
+
+def _case_section(
+    task_class: str,
+    case: str,
+    runs: Sequence[RunRecord],
+    previous: Mapping[tuple[str, str], bool],
+) -> str:
+    first = runs[0]
+    prompt = first.request.user if first.request is not None else ""
+    system = first.request.system if first.request is not None else None
+    by_model: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        by_model.setdefault(_run_key(run)[0], []).append(run)
+    failed = flaky = changed = False
+    rows = []
+    for model, mine in by_model.items():
+        verdicts = [_passed(run) for run in mine]
+        failed |= not all(verdicts)
+        flaky |= len(set(verdicts)) > 1
+        was = previous.get((model, case))
+        changed |= was is not None and was != all(verdicts)
+        for run in mine:
+            status = (
+                '<span class="pass">PASS</span>'
+                if _passed(run)
+                else '<span class="fail">FAIL</span>'
+                if run.status == "ok"
+                else f'<span class="error">{esc(run.status.upper())}</span>'
+            )
+            reasons = "<br>".join(f"{esc(v.grader)}: {esc(v.reason)}" for v in run.verdicts) or esc(
+                run.error or ""
+            )
+            tokens = (
+                f"{run.usage.prompt_tokens} / {run.usage.completion_tokens}"
+                if run.usage is not None
+                else "—"
+            )
+            params = json.dumps(run.params, sort_keys=True) if run.params else "—"
+            repeat = f" #{run.repeat + 1}" if len(mine) > 1 else ""
+            rows.append(
+                f'<tr><td class="name">{esc(model)}{repeat}</td><td>{status}</td>'
+                f"<td>{reasons}</td><td><pre>{esc(run.output)}</pre></td>"
+                f'<td class="num">{tokens}</td><td class="num">${run.cost_usd:.4f}</td>'
+                f"<td><pre>{esc(params)}</pre></td></tr>"
+            )
+    system_line = f'<p class="prompt"><b>system</b> {esc(system)}</p>' if system else ""
+    flags = f'data-failed="{int(failed)}" data-flaky="{int(flaky)}" data-changed="{int(changed)}"'
+    return (
+        f'<section class="case" {flags}><h3><span class="name">{esc(case)}</span> '
+        f'<small class="meta name">{esc(task_class)}</small></h3>{system_line}'
+        f'<p class="prompt"><b>prompt</b> {esc(prompt)}</p><div class="scroll"><table>'
+        "<thead><tr><th>model</th><th>verdict</th><th>graders (what was expected)</th>"
+        "<th>output</th><th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+    )
+
+
+def claim_page_html(claim: ModelClaim, nights: Mapping[str, Night], epoch_line: str | None) -> str:
+    """One claim: what it says, its numbers, its epoch, the nights and cases behind it."""
+    interval = claim_interval(claim)
+    numbers = (
+        f"passRate {to_fixed_2(claim.metrics['passRate'])} over {claim.metrics['n']} cases, "
+        f"95% [{to_fixed_2(interval[0])}, {to_fixed_2(interval[1])}]"
+        if claim.metrics and interval
+        else "an editorial note: no metrics, not confirmed by evals"
+    )
+    items = []
+    for entry in claim.evidence:
+        if entry["kind"] != "eval":
+            items.append(f"<li>journal {esc(str(entry.get('runId')))}</li>")
+            continue
+        report_id = entry["reportId"]
+        night = nights.get(report_id)
+        label = (
+            f'<a href="{esc(night.page)}" class="name">{esc(report_id)}</a>'
+            if night is not None
+            else f'<span class="name">{esc(report_id)}</span> (no evidence here)'
+        )
+        cases = ", ".join(esc(c) for c in entry["caseIds"])
+        items.append(f"<li>{label}: {len(entry['caseIds'])} cases — {cases}</li>")
+    supersedes = (
+        f'<p>supersedes <a class="name" href="{claim_page(claim.supersedes)}">'
+        f"{esc(claim.supersedes)}</a></p>"
+        if claim.supersedes
+        else ""
+    )
+    epoch = f'<p class="meta">{esc(epoch_line)}</p>' if epoch_line else ""
+    body = (
+        '<p><a href="index.html">← the site</a></p>'
+        f'<h1><span class="name">{esc(claim.subject_key)}</span> · {esc(claim.polarity)} · '
+        f'<span class="name">{esc(claim.task_class)}</span></h1>'
+        f'<p class="meta id">{esc(claim.id)}</p>'
+        f"<p>{esc(claim.statement)}</p><p>{esc(numbers)}</p>"
+        f'<p class="meta">{esc(claim.status)} · observed {esc(claim.observed_at)} · expires '
+        f"{esc(claim.expires_at)}</p>{epoch}{supersedes}"
+        f'<h2>The nights it rests on</h2><ul id="evidence">{"".join(items)}</ul>'
+    )
+    return _page(f"kb claim {claim.id}", body)
+
+
+def compare_page(nights: Sequence[Night]) -> str:
+    """Two nights side by side, chosen by ``?a=…&b=…`` (rendered in the browser)."""
+    data = {
+        n.stem: {
+            "id": n.report.report_id,
+            "observedAt": n.report.observed_at,
+            "cells": {
+                f"{c.subject_key} · {c.task_class}": {
+                    "rate": c.epoch.pass_rate if c.epoch is not None else c.pass_rate,
+                    "outcome": str(c.outcome),
+                }
+                for c in n.report.cells
+            },
+        }
+        for n in nights
+    }
+    body = (
+        '<p><a href="index.html">← all nights</a></p><h1>Two nights compared</h1>'
+        '<p class="meta" id="which"></p><div class="scroll"><table id="diff"><thead><tr>'
+        "<th>cell</th><th>A</th><th>B</th><th>change</th></tr></thead><tbody></tbody></table>"
+        "</div>"
+    )
+    script = (
+        f"var D={json.dumps(data, sort_keys=True)};"
+        "var q=new URLSearchParams(location.search),a=D[q.get('a')],b=D[q.get('b')];"
+        "var t=document.querySelector('#diff tbody');"
+        "if(!a||!b){document.getElementById('which').textContent="
+        "'pick two nights on the index page';}else{"
+        "document.getElementById('which').textContent='A '+a.id+' · B '+b.id;"
+        "var keys=Object.keys(Object.assign({},a.cells,b.cells)).sort();"
+        "keys.forEach(function(k){var x=a.cells[k],y=b.cells[k],tr=document.createElement('tr');"
+        "function cell(v){return v?v.rate.toFixed(2)+' '+v.outcome:'·';}"
+        "var d=(x&&y)?(y.rate-x.rate):null;"
+        "[k,cell(x),cell(y),d===null?'':(d>0?'+':'')+d.toFixed(2)+"
+        "(x&&y&&x.outcome!==y.outcome?' ('+x.outcome+' → '+y.outcome+')':'')]"
+        ".forEach(function(v,i){var td=document.createElement('td');td.textContent=v;"
+        "if(i===0)td.className='name';tr.appendChild(td);});t.appendChild(tr);});}"
+    )
+    return _page("kb: two nights compared", body, script)
+
+
+def build_site(
+    store: KnowledgeStore,
+    directory: Path,
+    as_of: int,
+    epochs: EpochsFile | None = None,
+) -> tuple[list[Path], list[str]]:
+    """Write the site into ``directory``; the files written and any warnings."""
+    from kb.views.claims import format_epoch
+
+    nights, warnings = collect_nights(store)
+    claims = list(store.read().claims)
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def write(name: str, text: str) -> None:
+        path = directory / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+
+    write("index.html", index_page(nights, claims, as_of))
+    for index, night in enumerate(nights):
+        write(night.page, night_page(night, nights[:index]))
+    write("compare.html", compare_page(nights))
+    by_id = {n.report.report_id: n for n in nights}
+    for claim in claims:
+        if claim.status in ("active", "stale"):
+            line = format_epoch(claim, epochs) if epochs is not None else None
+            write(claim_page(claim.id), claim_page_html(claim, by_id, line))
+    return written, warnings

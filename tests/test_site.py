@@ -1,0 +1,126 @@
+"""``kb site DIR`` (SPEC 12.4) in a real headless Chromium, at desktop and phone width.
+
+Two nights of three scripted models (on the second, the provider behind ``shifty`` swaps
+the model: its canary answers change and it starts failing two cases); the site is opened
+from ``file://``, its filters clicked, two nights compared, a claim page followed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from playwright.sync_api import Page
+
+from kb.cli import cli
+from tests.sweep_helpers import responses, scripted_model, write_spec
+from tests.test_html_report import chromium
+
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
+CANARY = '\n[canary]\nprompts = ["Ping?"]\n'
+
+
+def night(runner: CliRunner, spec: Path, day: int) -> dict[str, Any]:
+    observed = f"2026-11-{day:02d}T02:00:00Z"
+    result = runner.invoke(
+        cli, ["sweep", str(spec), "--json", "--quiet", "--observed-at", observed]
+    )
+    assert result.exit_code in (0, 1), result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def two_nights(runner: CliRunner, folder: Path) -> None:
+    def shifty(correct: int, pong: str) -> dict[str, Any]:
+        answers = responses(correct) | {"Ping?": pong}
+        return {"model": "scripted:shifty", "params": {"responses": answers}}
+
+    steady = [scripted_model("steady-model-with-a-long-name", 10), scripted_model("weak", 2)]
+    budgets = {"target_usd": 0.01, "canary_usd": 0.01, "max_total_usd": 5.0}
+    first = write_spec(
+        folder / "n1.toml", [*steady, shifty(10, "pong v1")], extra=CANARY, budgets=budgets
+    )
+    night(runner, first, 28)
+    second = write_spec(
+        folder / "n2.toml", [*steady, shifty(8, "pong v2")], extra=CANARY, budgets=budgets
+    )
+    night(runner, second, 29)
+
+
+def single_line_names(page: Page) -> list[str]:
+    """Names (models, ids, task classes) drawn on more than one line: broken mid-word."""
+    broken: list[str] = page.eval_on_selector_all(
+        ".name",
+        "els => els.filter(e => e.getClientRects().length > 1).map(e => e.textContent)",
+    )
+    return broken
+
+
+def test_the_site_from_file_at_desktop_and_phone_width(runner: CliRunner, isolated: Path) -> None:
+    two_nights(runner, isolated)
+    site = isolated / "public"
+    built = runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)])
+    assert built.exit_code == 0, built.stderr
+    assert "wrote" in built.stdout and (site / "index.html").exists()
+    for text in (p.read_text() for p in site.glob("*.html")):
+        assert "http://" not in text and "https://" not in text  # nothing fetched
+    with chromium() as browser:
+        for width, height in ((1280, 900), (390, 844)):
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.goto((site / "index.html").as_uri())
+            rows = page.locator("#nights tbody tr")
+            assert rows.count() == 2
+            assert "drift: scripted:shifty" in rows.first.inner_text()
+            assert page.locator("#claims tbody tr").count() >= 2
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            assert single_line_names(page) == []
+            page.screenshot(path=str(isolated / f"index-{width}.png"), full_page=True)
+
+            page.locator("#nights a").first.click()  # the newest night
+            assert "Drift:" in page.locator(".banner").inner_text()
+            sections = page.locator("section.case")
+            assert sections.count() == 10
+            first = sections.first
+            assert "Question 0?" in first.locator(".prompt").inner_text()
+            assert first.locator("tbody tr").count() == 3  # every model side by side
+            page.check("#only-failed")
+            # weak passes cases 0 and 1 only, shifty fails 8 and 9: eight cases hold a failure
+            assert page.locator("#shown").inner_text() == "8 of 10 cases"
+            page.check("#only-changed")
+            # shifty got cases 8 and 9 wrong tonight; it passed them last night
+            visible = page.locator("section.case:not([hidden]) h3").all_inner_texts()
+            assert [v.split()[0] for v in visible] == ["case-08", "case-09"]
+            assert (
+                "does not match exact 'answer-8'"
+                in page.locator("section.case:not([hidden])").first.inner_text()
+            )
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            assert single_line_names(page) == []
+            page.screenshot(path=str(isolated / f"night-{width}.png"), full_page=True)
+
+            page.goto((site / "index.html").as_uri())
+            page.locator("#compare button").click()
+            page.wait_for_selector("#diff tbody tr")
+            compared = page.locator("#diff tbody").inner_text()
+            assert "scripted:shifty · extraction" in compared and "-0.20" in compared
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+            page.goto((site / "index.html").as_uri())
+            page.locator("#claims a").first.click()
+            evidence = page.locator("#evidence a")
+            assert evidence.count() >= 1
+            evidence.first.click()
+            assert page.locator("section.case").count() == 10
+            page.close()
+
+
+def test_a_directory_of_other_files_is_refused(runner: CliRunner, isolated: Path) -> None:
+    (isolated / "notes").mkdir()
+    (isolated / "notes" / "mine.txt").write_text("keep me")
+    result = runner.invoke(cli, ["site", "notes"])
+    assert result.exit_code == 2 and "holds other files" in result.stderr
+    assert (isolated / "notes" / "mine.txt").read_text() == "keep me"
