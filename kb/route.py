@@ -60,7 +60,22 @@ def plan_routes(
     routes: list[Route] = []
     warnings: list[str] = []
     taken: set[str] = set()
-    for ladder in ladders.ladders:
+    # a ladder made for a task class routes it before any general ladder, whatever the order
+    ordered = [x for x in ladders.ladders if x.task_class is not None]
+    ordered += [x for x in ladders.ladders if x.task_class is None]
+    for ladder in ordered:
+        for index, rung in enumerate(ladder.rungs):
+            if any(rung.key == other.key for other in ladder.rungs[:index]):
+                warnings.append(
+                    f"ladder {ladder.name!r}: rung {index} repeats {rung.key} (a move up or "
+                    "down would land on the same model)"
+                )
+        if ladder.task_class is not None and ladder.task_class in taken:
+            warnings.append(
+                f"ladder {ladder.name!r}: task class {ladder.task_class!r} is routed by an "
+                "earlier ladder for it; this one is not written"
+            )
+            continue
         classes = (
             [ladder.task_class]
             if ladder.task_class is not None
@@ -168,8 +183,11 @@ def router_config(
     return {"model_list": model_list, "router_settings": {"fallbacks": fallbacks}}, warnings
 
 
-def routes_json(routes: Sequence[Route], as_of: int) -> dict[str, Any]:
-    """The ``--format json`` form."""
+def routes_json(
+    routes: Sequence[Route], as_of: int, models: Mapping[str, ModelSpec] | None = None
+) -> dict[str, Any]:
+    """The ``--format json`` form (each rung with the ``litellm_params`` the config gets)."""
+    models = models or {}
     return {
         "asOf": format_instant(as_of),
         "routes": [
@@ -182,7 +200,11 @@ def routes_json(routes: Sequence[Route], as_of: int) -> dict[str, Any]:
                 "movedByClaims": r.moved,
                 "model": r.rungs[0].model,
                 "effort": r.rungs[0].effort,
-                "fallbacks": [{"model": x.model, "effort": x.effort} for x in r.rungs[1:]],
+                "litellmParams": _params(r.rungs[0], models)[0],
+                "fallbacks": [
+                    {"model": x.model, "effort": x.effort, "litellmParams": _params(x, models)[0]}
+                    for x in r.rungs[1:]
+                ],
             }
             for r in routes
         ],

@@ -47,6 +47,7 @@ def test_fail_on_drift_exits_1_after_committing(runner: CliRunner, repo: Path) -
     store = parse_store((repo / "rulvar.models.json").read_bytes(), "store")
     assert store.version == 2  # v0 at init, night 1, night 2: committed before failing
     summary = (repo / "s.md").read_text()
+    assert summary.splitlines()[2].startswith("> **Drift:**")  # first, under the title
     assert "**Drift:** the canary saw the provider change the model behind `scripted:m`" in summary
     assert "| scripted:m | DRIFT | 1 |" in summary
     assert "Flipped stale (canary drift)" in summary

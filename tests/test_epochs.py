@@ -435,6 +435,9 @@ def test_hysteresis_protects_only_a_claim_of_this_epoch(
 
 def test_max_cases_cuts_the_pool_and_says_so(runner: CliRunner, isolated: Path) -> None:
     path = spec(isolated / "s.toml", model(), extra_sweep="max_cases = 10")
+    dry = kb(runner, "sweep", str(path), "--dry-run", "--observed-at", "2026-11-01T02:00:00Z")
+    # the worst case, and the envelope, count only the pool's ten cases
+    assert "planned (the worst case): 10 target runs" in dry.stdout + dry.stderr
     first = night(runner, path, 1)
     (cell,) = first["cells"]
     assert cell["epoch"]["pool"] == 10 and cell["epoch"]["ran"] == 10 and cell["n"] == 10
@@ -498,9 +501,13 @@ def test_new_epoch_under_the_point_gate_is_refused(runner: CliRunner, isolated: 
     ("edit", "message"),
     [
         (lambda d: d["cells"].update({"nonsense": d["cells"].pop(CELL)}), "is not 'model|task"),
-        (lambda d: d["cells"][CELL].update({"cursor": 9999}), "cursor must be below"),
-        (lambda d: d["cells"][CELL].update({"cursor": -5}), "cursor must be below"),
+        (lambda d: d["cells"][CELL].update({"cursor": 9999}), "cursor must be from 0 to 59"),
+        (lambda d: d["cells"][CELL].update({"cursor": -5}), "cursor must be from 0 to 59"),
         (lambda d: d["cells"][CELL].update({"suite": "zz"}), "suite must be 64 hex digits"),
+        (
+            lambda d: d["cells"][CELL]["nights"][0]["cases"].append("case-xx"),
+            "nights name cases the epoch does not hold: case-xx",
+        ),
     ],
 )
 def test_kb_verify_checks_the_epochs_file(

@@ -174,3 +174,34 @@ def test_a_bad_ladders_file_is_refused(runner: CliRunner, isolated: Path) -> Non
     result = kb(runner, "route", "ladders.toml")
     assert result.exit_code == 2 and "ladders" in result.stderr
     assert kb(runner, "route", "missing.toml").exit_code == 2
+
+
+def test_a_ladder_for_the_task_class_wins_over_a_general_one(
+    runner: CliRunner, isolated: Path
+) -> None:
+    Path("ladders.toml").write_text(
+        LADDERS
+        + """
+[[ladders]]
+name = "extraction-only"
+task_class = "extraction"
+start_tier = 0
+rungs = [{ model = "openai:other" }, { model = "openai:big" }]
+
+[[ladders]]
+name = "again"
+task_class = "extraction"
+start_tier = 0
+rungs = [{ model = "openai:mid" }, { model = "openai:mid" }]
+"""
+    )
+    claims(("openai:tiny", "extraction", "strength"))
+    result = kb(runner, "--as-of", AT, "route", "ladders.toml", "--format", "json")
+    assert result.exit_code == 0
+    found = {r["taskClass"]: r for r in json.loads(result.stdout)["routes"]}
+    assert found["extraction"]["ladder"] == "extraction-only"  # declared after the general one
+    assert found["extraction"]["litellmParams"] == {"model": "openai/other"}
+    assert "ladder 'again': task class 'extraction' is routed by an earlier ladder" in (
+        result.stderr
+    )
+    assert "ladder 'again': rung 1 repeats openai:mid" in result.stderr

@@ -410,7 +410,7 @@ def route(app: App, spec_path: Path, output_format: str, sweep_spec: Path | None
     for warning in [*warnings, *key_warnings]:
         click.echo(f"warning: {warning}", err=True)
     if output_format == "json":
-        echo_json(routes_json(routes, app.as_of))
+        echo_json(routes_json(routes, app.as_of, models))
         return
     header = (
         f"kb route {spec_path.name}: generated from {app.store.path.name} as of "

@@ -440,7 +440,7 @@ def _beside_issues(store: KnowledgeStore) -> list[str]:
     try:
         read_epochs(store.home.epochs_file)
     except ConfigError as exc:
-        return [str(exc)]
+        return [f"{store.home.epochs_file.name}: {issue}" for issue in exc.issues]
     path = store.home.canary_baselines
     if not path.exists():
         return []

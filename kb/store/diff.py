@@ -152,7 +152,7 @@ def diff_json(diff: StoreDiff) -> dict[str, Any]:
             for old, new in diff.superseded
         ],
         "archived": [{**brief(c), "reason": reason} for c, reason in diff.archived],
-        "stale": [brief(c) for c in diff.staled],
+        "stale": [{**brief(c), "reason": "canary-drift", "status": c.status} for c in diff.staled],
         "expired": [{**brief(c), "expiresAt": c.expires_at} for c in diff.expired],
         "compacted": [{**brief(c), "status": c.status} for c in diff.compacted],
     }

@@ -107,7 +107,11 @@ class CellEpoch(WireModel):
         if not self.nights:
             raise ValueError("an epoch has at least one night")
         if not 0 <= self.cursor < max(len(self.cases), 1):
-            raise ValueError(f"cursor must be below the number of cases ({len(self.cases)})")
+            raise ValueError(f"cursor must be from 0 to {max(len(self.cases) - 1, 0)}")
+        known = set(self.cases)
+        strays = sorted({c for night in self.nights for c in night.cases if c not in known})
+        if strays:
+            raise ValueError(f"nights name cases the epoch does not hold: {', '.join(strays[:3])}")
         if re.fullmatch(r"[0-9a-f]{64}", self.suite) is None:
             raise ValueError("suite must be 64 hex digits (a sha256)")
         return self

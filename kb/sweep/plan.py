@@ -255,10 +255,11 @@ def prepare_sweep(
     if commit:
         refuse_used_report_id(snapshot, report_id, pairs)
         _refuse_backdating(snapshot, pairs, observed_at)
+    suites = plan_suites(spec, snapshot, pairs, epochs, new_epoch)
+    pairs = _within_pools(spec, pairs, suites)
     keys = {pair.member.key for pair in pairs}
     members = [member.spec for member in pool if member.spec.key in keys]
     phases = sweep_phases(spec, pairs, members)
-    suites = plan_suites(spec, snapshot, pairs, epochs, new_epoch)
     return SweepPlan(
         spec=spec,
         report_id=report_id,
@@ -272,6 +273,32 @@ def prepare_sweep(
         suites=suites,
         epochs=epochs,
     )
+
+
+def _within_pools(
+    spec: SweepSpec, pairs: Sequence[CaseRun], suites: Sequence[CellSuite]
+) -> list[CaseRun]:
+    """The pairs that can run tonight: under adaptive sampling, each epoch's pool only.
+
+    The pool is the first ``max_cases`` of the cell's rotation; the plan, the
+    dry run and the envelope's worst case leave the other cases out.
+    """
+    cap = spec.sweep.max_cases
+    if spec.sweep.sampling != "adaptive" or all(len(s.names) <= cap for s in suites):
+        return list(pairs)
+    from kb.sweep.epochs import rotation
+
+    allowed = {
+        suite.key: {suite.names[i] for i in rotation(suite.suite, len(suite.names))[:cap]}
+        for suite in suites
+        if len(suite.names) > cap
+    }
+    return [
+        pair
+        for pair in pairs
+        if (found := allowed.get((pair.member.key, pair.case.task_class))) is None
+        or pair.name in found
+    ]
 
 
 def plan_suites(

@@ -187,7 +187,15 @@ class SweepSpec:
     def warnings(self) -> list[str]:
         """Advice that is not an error: task classes too small for the gate to speak."""
         per_class = Counter(case.task_class for case in self.cases)
-        return self.gate.power_warnings(dict(per_class))
+        found = self.gate.power_warnings(dict(per_class))
+        if self.gate.kind == "interval" and self.sweep.sampling == "adaptive":
+            cap = self.sweep.max_cases
+            capped = {t: cap for t, count in per_class.items() if count > cap}
+            found += [
+                f"{line} — max_cases = {cap} cuts its pool"
+                for line in self.gate.power_warnings(capped)
+            ]
+        return found
 
 
 def _resolve(base: Path, value: str) -> Path:
@@ -359,12 +367,16 @@ def case_tables(
         dataset = validate_into(DatasetSpec, item, f"datasets[{index}]", issues)
         if dataset is not None:
             located.extend(load_dataset(dataset, base, issues))
-    issues.extend(bind_python_graders(located, base))
+    issues.extend(bind_python_graders(located, base, source))
     return located
 
 
-def bind_python_graders(located: Sequence[LocatedCase], base: Path) -> list[str]:
-    """Find each python grader's function beside ``base``: one issue per distinct problem."""
+def bind_python_graders(located: Sequence[LocatedCase], base: Path, source: str = "") -> list[str]:
+    """Find each python grader's function beside ``base``: one issue per distinct problem.
+
+    ``source``: the file the cases are in, left out of each issue's place (the error
+    names it already).
+    """
     found: dict[str, list[str]] = {}
     for item in located:
         for grader in item.case.graders:
@@ -372,7 +384,8 @@ def bind_python_graders(located: Sequence[LocatedCase], base: Path) -> list[str]
                 try:
                     grader.bind(base)
                 except ValueError as exc:
-                    found.setdefault(str(exc), []).append(item.where)
+                    where = item.where.removeprefix(f"{source}: ") if source else item.where
+                    found.setdefault(str(exc), []).append(where)
     issues = []
     for problem, places in found.items():
         more = f" (and {len(places) - 1} more cases)" if len(places) > 1 else ""

@@ -264,6 +264,8 @@ def format_epoch(claim: ModelClaim, epochs: EpochsFile) -> str | None:
         f"passRate {rate}; detectors down {epoch.down:.2f} up {epoch.up:.2f}; "
         f"suite {suite_grader_id(epoch.suite)}"
     )
-    if stored_instant(claim.observed_at) < stored_instant(start.observed_at):
+    if claim.status == "active" and stored_instant(claim.observed_at) < stored_instant(
+        start.observed_at
+    ):
         line += "\n  (this claim is from before the epoch: the next complete sweep re-decides it)"
     return line

@@ -94,7 +94,7 @@ def list_lines(chosen: Sequence[ModelClaim], snapshot: Snapshot, as_of: int) -> 
     footer = (
         f"{len(shown)} claim{'s' if len(shown) != 1 else ''} shown ({len(snapshot)} in the store"
     )
-    if stale:
+    if stale and not any(claim.status == "stale" for claim in shown):
         footer += f"; {stale} stale after a canary drift: kb list --status stale"
     if expired:
         footer += f"; {expired} active but expired: kb queue"

@@ -136,7 +136,8 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         how = f"superseded by {entry.by}" if entry.by else f"archived ({entry.reason})"
         lines.append(f"  - {entry.claim_id}: {how}")
     for canary in report.canary:
-        flipped = f", {len(canary.flipped)} claims flipped stale" if canary.flipped else ""
+        count = len(canary.flipped)
+        flipped = f", {count} claim{'s' if count != 1 else ''} flipped stale" if count else ""
         words = CANARY_WORDS.get(canary.status, canary.status)
         why = f" ({canary.reason})" if canary.reason else ""
         lines.append(f"canary {canary.subject_key}: {words}{why}{flipped}")
@@ -166,9 +167,17 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
     ``store_changes`` is ``kb diff --markdown`` of the sweep's own commit
     (``None`` when nothing was committed).
     """
-    lines = [
-        f"## kb sweep `{report.report_id}`",
-        "",
+    lines = [f"## kb sweep `{report.report_id}`", ""]
+    drifted = [c for c in report.canary if c.status == "drift"]
+    if drifted:
+        flipped = sum(len(c.flipped) for c in drifted)
+        names = ", ".join(f"`{c.subject_key}`" for c in drifted)
+        lines += [
+            f"> **Drift:** the canary saw the provider change the model behind {names}; "
+            f"{flipped} claim{'s' if flipped != 1 else ''} flipped stale.",
+            "",
+        ]
+    lines += [
         f"Observed {report.observed_at}; spent ${report.spent_usd:.4f}.",
         "",
         "| model | task class | pass rate | 95% interval | n | outcome |",
@@ -184,15 +193,6 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
             f"{to_fixed_2(low)}–{to_fixed_2(high)} | {cell.n}/{cell.planned_n} | {outcome} |"
         )
     lines.append("")
-    drifted = [c for c in report.canary if c.status == "drift"]
-    if drifted:
-        flipped = sum(len(c.flipped) for c in drifted)
-        names = ", ".join(f"`{c.subject_key}`" for c in drifted)
-        lines += [
-            f"> **Drift:** the canary saw the provider change the model behind {names}; "
-            f"{flipped} claim{'s' if flipped != 1 else ''} flipped stale.",
-            "",
-        ]
     if report.canary:
         lines += ["| canary | status | claims flipped stale |", "|---|---|---:|"]
         lines += [
