@@ -104,7 +104,7 @@ def test_list_is_one_line_per_active_claim_newest_first(runner: CliRunner, isola
     ]
     assert lines[2] == (
         "1 claim shown (3 in the store; 1 active but expired: kb queue); "
-        "--long for the full view, --all for every status"
+        "--ids for claim ids, --long for the full view, --all for every status"
     )
     # on 2026-09-01 both steer: w1 (observed 2026-11-01) before s2 (2026-07-01)
     early = kb(runner, "--as-of", "2026-09-01", "list").stdout.splitlines()

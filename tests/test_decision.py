@@ -103,7 +103,15 @@ def test_list_counts_what_it_does_not_show(runner: CliRunner, isolated: Path) ->
     assert out[1].split()[2] == "weakness"  # the newest first (observed 2026-07-05)
     assert out[-1] == (
         "3 claims shown (5 in the store; 1 stale after a canary drift: kb list --status stale; "
-        "1 active but expired: kb queue); --long for the full view, --all for every status"
+        "1 active but expired: kb queue); --ids for claim ids, --long for the full view, "
+        "--all for every status"
     )
     note = next(line for line in out if "openai:b" in line)
     assert note.split()[3:6] == ["note", "—", "—"]
+
+
+def test_list_ids_adds_what_kb_show_takes(runner: CliRunner, isolated: Path) -> None:
+    seed()
+    lines = kb(runner, "--as-of", AT, "list", "--ids").stdout.splitlines()
+    assert lines[0].split()[-1] == "id"
+    assert lines[1].split()[-1] == "a-math" and lines[1].split()[0] == "openai:a"

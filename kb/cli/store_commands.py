@@ -140,6 +140,7 @@ Examples:
 @click.option("--expired/--unexpired", default=None, help="Only expired / unexpired claims.")
 @click.option("--long", "long_view", is_flag=True, help="The full view: every field of each.")
 @click.option("--all", "all_claims", is_flag=True, help="Every claim, every status (full view).")
+@click.option("--ids", "with_ids", is_flag=True, help="Add each claim's id (for kb show).")
 @json_option("Print the claims as stored, plus ttl and wilson95 (every claim unless filtered).")
 @global_options
 @pass_app
@@ -151,6 +152,7 @@ def list_command(
     expired: bool | None,
     long_view: bool,
     all_claims: bool,
+    with_ids: bool,
     as_json: bool,
 ) -> None:
     """List the active claims, newest first, one line each (--long, --all: the full view)."""
@@ -175,7 +177,7 @@ def list_command(
         shown = chosen if all_claims else newest_first(chosen)
         click.echo(format_claims(shown, len(snapshot), app.as_of))
     else:
-        click.echo(list_lines(chosen, snapshot, app.as_of))
+        click.echo(list_lines(chosen, snapshot, app.as_of, ids=with_ids))
 
 
 MATRIX_EPILOG = """\b

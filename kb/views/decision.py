@@ -76,18 +76,24 @@ def _table(rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -
     return lines
 
 
-def list_lines(chosen: Sequence[ModelClaim], snapshot: Snapshot, as_of: int) -> str:
-    """``kb list``: one line per claim (newest first), then what is not shown."""
+def list_lines(
+    chosen: Sequence[ModelClaim], snapshot: Snapshot, as_of: int, *, ids: bool = False
+) -> str:
+    """``kb list``: one line per claim (newest first), then what is not shown.
+
+    ``ids`` adds each claim's id (what ``kb show`` takes) as the last column.
+    """
     shown = newest_first(chosen)
     statuses = any(claim.status != "active" for claim in shown)
     header = ["model", "task class", "claim", "rate", "95% interval", "n", "expires"]
-    rows = [header + (["status"] if statuses else [])]
+    header += ["status"] if statuses else []
+    rows = [header + (["id"] if ids else [])]
     for claim in shown:
         rate, interval, n = _rate(claim)
         left = stored_instant(claim.expires_at) - as_of
         ends = f"{claim.expires_at[:10]} ({_days(left) if left > 0 else 'expired'})"
         row = [claim.subject_key, claim.task_class, claim.polarity, rate, interval, n, ends]
-        rows.append(row + ([claim.status] if statuses else []))
+        rows.append(row + ([claim.status] if statuses else []) + ([claim.id] if ids else []))
     lines = _table(rows, right=frozenset({3, 5})) if shown else []
     stale = sum(1 for c in snapshot.claims if c.status == "stale")
     expired = sum(1 for c in snapshot.claims if c.status == "active" and claim_expired(c, as_of))
@@ -98,7 +104,7 @@ def list_lines(chosen: Sequence[ModelClaim], snapshot: Snapshot, as_of: int) -> 
         footer += f"; {stale} stale after a canary drift: kb list --status stale"
     if expired:
         footer += f"; {expired} active but expired: kb queue"
-    footer += "); --long for the full view, --all for every status"
+    footer += "); --ids for claim ids, --long for the full view, --all for every status"
     return "\n".join([*lines, footer])
 
 
