@@ -48,8 +48,10 @@ demo: $(STAMP)
 	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z diff HEAD~1 HEAD
 	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z show \
 	  kb-sweep-2026-11-30T02:00:00.000Z/local:smollm2/arithmetic
+	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z site $(DEMO)/site
 	git -C $(DEMO) log --oneline
 	@echo "HTML reports: $(DEMO)/report-night-1.html, $(DEMO)/report-night-2.html"
+	@echo "The site of both nights: $(DEMO)/site/index.html"
 	@echo "Step summary: $(DEMO)/summary-night-2.md"
 
 # Re-measure the bundled model into the project's own store (one kb commit).
