@@ -71,6 +71,19 @@ def test_a_terminal_sees_the_progress_and_a_pipe_does_not(isolated: Path) -> Non
     assert done.returncode == 0
     text = seen.decode("utf-8", "replace")
     assert "targets" in text and "/4" in text and "$" in text
+    assert "lowest scripted:m·extraction 1.00 (" in text  # the running pass rate
     assert b"targets 0/4" not in done.stdout  # the bar never reaches stdout
     piped = subprocess.run(command, capture_output=True, cwd=isolated, timeout=120)
     assert b"targets 0/4" not in piped.stderr  # not a terminal: quiet
+
+
+def test_the_tally_names_the_lowest_running_pass_rates() -> None:
+    verdicts = {"a": ("m·x", True), "b": ("m·x", False), "c": ("n·x", True), "d": ("o·x", False)}
+
+    def grade(result: RunResult) -> tuple[str, bool] | None:
+        return verdicts.get(result.label.removeprefix("target:"))
+
+    tally = RunTally({"target": 4}, grade=grade)
+    for label in "abcd":
+        tally.add(RunResult(label=f"target:{label}", kind="target", model="m", status="ok"))
+    assert tally.describe().endswith("lowest o·x 0.00 (1), m·x 0.50 (2)")

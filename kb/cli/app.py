@@ -252,7 +252,11 @@ def build_engine(app: App, config: EngineConfig, flags: EngineFlags) -> Engine:
 
 @contextmanager
 def progress_bar(
-    total: int, *, enabled: bool, planned: Mapping[RunKind, int] | None = None
+    total: int,
+    *,
+    enabled: bool,
+    planned: Mapping[RunKind, int] | None = None,
+    grade: Callable[[RunResult], tuple[str, bool] | None] | None = None,
 ) -> Iterator[Callable[[RunResult], None]]:
     """A progress bar on stderr, only for a terminal; yields the per-run callback.
 
@@ -265,7 +269,7 @@ def progress_bar(
 
     from kb.engine.progress import RunTally
 
-    tally = RunTally(planned or {"target": total})
+    tally = RunTally(planned or {"target": total}, grade=grade)
     from rich.console import Console
 
     columns = (BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())

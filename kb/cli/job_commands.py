@@ -32,8 +32,11 @@ from kb.cli.options import (
 from kb.errors import ConfigError, JobFailedError
 
 if TYPE_CHECKING:
-    from kb.engine.runs import RunKind
+    from collections.abc import Callable
+
+    from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import EngineConfig
+    from kb.sweep.plan import SweepPlan
     from kb.sweep.spec import SweepSpec
 
 
@@ -207,7 +210,9 @@ def sweep(
         "target": plan.job.phase("targets").size,
         "judge": plan.job.phase("judges").size,
     }
-    with progress_bar(plan.job.size, enabled=not quiet, planned=planned) as advance:
+    with progress_bar(
+        plan.job.size, enabled=not quiet, planned=planned, grade=running_grade(plan)
+    ) as advance:
         engine.on_settled = advance
         done = execute_sweep(
             plan,
@@ -250,6 +255,22 @@ def sweep(
         failures.append(incomplete)
     if failures:
         raise JobFailedError("; ".join(failures))
+
+
+def running_grade(plan: SweepPlan) -> Callable[[RunResult], tuple[str, bool] | None]:
+    """For the progress line: a settled target run's cell and whether it passed."""
+    from kb.evals.suite import quick_pass, target_label
+
+    pairs = {target_label(pair): pair for pair in plan.pairs}
+
+    def graded(result: RunResult) -> tuple[str, bool] | None:
+        pair = pairs.get(result.label)
+        passed = quick_pass(pair, result) if pair is not None else None
+        if pair is None or passed is None:
+            return None
+        return f"{pair.member.key}·{pair.case.task_class}", passed
+
+    return graded
 
 
 CANARY_EPILOG = """\b

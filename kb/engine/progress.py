@@ -1,7 +1,9 @@
 """What a running job has done so far, for a progress line: phase, counts, errors, spend.
 
 Pure data fed one settled run at a time (the scheduler's ``on_settled``);
-the CLI renders :meth:`RunTally.describe` beside its bar. The phase is the
+the CLI renders :meth:`RunTally.describe` beside its bar. With ``grade``
+it also keeps each cell's running pass rate from the deterministic graders
+(a judged case waits for its judge) and names the lowest two. The phase is the
 kind of the newest run (canary probes come first, then targets, then their
 judges), the counts are per kind against the planned worst case (an
 adaptive night usually runs fewer targets than planned), and the spend is
@@ -10,7 +12,7 @@ what the settled runs cost.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kb.engine.runs import RunKind, RunResult
@@ -29,10 +31,19 @@ class RunTally:
     spent_usd: float = 0.0
     unpriced: int = 0
     phase: RunKind | None = None
+    grade: Callable[[RunResult], tuple[str, bool] | None] | None = None
+    """(cell, passed) for a settled target run, when its deterministic graders can tell."""
+    cells: dict[str, list[int]] = field(default_factory=dict)
+    """Cell → [passed, graded] so far."""
 
     def add(self, result: RunResult) -> None:
         """Count one settled run."""
         kind = result.kind
+        found = self.grade(result) if self.grade is not None and kind == "target" else None
+        if found is not None:
+            tally = self.cells.setdefault(found[0], [0, 0])
+            tally[0] += found[1]
+            tally[1] += 1
         self.phase = kind
         self.done[kind] = self.done.get(kind, 0) + 1
         if result.status != "ok":
@@ -58,4 +69,10 @@ class RunTally:
         if self.unpriced:
             money += f" + {self.unpriced} unpriced"
         parts.append(money)
+        if self.cells:  # the lowest running pass rates: where a night is going wrong
+            lowest = sorted(self.cells.items(), key=lambda item: (item[1][0] / item[1][1], item[0]))
+            shown = [
+                f"{cell} {passed / graded:.2f} ({graded})" for cell, (passed, graded) in lowest[:2]
+            ]
+            parts.append("lowest " + ", ".join(shown))
         return " · ".join(parts)

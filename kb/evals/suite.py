@@ -25,6 +25,7 @@ from kb.engine.phases import Phase
 from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
+from kb.errors import GraderError
 from kb.evals.cases import Case, JudgeGrader, case_fingerprint, unique_names
 from kb.evals.graders import Grade, grade, judge_request, judge_spec, parse_verdict
 
@@ -116,7 +117,7 @@ def target_run(run: CaseRun, target_usd: float | None) -> PlannedRun:
     """The target run of one case (one repeat) on one model."""
     member, case = run.member, run.case
     return PlannedRun(
-        label=f"target:{member.key}/{run.name}{run.suffix}",
+        label=target_label(run),
         kind="target",
         spec=member,
         request=build_request(
@@ -247,3 +248,25 @@ def _verdict(
         tuple(judge_models),
         fingerprint,
     )
+
+
+def target_label(pair: CaseRun) -> str:
+    """The label of a pair's target run (what the engine reports it settled under)."""
+    return f"target:{pair.member.key}/{pair.name}{pair.suffix}"
+
+
+def quick_pass(pair: CaseRun, result: RunResult) -> bool | None:
+    """Whether a settled target run passes its deterministic graders (progress only).
+
+    ``None`` when a judge must decide, the run failed, or a grader cannot grade:
+    the cell's verdict comes later, from :func:`run_pairs`, never from this.
+    """
+    if result.status != "ok" or any(isinstance(g, JudgeGrader) for g in pair.case.graders):
+        return None
+    try:
+        return all(
+            grade(g, result.output or "", pair.name, pair.case).passed  # type: ignore[arg-type]
+            for g in pair.case.graders
+        )
+    except GraderError:
+        return None
