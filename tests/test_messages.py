@@ -9,6 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from kb.cli import cli
 from kb.store.filestore import CommitContext, KnowledgeStore
 from tests.cli_helpers import kb
 from tests.factories import add, eval_claim
@@ -54,3 +55,17 @@ def test_claim_and_report_ids_complete_in_the_shell(isolated: Path) -> None:
     (evidence / "nightly-1.report.json").write_text("{}")
     assert complete("kb report night", isolated) == ["nightly-1"]
     assert complete("kb show x", isolated / "kb-evidence") == []  # no store here: nothing
+
+
+def test_a_part_of_an_id_gets_the_ids_that_hold_it(runner: CliRunner, isolated: Path) -> None:
+    seed()
+    shown = kb(runner, "show", "openai:gpt-4o-mini/arithmetic")
+    assert shown.exit_code == 2 and f"(did you mean {ID!r}?)" in shown.stderr
+
+
+def test_a_bad_kb_as_of_names_the_variable(runner: CliRunner, isolated: Path) -> None:
+    seed()
+    result = runner.invoke(cli, ["list"], env={"KB_AS_OF": "bogus"})
+    assert result.exit_code == 2 and "KB_AS_OF: 'bogus' is not an ISO date" in result.stderr
+    flag = runner.invoke(cli, ["list", "--as-of", "bogus"], env={"KB_AS_OF": "2026-01-01"})
+    assert flag.exit_code == 2 and "--as-of: 'bogus'" in flag.stderr

@@ -143,6 +143,8 @@ class App:
     as_of_text: str | None
     creating: bool = False
     """Set by ``kb init``, the one command that may find no store."""
+    as_of_source: str = "--as-of"
+    """Where ``as_of_text`` came from (``KB_AS_OF`` when the environment set it)."""
     engine: Engine | None = None
     """The engine a job command built (for what it spent, when a signal stops it)."""
 
@@ -156,7 +158,7 @@ class App:
         from kb.errors import InstantError
         from kb.store.ttl import check_claim_instant, instant_from_datetime, parse_flag_instant
 
-        chosen, where = (text, flag) if text is not None else (self.as_of_text, "--as-of")
+        chosen, where = (text, flag) if text is not None else (self.as_of_text, self.as_of_source)
         try:
             if chosen is None:
                 return instant_from_datetime(datetime.now(UTC))
@@ -199,6 +201,8 @@ AS_OF_HELP = "Judge expiry at this ISO instant instead of now (env KB_AS_OF)."
 def cli(ctx: click.Context, store_path: Path | None, as_of: str | None) -> None:
     """Evidence-backed knowledge about which LLM is good at which kind of task."""
     ctx.obj = App(store_path=store_path or find_store(Path.cwd()), as_of_text=as_of)
+    if ctx.get_parameter_source("as_of") is click.core.ParameterSource.ENVIRONMENT:
+        ctx.obj.as_of_source = "KB_AS_OF"
 
 
 def _set_store(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
@@ -208,7 +212,12 @@ def _set_store(ctx: click.Context, _param: click.Parameter, value: Path | None) 
 
 def _set_as_of(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value is not None:
-        ctx.ensure_object(App).as_of_text = value
+        app = ctx.ensure_object(App)
+        app.as_of_text = value
+        if ctx.get_parameter_source("as_of") is click.core.ParameterSource.ENVIRONMENT:
+            app.as_of_source = "KB_AS_OF"
+        else:
+            app.as_of_source = "--as-of"
 
 
 def global_options(func: F) -> F:

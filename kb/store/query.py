@@ -64,7 +64,12 @@ def near_miss(wanted: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for an id close to ``wanted``, else ``""``."""
     import difflib
 
-    found = difflib.get_close_matches(wanted, list(known), n=3, cutoff=0.85)
+    ids = list(known)
+    holding = sorted((i for i in ids if wanted and wanted in i), reverse=True)
+    if holding:  # a part of an id (``scripted:m/echo``): the newest ids holding it
+        more = f", +{len(holding) - 2} more" if len(holding) > 2 else ""
+        return " (did you mean " + " or ".join(repr(f) for f in holding[:2]) + f"{more}?)"
+    found = difflib.get_close_matches(wanted, ids, n=3, cutoff=0.85)
     if not found:
         return ""
     # ids share long prefixes (the report id): only the closest, or a tie, is a suggestion
