@@ -67,7 +67,11 @@ NightPass = Literal["first", "confirm", "refill"]
 
 @dataclass(frozen=True)
 class EpochRule:
-    """The detector's and the sampler's numbers (chosen by ``bench/truth_sim.py``)."""
+    """The detector's and the sampler's numbers (chosen by ``bench/truth_sim.py``).
+
+    ``pooled_level`` and ``level_margin`` are the alternatives the frontier
+    compares (kb sweeps with their defaults: a frozen level, no margin).
+    """
 
     strength_sample: int = 20
     """Cases a settled cell holding a strength measures each night."""
