@@ -194,7 +194,19 @@ def test_a_detector_alarm_retires_the_strength_and_it_is_not_re_earned_that_nigh
     night(runner, spec(isolated / "a.toml", model()), 1)
     night(runner, spec(isolated / "b.toml", model()), 2)
     # The model silently gets half of the cases wrong (no canary to tell).
-    report = night(runner, spec(isolated / "c.toml", model(set(range(0, 60, 2)))), 3)
+    summary, page = isolated / "s.md", isolated / "r.html"
+    report = night(
+        runner,
+        spec(isolated / "c.toml", model(set(range(0, 60, 2)))),
+        3,
+        "--summary",
+        str(summary),
+        "--html",
+        str(page),
+    )
+    alarm = "the change detector saw a drop in scripted:m · extraction"
+    assert f"> **Alarm:** {alarm}" in summary.read_text()  # CI sees it without a canary
+    assert f"<strong>Alarm:</strong> {alarm}" in page.read_text()
     (cell,) = report["cells"]
     assert cell["epoch"]["alarm"] == "down" and cell["epoch"]["reason"] == "alarm"
     assert "ALARM" not in cell["epoch"]["why"]
@@ -550,4 +562,16 @@ def test_the_dry_run_says_what_the_first_pass_runs(runner: CliRunner, isolated: 
     )
     assert found["epochs"] == [
         {"model": "scripted:m", "taskClass": "extraction", "restart": None, "firstPassRuns": 20}
+    ]
+
+
+def test_a_diff_over_several_nights_tells_each_claims_fate(runner: CliRunner, repo: Path) -> None:
+    night(runner, spec(repo / "a.toml", model()), 1)
+    night(runner, spec(repo / "a.toml", model()), 2)
+    night(runner, spec(repo / "c.toml", model(set(range(0, 60, 2)))), 3)  # alarm: falsified
+    found = json.loads(kb(runner, "diff", "HEAD~3", "HEAD", "--json").stdout)
+    # night 1's claim was superseded by night 2's, which night 3 falsified: nothing live added
+    assert found["added"] == []
+    assert [(c["id"][9:19], c["reason"]) for c in found["archived"]] == [
+        ("2026-11-02", "falsified")
     ]

@@ -81,6 +81,14 @@ def diff_snapshots(
     added, superseded, archived, staled, expired = [], [], [], [], []
     for claim in after.claims:
         prior = old.get(claim.id)
+        if prior is None and claim.status != "active":
+            # added and retired between the two sides: told by its fate, not as a live addition
+            # (one a later night superseded in the same range is an intermediate step)
+            if claim.status == "archived":
+                archived.append((claim, reasons.get(claim.id)))
+            if claim.status == "stale" or claim.id in flagged:
+                staled.append(claim)
+            continue
         if prior is None:
             # A replacement is told with what it superseded, when that happened in this
             # diff and it is the replacement on record; any other new claim is "added".
@@ -189,7 +197,7 @@ def diff_markdown(diff: StoreDiff) -> str:
     if diff.staled:
         lines += [
             f"> **Drift:** the canary saw a provider change the model behind "
-            f"{len({c.subject_key for c in diff.staled})} subject(s); their claims were "
+            f"{_subjects(len({c.subject_key for c in diff.staled}))}; their claims were "
             "flipped stale.",
             "",
         ]
@@ -200,8 +208,11 @@ def diff_markdown(diff: StoreDiff) -> str:
     )
     table(
         "Added",
-        ["subject", "claim", "pass rate", "n"],
-        [[who(c), f"{c.polarity} ({c.claim_class})", _rate(c), _n(c)] for c in diff.added],
+        ["subject", "claim", "pass rate", "n", "id"],
+        [
+            [who(c), f"{c.polarity} ({c.claim_class})", _rate(c), _n(c), f"`{c.id}`"]
+            for c in diff.added
+        ],
     )
     table(
         "Superseded",
@@ -237,3 +248,7 @@ def _n(claim: ModelClaim) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _subjects(count: int) -> str:
+    return f"{count} subject{'s' if count != 1 else ''}"

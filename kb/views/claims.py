@@ -258,14 +258,19 @@ def format_epoch(claim: ModelClaim, epochs: EpochsFile) -> str | None:
     start = epoch.start
     rate = to_fixed_2(epoch.successes / epoch.n) if epoch.n else "-"
     nights = len(epoch.nights)
+    before = stored_instant(claim.observed_at) < stored_instant(start.observed_at)
+    if before and claim.status != "active":
+        # a retired claim from an earlier epoch: the cell's epoch now is not the claim's
+        return (
+            f"epoch: this claim's epoch has ended; the cell's epoch now began "
+            f"{start.observed_at} ({EPOCH_WORDS[start.reason]}, {start.report_id})"
+        )
     line = (
         f"epoch: began {start.observed_at} ({EPOCH_WORDS[start.reason]}, {start.report_id}); "
         f"{nights} night{'s' if nights != 1 else ''}, {epoch.n} of {len(epoch.cases)} cases, "
         f"passRate {rate}; detectors down {epoch.down:.2f} up {epoch.up:.2f}; "
         f"suite {suite_grader_id(epoch.suite)}"
     )
-    if claim.status == "active" and stored_instant(claim.observed_at) < stored_instant(
-        start.observed_at
-    ):
+    if claim.status == "active" and before:
         line += "\n  (this claim is from before the epoch: the next complete sweep re-decides it)"
     return line

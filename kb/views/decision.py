@@ -136,6 +136,7 @@ def claim_matrix(snapshot: Snapshot, as_of: int) -> ClaimMatrix:
     classes: dict[str, None] = {}
     live: dict[tuple[str, str], dict[str, ModelClaim]] = {}
     stale: dict[tuple[str, str], ModelClaim] = {}
+    retired: dict[tuple[str, str], ModelClaim] = {}
     for claim in snapshot.claims:
         key = (claim.subject_key, claim.task_class)
         if claim.status == "active" and not claim_expired(claim, as_of):
@@ -147,6 +148,10 @@ def claim_matrix(snapshot: Snapshot, as_of: int) -> ClaimMatrix:
                 held[claim.polarity] = claim
         elif claim.status == "stale":
             stale[key] = claim
+        elif claim.status == "archived" and claim.claim_class == "eval-measured":
+            # a model whose claims were all retired (a drift, a falsified strength) keeps its
+            # row: an empty cell says "nothing steers here", a vanished row says nothing
+            retired.setdefault(key, claim)
         else:
             continue
         models.setdefault(claim.subject_key, None)

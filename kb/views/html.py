@@ -47,9 +47,14 @@ def cell_history(reports: Sequence[ReportFile]) -> History:
     for report in reports:
         for cell in report.cells:
             history.setdefault((cell.subject_key, cell.task_class), []).append(
-                CellPoint(report.observed_at, report.report_id, cell.pass_rate, cell.complete)
+                CellPoint(report.observed_at, report.report_id, shown_rate(cell), cell.complete)
             )
     return history
+
+
+def shown_rate(cell: CellRecord) -> float:
+    """The pass rate a cell is judged by: its epoch's pooled estimate, else tonight's."""
+    return cell.epoch.pass_rate if cell.epoch is not None else cell.pass_rate
 
 
 def heat_colour(rate: float) -> str:
@@ -80,7 +85,7 @@ def _delta(cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
     if not measured:
         return '<div class="delta new">first measurement</div>'
     previous = measured[-1]
-    change = cell.pass_rate - previous.pass_rate
+    change = shown_rate(cell) - previous.pass_rate
     arrow = "▲" if change > 1e-9 else "▼" if change < -1e-9 else "="
     sign = "+" if change > 1e-9 else "−" if change < -1e-9 else "±"
     kind = "up" if change > 1e-9 else "down" if change < -1e-9 else "same"
@@ -111,14 +116,18 @@ def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
         style = ' class="cell incomplete"'
         why = f'<div class="why">{esc(cell.incomplete_reason or "")}</div>'
     else:
+        rate = shown_rate(cell)
+        count = f"epoch n={cell.epoch.n} ({n} tonight)" if cell.epoch is not None else f"n={n}"
         figure = (
-            f'<div class="rate">{to_fixed_2(cell.pass_rate)}</div>'
-            f'<div class="note">n={n} · 95% [{to_fixed_2(low)}, {to_fixed_2(high)}]</div>'
+            f'<div class="rate">{to_fixed_2(rate)}</div>'
+            f'<div class="note">{count} · 95% [{to_fixed_2(low)}, {to_fixed_2(high)}]</div>'
         )
-        style = f' class="cell" style="background:{heat_colour(cell.pass_rate)}"'
+        style = f' class="cell" style="background:{heat_colour(rate)}"'
         why = ""
     trend = (
-        _sparkline([p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [cell.pass_rate])
+        _sparkline(
+            [p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [shown_rate(cell)]
+        )
         if outcome != "incomplete"
         else ""
     )
@@ -249,6 +258,15 @@ code { overflow-wrap: anywhere; }
   .output { max-width: 70vw; }
 }
 """
+
+
+def _alarm_banner(report: ReportFile) -> str:
+    from kb.views.report_text import alarm_lines
+
+    return "".join(
+        f'<p class="drift-banner" role="alert"><strong>Alarm:</strong> {html.escape(line)}.</p>'
+        for line in alarm_lines(report)
+    )
 
 
 def _drift_banner(drifted: Mapping[str, CanaryRecord]) -> str:
@@ -382,7 +400,7 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
 <h1>kb sweep <code>{esc(report.report_id)}</code></h1>
 <p class="meta">observed {esc(report.observed_at)} · spent ${report.spent_usd:.4f}{unpriced}
 · {esc(committed)}</p>
-{_drift_banner(drifted)}
+{_drift_banner(drifted)}{_alarm_banner(report)}
 <h2>Pass rate by model and task class</h2>
 <p class="hint">Click a cell to see its cases: verdicts, grader reasons, outputs, errors.</p>
 <div class="scroll"><table id="heatmap"><thead><tr>{header}</tr></thead>

@@ -59,6 +59,22 @@ def epoch_text(epoch: EpochRecord) -> str:
     )
 
 
+def alarm_lines(report: ReportFile) -> list[str]:
+    """One line per cell whose change detector alarmed tonight (no canary needed)."""
+    found = []
+    for cell in report.cells:
+        epoch = cell.epoch
+        if epoch is None or epoch.alarm is None:
+            continue
+        change, retired = ("drop", "strength") if epoch.alarm == "down" else ("rise", "weakness")
+        found.append(
+            f"the change detector saw a {change} in {cell.subject_key} · {cell.task_class} "
+            f"(now {to_fixed_2(epoch.pass_rate)} over {epoch.n} cases); a held {retired} is "
+            "retired and a new epoch began"
+        )
+    return found
+
+
 def incomplete_summary(report: ReportFile) -> str | None:
     """The failing line of a report with incomplete cells (``None``: every cell complete)."""
     cells = report.cells
@@ -177,6 +193,8 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
             f"{flipped} claim{'s' if flipped != 1 else ''} flipped stale.",
             "",
         ]
+    for line in alarm_lines(report):
+        lines += [f"> **Alarm:** {line}", ""]
     lines += [
         f"Observed {report.observed_at}; spent ${report.spent_usd:.4f}.",
         "",
@@ -188,9 +206,13 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
         outcome = str(cell.outcome)
         if outcome == "incomplete":
             outcome += f": {cell.incomplete_reason or ''}".replace("|", "\\|")
+        if cell.epoch is not None:  # what the gate decided on: the epoch's pooled estimate
+            rate, count = cell.epoch.pass_rate, f"{cell.epoch.n} ({cell.n} tonight)"
+        else:
+            rate, count = cell.pass_rate, f"{cell.n}/{cell.planned_n}"
         lines.append(
-            f"| {cell.subject_key} | {cell.task_class} | {to_fixed_2(cell.pass_rate)} | "
-            f"{to_fixed_2(low)}–{to_fixed_2(high)} | {cell.n}/{cell.planned_n} | {outcome} |"
+            f"| {cell.subject_key} | {cell.task_class} | {to_fixed_2(rate)} | "
+            f"{to_fixed_2(low)}–{to_fixed_2(high)} | {count} | {outcome} |"
         )
     lines.append("")
     if report.canary:

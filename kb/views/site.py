@@ -40,6 +40,7 @@ from kb.store.records import ReportFile, RunRecord
 from kb.store.ttl import claim_expired
 from kb.views.decision import claim_interval, newest_first
 from kb.views.html import heat_colour
+from kb.views.report_text import alarm_lines
 
 esc = html.escape
 
@@ -67,6 +68,14 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; max-height: 14e
 section.case { border-top: 1px solid #d0d7de; padding-top: 0.4em; }
 .filters label { margin-right: 1em; white-space: nowrap; }
 .prompt { background: #f6f8fa; padding: 0.4em; }
+@media (max-width: 640px) {  /* a phone: each answer a card, the answer itself on screen */
+  table.answers thead { display: none; }
+  table.answers, table.answers tbody, table.answers tr, table.answers td {
+    display: block; width: 100%; }
+  table.answers tr { border-top: 2px solid #d0d7de; }
+  table.answers td { border: none; padding: 2px 4px; }
+  table.answers td::before { content: attr(data-label) ": "; font-weight: 600; color: #57606a; }
+}
 """
 
 
@@ -141,6 +150,10 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
         r = night.report
         drift = _drifted(r)
         mark = f' <span class="drift">drift: {esc(", ".join(drift))}</span>' if drift else ""
+        alarms = [c for c in r.cells if c.epoch is not None and c.epoch.alarm is not None]
+        if alarms:
+            cells = f"{len(alarms)} cell{'s' if len(alarms) != 1 else ''}"
+            mark += f' <span class="drift">alarm: {cells}</span>'
         rows.append(
             f'<tr><td class="name"><a href="{esc(night.page)}">{esc(r.report_id)}</a>{mark}</td>'
             f'<td class="name">{esc(r.observed_at[:16])}</td><td class="num">{len(r.cells)}</td>'
@@ -232,6 +245,10 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
         if drifted
         else ""
     )
+    banner += "".join(
+        f'<p class="banner alarm"><strong>Alarm:</strong> {esc(line)}.</p>'
+        for line in alarm_lines(r)
+    )
     body = (
         f'<p><a href="index.html">← all nights</a></p><h1>Night <span class="name">'
         f"{esc(r.report_id)}</span></h1>"
@@ -303,24 +320,33 @@ def _case_section(
             params = json.dumps(run.params, sort_keys=True) if run.params else "—"
             repeat = f" #{run.repeat + 1}" if len(mine) > 1 else ""
             rows.append(
-                f'<tr><td class="name">{esc(model)}{repeat}</td><td>{status}</td>'
-                f"<td>{reasons}</td><td><pre>{esc(run.output)}</pre></td>"
-                f'<td class="num">{tokens}</td><td class="num">${run.cost_usd:.4f}</td>'
-                f"<td><pre>{esc(params)}</pre></td></tr>"
+                f'<tr><td class="name" data-label="model">{esc(model)}{repeat}</td>'
+                f'<td data-label="verdict">{status}</td>'
+                f'<td data-label="graders">{reasons}</td>'
+                f'<td data-label="output"><pre>{esc(run.output)}</pre></td>'
+                f'<td class="num" data-label="tokens">{tokens}</td>'
+                f'<td class="num" data-label="cost">${run.cost_usd:.4f}</td>'
+                f'<td data-label="params"><pre>{esc(params)}</pre></td></tr>'
             )
     system_line = f'<p class="prompt"><b>system</b> {esc(system)}</p>' if system else ""
     flags = f'data-failed="{int(failed)}" data-flaky="{int(flaky)}" data-changed="{int(changed)}"'
     return (
         f'<section class="case" {flags}><h3><span class="name">{esc(case)}</span> '
         f'<small class="meta name">{esc(task_class)}</small></h3>{system_line}'
-        f'<p class="prompt"><b>prompt</b> {esc(prompt)}</p><div class="scroll"><table>'
+        f'<p class="prompt"><b>prompt</b> {esc(prompt)}</p><div class="scroll"><table '
+        'class="answers">'
         "<thead><tr><th>model</th><th>verdict</th><th>graders (what was expected)</th>"
         "<th>output</th><th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div></section>"
     )
 
 
-def claim_page_html(claim: ModelClaim, nights: Mapping[str, Night], epoch_line: str | None) -> str:
+def claim_page_html(
+    claim: ModelClaim,
+    nights: Mapping[str, Night],
+    epoch_line: str | None,
+    paged: frozenset[str] = frozenset(),
+) -> str:
     """One claim: what it says, its numbers, its epoch, the nights and cases behind it."""
     interval = claim_interval(claim)
     numbers = (
@@ -343,13 +369,15 @@ def claim_page_html(claim: ModelClaim, nights: Mapping[str, Night], epoch_line: 
         )
         cases = ", ".join(esc(c) for c in entry["caseIds"])
         items.append(f"<li>{label}: {len(entry['caseIds'])} cases — {cases}</li>")
-    supersedes = (
-        f'<p>supersedes <a class="name" href="{claim_page(claim.supersedes)}">'
-        f"{esc(claim.supersedes)}</a></p>"
-        if claim.supersedes
-        else ""
-    )
-    epoch = f'<p class="meta">{esc(epoch_line)}</p>' if epoch_line else ""
+    supersedes = ""
+    if claim.supersedes:  # only live claims have pages: a retired one is named, not linked
+        shown = (
+            f'<a href="{claim_page(claim.supersedes)}">{esc(claim.supersedes)}</a>'
+            if claim.supersedes in paged
+            else esc(claim.supersedes)
+        )
+        supersedes = f'<p class="id">supersedes {shown}</p>'
+    epoch = f'<p class="meta id">{esc(epoch_line)}</p>' if epoch_line else ""
     body = (
         '<p><a href="index.html">← the site</a></p>'
         f'<h1><span class="name">{esc(claim.subject_key)}</span> · {esc(claim.polarity)} · '
@@ -381,7 +409,7 @@ def compare_page(nights: Sequence[Night]) -> str:
     }
     body = (
         '<p><a href="index.html">← all nights</a></p><h1>Two nights compared</h1>'
-        '<p class="meta" id="which"></p><div class="scroll"><table id="diff"><thead><tr>'
+        '<p class="meta id" id="which"></p><div class="scroll"><table id="diff"><thead><tr>'
         "<th>cell</th><th>A</th><th>B</th><th>change</th></tr></thead><tbody></tbody></table>"
         "</div>"
     )
@@ -428,8 +456,9 @@ def build_site(
         write(night.page, night_page(night, nights[:index]))
     write("compare.html", compare_page(nights))
     by_id = {n.report.report_id: n for n in nights}
+    paged = frozenset(c.id for c in claims if c.status in ("active", "stale"))
     for claim in claims:
-        if claim.status in ("active", "stale"):
+        if claim.id in paged:
             line = format_epoch(claim, epochs) if epochs is not None else None
-            write(claim_page(claim.id), claim_page_html(claim, by_id, line))
+            write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged))
     return written, warnings
