@@ -39,7 +39,7 @@ from kb.store.models import ModelClaim
 from kb.store.records import ReportFile, RunRecord
 from kb.store.ttl import claim_expired
 from kb.views.decision import claim_interval, newest_first
-from kb.views.html import heat_colour
+from kb.views.html import heat_colour, shown_rate
 from kb.views.report_text import alarm_lines
 
 esc = html.escape
@@ -226,7 +226,7 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
             if cell is None:
                 tds.append("<td>·</td>")
                 continue
-            rate = cell.epoch.pass_rate if cell.epoch is not None else cell.pass_rate
+            rate = shown_rate(cell)
             tds.append(
                 f'<td class="num" style="background:{heat_colour(rate)}">{to_fixed_2(rate)} '
                 f"<small>{esc(str(cell.outcome))}</small></td>"
@@ -399,7 +399,7 @@ def compare_page(nights: Sequence[Night]) -> str:
             "observedAt": n.report.observed_at,
             "cells": {
                 f"{c.subject_key} · {c.task_class}": {
-                    "rate": c.epoch.pass_rate if c.epoch is not None else c.pass_rate,
+                    "rate": shown_rate(c),
                     "outcome": str(c.outcome),
                 }
                 for c in n.report.cells
