@@ -81,9 +81,14 @@ def diff_snapshots(
     added, superseded, archived, staled, expired = [], [], [], [], []
     for claim in after.claims:
         prior = old.get(claim.id)
-        if prior is None and claim.status != "active":
-            # added and retired between the two sides: told by its fate, not as a live addition
-            # (one a later night superseded in the same range is an intermediate step)
+        replacement = replaced_by.get(claim.id)
+        intermediate = (
+            claim.status == "superseded" and replacement is not None and replacement.id not in old
+        )
+        if prior is None and (claim.status in ("archived", "stale") or intermediate):
+            # added and retired between the two sides: told by its fate, not as a live
+            # addition; one a later claim of the same range superseded is an intermediate
+            # step (a branch's claim superseded by one the other side already had is not)
             if claim.status == "archived":
                 archived.append((claim, reasons.get(claim.id)))
             if claim.status == "stale" or claim.id in flagged:
