@@ -115,3 +115,19 @@ def test_list_ids_adds_what_kb_show_takes(runner: CliRunner, isolated: Path) -> 
     lines = kb(runner, "--as-of", AT, "list", "--ids").stdout.splitlines()
     assert lines[0].split()[-1] == "id"
     assert lines[1].split()[-1] == "a-math" and lines[1].split()[0] == "openai:a"
+
+
+def test_a_model_whose_claims_were_all_retired_keeps_its_row(
+    runner: CliRunner, isolated: Path
+) -> None:
+    from kb.store.ops import ArchiveClaim
+
+    seed()
+    store = KnowledgeStore(Path(STORE))
+    store.commit(
+        [ArchiveClaim("a-ext", "falsified"), ArchiveClaim("a-math", "falsified")],
+        2,
+        CommitContext("t", "t"),
+    )
+    lines = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
+    assert lines[1].split() == "openai:a x retired x retired".split()

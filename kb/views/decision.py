@@ -157,13 +157,15 @@ def claim_matrix(snapshot: Snapshot, as_of: int) -> ClaimMatrix:
         models.setdefault(claim.subject_key, None)
         classes.setdefault(claim.task_class, None)
     cells = {}
-    for key in {*live, *stale}:
+    for key in {*live, *stale, *retired}:
         held = live.get(key, {})
         if held:
             chosen = tuple(held[p] for p in ("strength", "weakness") if p in held)
             cells[key] = MatrixCell(key[0], key[1], chosen, False)
-        else:
+        elif key in stale:
             cells[key] = MatrixCell(key[0], key[1], (stale[key],), True)
+        else:
+            cells[key] = MatrixCell(key[0], key[1], (), False)  # every claim here retired
     return ClaimMatrix(as_of, tuple(sorted(models)), tuple(sorted(classes)), cells)
 
 
@@ -175,6 +177,8 @@ def _cell_text(cell: MatrixCell | None, as_of: int) -> str:
         return "·"
     if cell.stale:
         return "! stale (drift)"
+    if not cell.claims:
+        return "x retired"
     parts = []
     for claim in cell.claims:
         rate, interval, n = _rate(claim)
@@ -203,7 +207,7 @@ def matrix_text(matrix: ClaimMatrix) -> str:
         )
     legend = (
         "S strength, W weakness: pass rate [95% interval] n=cases, age since observed; "
-        "· no live claim; ! stale: the canary saw the model change"
+        "· no claim; x every claim retired; ! stale: the canary saw the model change"
     )
     return "\n".join([*_table(rows), "", legend])
 
@@ -224,8 +228,8 @@ def matrix_markdown(matrix: ClaimMatrix) -> str:
         lines.append(f"| `{model}` | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "S strength, W weakness: pass rate [95% interval] n=cases, age; · no live claim; "
-        "! stale: the canary saw the model change.",
+        "S strength, W weakness: pass rate [95% interval] n=cases, age; · no claim; "
+        "x every claim retired; ! stale: the canary saw the model change.",
     ]
     return "\n".join(lines) + "\n"
 
