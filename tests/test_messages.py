@@ -69,3 +69,18 @@ def test_a_bad_kb_as_of_names_the_variable(runner: CliRunner, isolated: Path) ->
     assert result.exit_code == 2 and "KB_AS_OF: 'bogus' is not an ISO date" in result.stderr
     flag = runner.invoke(cli, ["list", "--as-of", "bogus"], env={"KB_AS_OF": "2026-01-01"})
     assert flag.exit_code == 2 and "--as-of: 'bogus'" in flag.stderr
+
+
+def test_a_refused_json_sweep_is_one_line_on_stderr(runner: CliRunner, isolated: Path) -> None:
+    from tests.sweep_helpers import scripted_model, write_spec
+
+    seed()
+    spec = write_spec(
+        isolated / "s.toml",
+        [scripted_model("m", 10)],
+        budgets={"target_usd": 0.01, "max_total_usd": 0.02},
+    )
+    result = kb(runner, "sweep", str(spec), "--json", "--observed-at", "2026-11-01T02:00:00Z")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "worst-case authorized spend" in result.stderr

@@ -205,3 +205,21 @@ rungs = [{ model = "openai:mid" }, { model = "openai:mid" }]
         result.stderr
     )
     assert "ladder 'again': rung 1 repeats openai:mid" in result.stderr
+
+
+def test_a_route_to_a_model_with_only_retired_claims_warns(
+    runner: CliRunner, isolated: Path
+) -> None:
+    from kb.store.ops import ArchiveClaim
+
+    Path("ladders.toml").write_text(LADDERS)
+    # big's weakness sits above the start: no vote, so summaries starts on mid, whose one
+    # claim was falsified
+    claims(("openai:mid", "summaries", "strength"), ("openai:big", "summaries", "weakness"))
+    store = KnowledgeStore(Path(STORE))
+    store.commit([ArchiveClaim("c0", "falsified")], 1, CommitContext("t", "t"))
+    result = kb(runner, "--as-of", AT, "route", "ladders.toml")
+    assert result.exit_code == 0
+    assert "kb/summaries goes to openai:mid, whose every claim on 'summaries' was retired" in (
+        result.stderr
+    )

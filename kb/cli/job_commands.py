@@ -197,8 +197,11 @@ def sweep(
     )
     if dry_run and as_json:
         echo_json(plan_json(plan))
+    elif as_json and not quiet:  # a refused plan is one line on stderr, not the plan block
+        plan.check_budget(allow_partial=allow_partial)
+        click.echo(plan_text(plan, list_runs=False), err=True)
     elif not quiet or dry_run:
-        click.echo(plan_text(plan, list_runs=dry_run), err=as_json)
+        click.echo(plan_text(plan, list_runs=dry_run))
     plan.check_budget(allow_partial=allow_partial)
     if dry_run:
         return
