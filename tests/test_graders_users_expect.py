@@ -267,3 +267,21 @@ def test_a_template_wins_over_fields_prompt(isolated: Path) -> None:
     )
     (case,) = load_spec(spec).cases
     assert case.prompt == "Answer in one word. Capital of France?"
+
+
+def test_a_missed_json_criterion_says_why() -> None:
+    grader = RubricGrader.model_validate(
+        {
+            "kind": "rubric",
+            "criteria": [
+                {"name": "shape", "json_schema": SCHEMA},
+                {"name": "first", "json_path": "$.items[0]", "equals": 1},
+                {"name": "here", "json_path": "$.missing", "equals": 1},
+            ],
+        }
+    )
+    assert grade_rubric(grader, '{"ok": "yes", "items": [2]}').detail == (
+        "score 0.00 (0/3); missed: shape (schema: 'yes' is not of type 'boolean'), "
+        "first ($.items[0] is 2), here (nothing at $.missing)"
+    )
+    assert "shape (the answer is not JSON)" in grade_rubric(grader, FENCED).detail

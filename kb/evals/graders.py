@@ -122,13 +122,36 @@ def criterion_met(criterion: Criterion, output: str) -> bool:
 def grade_rubric(grader: RubricGrader, output: str) -> Grade:
     """Score = fraction of criteria met; passes at ``pass_threshold``."""
     met = [criterion.name for criterion in grader.criteria if criterion_met(criterion, output)]
-    missed = [c.name for c in grader.criteria if c.name not in met]
+    missed = [c for c in grader.criteria if c.name not in met]
     score = len(met) / len(grader.criteria)
     passed = score >= grader.pass_threshold - 1e-12
     detail = f"score {score:.2f} ({len(met)}/{len(grader.criteria)})"
     if missed:
-        detail += "; missed: " + ", ".join(missed)
+        detail += "; missed: " + ", ".join(_missed(c, output) for c in missed)
     return Grade(grader.grader_id, passed, detail, score)
+
+
+def _missed(criterion: Criterion, output: str) -> str:
+    """A missed criterion's name, with why when the answer had to parse as JSON."""
+    if criterion.json_path is None and criterion.json_schema is None:
+        return criterion.name
+    try:
+        value = answer_json(output)
+    except (ValueError, RecursionError):
+        return f"{criterion.name} (the answer is not JSON)"
+    if criterion.json_schema is not None:
+        from jsonschema import Draft202012Validator
+
+        error = next(iter(Draft202012Validator(criterion.json_schema).iter_errors(value)), None)
+        why = error.message[:80] if error is not None else "not valid"
+        return f"{criterion.name} (schema: {why})"
+    assert criterion.json_path is not None
+    try:
+        found = find(value, parse_path(criterion.json_path))
+    except (KeyError, IndexError, TypeError):
+        return f"{criterion.name} (nothing at {criterion.json_path})"
+    shown = json.dumps(found)[:40]
+    return f"{criterion.name} ({criterion.json_path} is {shown})"
 
 
 def grade_python(grader: PythonGrader, output: str, case: Case | None) -> Grade:
