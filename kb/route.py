@@ -27,7 +27,7 @@ from typing import Any
 from kb.card import Ladder, LaddersFile, Rung, compile_verified_layer, usable_claims
 from kb.engine.requests import ModelSpec, litellm_model
 from kb.store.models import ModelClaim
-from kb.store.ttl import claim_expired, format_instant
+from kb.store.ttl import format_instant
 
 ALIAS_PREFIX = "kb/"
 ENDPOINT_PARAMS = ("api_base", "base_url", "api_version")
@@ -113,16 +113,9 @@ def plan_routes(
 
 def _retired_only(claims: Sequence[ModelClaim], as_of: int) -> set[tuple[str, str]]:
     """(subject, task class) cells with eval claims, none of them live."""
-    seen: set[tuple[str, str]] = set()
-    live: set[tuple[str, str]] = set()
-    for claim in claims:
-        if claim.claim_class != "eval-measured":
-            continue
-        key = (claim.subject_key, claim.task_class)
-        seen.add(key)
-        if claim.status == "active" and not claim_expired(claim, as_of):
-            live.add(key)
-    return seen - live
+    measured = [c for c in claims if c.claim_class == "eval-measured"]
+    seen = {(c.subject_key, c.task_class) for c in measured}
+    return seen - {(c.subject_key, c.task_class) for c in usable_claims(measured, as_of)}
 
 
 def _on_ladder(ladder: Ladder, claims: Sequence[ModelClaim], task_class: str) -> bool:

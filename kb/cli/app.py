@@ -201,8 +201,7 @@ AS_OF_HELP = "Judge expiry at this ISO instant instead of now (env KB_AS_OF)."
 def cli(ctx: click.Context, store_path: Path | None, as_of: str | None) -> None:
     """Evidence-backed knowledge about which LLM is good at which kind of task."""
     ctx.obj = App(store_path=store_path or find_store(Path.cwd()), as_of_text=as_of)
-    if ctx.get_parameter_source("as_of") is click.core.ParameterSource.ENVIRONMENT:
-        ctx.obj.as_of_source = "KB_AS_OF"
+    ctx.obj.as_of_source = _as_of_source(ctx)
 
 
 def _set_store(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
@@ -214,10 +213,13 @@ def _set_as_of(ctx: click.Context, _param: click.Parameter, value: str | None) -
     if value is not None:
         app = ctx.ensure_object(App)
         app.as_of_text = value
-        if ctx.get_parameter_source("as_of") is click.core.ParameterSource.ENVIRONMENT:
-            app.as_of_source = "KB_AS_OF"
-        else:
-            app.as_of_source = "--as-of"
+        app.as_of_source = _as_of_source(ctx)
+
+
+def _as_of_source(ctx: click.Context) -> str:
+    """What set the instant: ``KB_AS_OF`` (the environment) or ``--as-of``."""
+    from_env = ctx.get_parameter_source("as_of") is click.core.ParameterSource.ENVIRONMENT
+    return "KB_AS_OF" if from_env else "--as-of"
 
 
 def global_options(func: F) -> F:

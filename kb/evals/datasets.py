@@ -240,6 +240,15 @@ def sample_key(seed: int, name: str) -> str:
     return hashlib.sha256(f"{seed}\0{name}".encode()).hexdigest()
 
 
+def grouped_issues(found: Mapping[str, Sequence[str]], noun: str) -> list[str]:
+    """One issue per distinct problem, at its first place, with how many more share it."""
+    issues = []
+    for problem, places in found.items():
+        more = f" (and {len(places) - 1} more {noun})" if len(places) > 1 else ""
+        issues.append(f"{places[0]}: {problem}{more}")
+    return issues
+
+
 def load_dataset(spec: DatasetSpec, base: Path, issues: list[str]) -> list[LocatedCase]:
     """The cases of one ``[[datasets]]`` entry (relative paths against ``base``)."""
     path = Path(spec.path).expanduser()
@@ -271,9 +280,7 @@ def load_dataset(spec: DatasetSpec, base: Path, issues: list[str]) -> list[Locat
             found.setdefault(str(exc), []).append(at)
             continue
         built.append(LocatedCase(case, at))
-    for problem, places in found.items():
-        more = f" (and {len(places) - 1} more records)" if len(places) > 1 else ""
-        issues.append(f"{places[0]}: {problem}{more}")
+    issues.extend(grouped_issues(found, "records"))
     if spec.sample is not None and len(built) > spec.sample:
         chosen = sorted(built, key=lambda located: sample_key(spec.seed, located.case.name))
         keep = {id(located) for located in chosen[: spec.sample]}

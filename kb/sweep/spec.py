@@ -37,7 +37,7 @@ from kb.engine.providers.scripted import ScriptedModel
 from kb.engine.requests import ModelSpec, credential_issues, provider_issue
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, PythonGrader
-from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
+from kb.evals.datasets import DatasetSpec, LocatedCase, grouped_issues, load_dataset
 from kb.evals.graders import judge_spec
 from kb.schema import ModelRefText, StrictModel, validate_into
 from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
@@ -386,11 +386,7 @@ def bind_python_graders(located: Sequence[LocatedCase], base: Path, source: str 
                 except ValueError as exc:
                     where = item.where.removeprefix(f"{source}: ") if source else item.where
                     found.setdefault(str(exc), []).append(where)
-    issues = []
-    for problem, places in found.items():
-        more = f" (and {len(places) - 1} more cases)" if len(places) > 1 else ""
-        issues.append(f"{places[0]}: {problem}{more}")
-    return issues
+    return grouped_issues(found, "cases")
 
 
 def duplicate_name_issues(located: Sequence[LocatedCase]) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kb.store.canonical import to_fixed_2
-from kb.store.records import CanaryRecord, CellRecord, ReportFile, RunRecord
+from kb.store.records import CellRecord, ReportFile, RunRecord
 
 OUTCOME_COLOURS = {
     "strength": "#1a7f37",
@@ -269,16 +269,13 @@ def _alarm_banner(report: ReportFile) -> str:
     )
 
 
-def _drift_banner(drifted: Mapping[str, CanaryRecord]) -> str:
-    if not drifted:
+def _drift_banner(report: ReportFile) -> str:
+    from kb.views.report_text import drift_line
+
+    drift = drift_line(report, html.escape)
+    if drift is None:
         return ""
-    names = ", ".join(html.escape(name) for name in drifted)
-    flipped = sum(len(c.flipped) for c in drifted.values())
-    return (
-        f'<p class="drift-banner" role="alert"><strong>Drift:</strong> the canary saw the '
-        f"provider change the model behind {names}; {flipped} claim"
-        f"{'s' if flipped != 1 else ''} flipped stale.</p>"
-    )
+    return f'<p class="drift-banner" role="alert"><strong>Drift:</strong> {drift}.</p>'
 
 
 def report_html(report: ReportFile, history: History | None = None) -> str:
@@ -400,7 +397,7 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
 <h1>kb sweep <code>{esc(report.report_id)}</code></h1>
 <p class="meta">observed {esc(report.observed_at)} · spent ${report.spent_usd:.4f}{unpriced}
 · {esc(committed)}</p>
-{_drift_banner(drifted)}{_alarm_banner(report)}
+{_drift_banner(report)}{_alarm_banner(report)}
 <h2>Pass rate by model and task class</h2>
 <p class="hint">Click a cell to see its cases: verdicts, grader reasons, outputs, errors.</p>
 <div class="scroll"><table id="heatmap"><thead><tr>{header}</tr></thead>

@@ -8,6 +8,8 @@ CLI's job.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CellRecord, EpochRecord, ReportFile
 
@@ -56,6 +58,19 @@ def epoch_text(epoch: EpochRecord) -> str:
     return (
         f"epoch: {epoch.n} cases over {nights} since {epoch.started_at[:10]} "
         f"({EPOCH_WORDS[epoch.reason]}); ran {epoch.ran} of {epoch.pool}: {epoch.why}{alarm}"
+    )
+
+
+def drift_line(report: ReportFile, name: Callable[[str], str] = str) -> str | None:
+    """What the canary saw tonight, in words (``None``: no drift); ``name`` formats a model."""
+    drifted = [c for c in report.canary if c.status == "drift"]
+    if not drifted:
+        return None
+    flipped = sum(len(c.flipped) for c in drifted)
+    names = ", ".join(name(c.subject_key) for c in drifted)
+    return (
+        f"the canary saw the provider change the model behind {names}; "
+        f"{flipped} claim{'s' if flipped != 1 else ''} flipped stale"
     )
 
 
@@ -184,15 +199,9 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
     (``None`` when nothing was committed).
     """
     lines = [f"## kb sweep `{report.report_id}`", ""]
-    drifted = [c for c in report.canary if c.status == "drift"]
-    if drifted:
-        flipped = sum(len(c.flipped) for c in drifted)
-        names = ", ".join(f"`{c.subject_key}`" for c in drifted)
-        lines += [
-            f"> **Drift:** the canary saw the provider change the model behind {names}; "
-            f"{flipped} claim{'s' if flipped != 1 else ''} flipped stale.",
-            "",
-        ]
+    drift = drift_line(report, lambda name: f"`{name}`")
+    if drift is not None:
+        lines += [f"> **Drift:** {drift}.", ""]
     for line in alarm_lines(report):
         lines += [f"> **Alarm:** {line}", ""]
     lines += [

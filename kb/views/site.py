@@ -30,17 +30,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kb.card import usable_claims
 from kb.errors import ConfigError
+from kb.schema import subject_key
 from kb.store.canonical import to_fixed_2
 from kb.store.epochs import EpochsFile
 from kb.store.evidence import REPORT_SUFFIX, evidence_stem, load_evidence
 from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.records import ReportFile, RunRecord
-from kb.store.ttl import claim_expired
 from kb.views.decision import claim_interval, newest_first
 from kb.views.html import heat_colour, shown_rate
-from kb.views.report_text import alarm_lines
+from kb.views.report_text import alarm_lines, drift_line
 
 esc = html.escape
 
@@ -160,7 +161,7 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
             f'<td class="num">{len(r.claims)}</td><td class="num">{len(r.retired)}</td>'
             f'<td class="num">${r.spent_usd:.4f}</td></tr>'
         )
-    live = newest_first([c for c in claims if c.status == "active" and not claim_expired(c, as_of)])
+    live = newest_first(usable_claims(claims, as_of))
     claim_rows = []
     for claim in live:
         interval = claim_interval(claim)
@@ -201,7 +202,7 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
 
 
 def _run_key(run: RunRecord) -> tuple[str, str]:
-    return (f"{run.model}@{run.effort}" if run.effort else run.model, run.case)
+    return (subject_key(run.model, run.effort), run.case)
 
 
 def night_page(night: Night, earlier: Sequence[Night]) -> str:
@@ -239,12 +240,8 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
     sections = []
     for (task_class, case), runs in sorted(by_case.items()):
         sections.append(_case_section(task_class, case, runs, previous))
-    banner = (
-        f'<p class="banner"><strong>Drift:</strong> the canary saw the provider change '
-        f"{esc(', '.join(sorted(drifted)))}.</p>"
-        if drifted
-        else ""
-    )
+    drift = drift_line(r, esc)
+    banner = f'<p class="banner"><strong>Drift:</strong> {drift}.</p>' if drift else ""
     banner += "".join(
         f'<p class="banner alarm"><strong>Alarm:</strong> {esc(line)}.</p>'
         for line in alarm_lines(r)
