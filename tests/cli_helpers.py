@@ -35,3 +35,8 @@ def note(runner: CliRunner, task_class: str, as_of: str, *evidence: str) -> str:
     )
     assert result.exit_code == 0, result.output
     return f"note/openai:gpt-4o-mini/{task_class}/{as_of.replace('Z', '.000Z')}"
+
+
+def unwrapped(text: str) -> str:
+    """``text`` with its line wrapping undone (prose wraps at 80 columns; tests read words)."""
+    return " ".join(text.split())

@@ -15,6 +15,7 @@ from kb.errors import ConfigError, KnowledgeCasError
 from kb.store.filestore import CommitContext, KnowledgeStore
 from kb.store.ops import SupersedeClaim
 from kb.store.snapshot import EMPTY_HASH
+from tests.cli_helpers import unwrapped
 from tests.conftest import git
 from tests.factories import GATE, add, eval_claim
 
@@ -75,8 +76,10 @@ def test_list_shows_everything_a_reader_needs(runner: CliRunner, isolated: Path)
     assert "author eval-pipeline:ci (gate eval-committer, report r1)" in out
     assert "evidence eval r1: 2 cases: a, b" in out
     assert (
-        "metrics passRate 0.95 (19/20) wilson95 [0.76, 0.99] grader eval-suite cost $0.0123" in out
+        "metrics passRate 0.95 (19/20) wilson95 [0.76, 0.99] grader eval-suite cost $0.0123"
+        in unwrapped(out)
     )
+    assert all(len(line) <= 80 for line in out.splitlines())
     assert "metrics passRate 0.25 (2/8) wilson95 [0.07, 0.59]" in out
     assert "supersedes s1" in out
     assert "s1\n  superseded · ttl expired" in out
@@ -86,13 +89,15 @@ def test_list_shows_everything_a_reader_needs(runner: CliRunner, isolated: Path)
 def test_list_is_one_line_per_active_claim_newest_first(runner: CliRunner, isolated: Path) -> None:
     seed()
     lines = kb(runner, "--as-of", "2026-11-15", "list").stdout.splitlines()
-    assert lines[0].split() == ["model", "task", "class", "claim", "rate", "95%", "interval"] + [
+    # a model id of 30 characters would push a flat row past 80 columns: grouped under it
+    assert lines[0].split() == ["model", "/", "task", "class", "claim", "rate", "95%"] + [
+        "interval",
         "n",
         "expires",
     ]
+    assert lines[1] == "anthropic:claude-haiku-4-5@low"
     # s2 (observed 2026-07-01) is expired on 2026-11-15: only w1 steers
-    assert lines[1].split() == [
-        "anthropic:claude-haiku-4-5@low",
+    assert lines[2].split() == [
         "planning",
         "weakness",
         "0.25",
@@ -102,18 +107,20 @@ def test_list_is_one_line_per_active_claim_newest_first(runner: CliRunner, isola
         "2026-12-01",
         "(16d)",
     ]
-    assert lines[2] == (
-        "1 claim shown (3 in the store; 1 active but expired: kb queue); "
-        "--ids for claim ids, --long for the full view, --all for every status"
-    )
+    assert lines[3:] == [
+        "1 claim shown (3 in the store; 1 active but expired: kb queue);",
+        "--ids for claim ids; --long for the full view; --all for every status",
+    ]
+    assert all(len(line) <= 80 for line in lines)
     # on 2026-09-01 both steer: w1 (observed 2026-11-01) before s2 (2026-07-01)
     early = kb(runner, "--as-of", "2026-09-01", "list").stdout.splitlines()
-    assert [line.split()[2] for line in early[1:3]] == ["weakness", "strength"]
+    rows = [line.split()[1] for line in early if line.startswith("  ")]
+    assert rows == ["weakness", "strength"]
     long = kb(runner, "--as-of", "2026-09-01", "list", "--long").stdout
     assert long.index("w1\n") < long.index("s2\n") and "\ns1\n" not in long
     superseded = kb(runner, "--as-of", "2026-09-01", "list", "--status", "superseded").stdout
     assert superseded.splitlines()[0].endswith("status")
-    assert superseded.splitlines()[1].endswith("superseded")
+    assert superseded.splitlines()[2].endswith("superseded")
 
 
 def test_list_filters(runner: CliRunner, isolated: Path) -> None:
@@ -173,9 +180,9 @@ def test_show_prints_the_claim_and_its_git_history(runner: CliRunner, repo: Path
     history = out.split("history:\n")[1].split("\ncases")[0].splitlines()
     assert len(history) == 2
     assert history[0].endswith("added — kb: sweep r1: +2 claims (store v1)")
-    assert history[1].endswith(
-        "status active → superseded — kb: sweep: +1 claim, 1 superseded (store v2)"
-    )
+    # one line per event within 80 columns: the commit subject cut, the change whole
+    assert " 2026-11-01 00:00 status active → superseded — kb: sweep: +1 clai…" in history[1]
+    assert len(history[1]) == 80
     missing = kb(runner, "show", "nope")
     assert missing.exit_code == 2 and "no claim with id 'nope'" in missing.stderr
 

@@ -109,7 +109,7 @@ def test_kb_show_finds_a_compacted_claim_in_history(
     assert history["a"] in shown.output and "archived" in shown.output
     lines = shown.output.splitlines()
     changes = [line for line in lines if line.startswith("  ") and " — " in line]
-    assert [c.split(" ", 4)[4].split(" — ")[0] for c in changes] == [
+    assert [c.split(" ", 5)[5].split(" — ")[0] for c in changes] == [
         "added",
         "status active → archived (rejected)",
         f"compacted at store v{version} (in git history)",

@@ -67,7 +67,9 @@ def test_matrix_text_shows_each_model_on_each_task_class(runner: CliRunner, isol
     # b's extraction strength was flipped stale by a drift; its arithmetic is a note
     assert lines[2].split() == "openai:b W note 10d ! stale (drift)".split()
     assert len([line for line in lines if line.startswith("openai:")]) == 2  # c expired
-    assert lines[-1].startswith("S strength, W weakness")
+    assert lines[-2].startswith("S strength, W weakness")
+    legend = "· no claim; x every claim retired; ! stale: the canary saw the model change"
+    assert lines[-1] == legend
 
 
 def test_matrix_json_and_markdown(runner: CliRunner, isolated: Path) -> None:
@@ -99,13 +101,15 @@ def test_matrix_of_an_empty_store_says_so(runner: CliRunner, isolated: Path) -> 
 def test_list_counts_what_it_does_not_show(runner: CliRunner, isolated: Path) -> None:
     seed()
     out = kb(runner, "--as-of", AT, "list").stdout.splitlines()
-    assert [line.split()[0] for line in out[1:-1]] == ["openai:a", "openai:a", "openai:b"]
+    assert [line.split()[0] for line in out[1:4]] == ["openai:a", "openai:a", "openai:b"]
     assert out[1].split()[2] == "weakness"  # the newest first (observed 2026-07-05)
-    assert out[-1] == (
-        "3 claims shown (5 in the store; 1 stale after a canary drift: kb list --status stale; "
-        "1 active but expired: kb queue); --ids for claim ids, --long for the full view, "
-        "--all for every status"
-    )
+    # the footer wraps at 80 columns between its items, never inside one
+    assert out[4:] == [
+        "3 claims shown (5 in the store;",
+        "1 stale after a canary drift: kb list --status stale;",
+        "1 active but expired: kb queue); --ids for claim ids; --long for the full view;",
+        "--all for every status",
+    ]
     note = next(line for line in out if "openai:b" in line)
     assert note.split()[3:6] == ["note", "—", "—"]
 
@@ -131,3 +135,57 @@ def test_a_model_whose_claims_were_all_retired_keeps_its_row(
     )
     lines = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
     assert lines[1].split() == "openai:a x retired x retired".split()
+
+
+def long_names_seed() -> None:
+    """Claims on models with long ids and long task classes: a flat table would be ~110 wide."""
+    store = KnowledgeStore(Path(STORE))
+    claims = []
+    for at, model in enumerate(
+        ["anthropic:claude-3-5-sonnet-20241022", "openai:gpt-4o-mini-2024-07-18", "openai:a"]
+    ):
+        for day, task_class in enumerate(["instruction-following", "extraction"]):
+            claims.append(
+                add(
+                    eval_claim(
+                        f"{model}/{task_class}/" + "x" * 40,
+                        subject={"model": model},
+                        taskClass=task_class,
+                        observedAt=f"2026-07-0{1 + day + at}T00:00:00.000Z",
+                        metrics={"passRate": 0.95, "n": 120, "graderId": "eval-suite"},
+                    )
+                )
+            )
+    store.commit(claims, 0, CommitContext("seed", "t"))
+
+
+def test_list_and_matrix_fit_80_columns_with_long_names(runner: CliRunner, isolated: Path) -> None:
+    long_names_seed()
+    listed = kb(runner, "--as-of", AT, "list").stdout.splitlines()
+    assert all(len(line) <= 80 for line in listed)
+    # grouped under each model, models in the order of their newest claim, newest first within
+    assert [line for line in listed if line and not line.startswith(("  ", "model"))][:3] == [
+        "openai:a",
+        "openai:gpt-4o-mini-2024-07-18",
+        "anthropic:claude-3-5-sonnet-20241022",
+    ]
+    assert listed[2].split()[0] == "extraction"  # openai:a's extraction was observed last
+    assert len([line for line in listed if line.startswith("  ")]) == 6  # one line per claim
+    matrix = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
+    assert all(len(line) <= 80 for line in matrix)
+    at = matrix.index("openai:gpt-4o-mini-2024-07-18")
+    assert matrix[at + 1].split()[:2] == ["extraction", "S"]
+    assert matrix[at + 2].split()[:2] == ["instruction-following", "S"]
+
+
+def test_list_ids_too_long_for_a_column_go_under_their_claim(
+    runner: CliRunner, isolated: Path
+) -> None:
+    long_names_seed()
+    listed = kb(runner, "--as-of", AT, "list", "--ids").stdout.splitlines()
+    ids = [line.split()[1] for line in listed if line.startswith("    id ")]
+    assert len(ids) == 6 and all(claim_id.endswith("x" * 40) for claim_id in ids)
+    at = listed.index("openai:a")
+    assert listed[at + 2] == f"    id openai:a/extraction/{'x' * 40}"
+    # the only lines past 80 columns are the ids themselves, kept whole to be copied
+    assert all(len(line) <= 80 for line in listed if not line.startswith("    id "))

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.store.validation import parse_store
-from tests.cli_helpers import kb
+from tests.cli_helpers import kb, unwrapped
 from tests.test_epochs import model, spec
 
 pytestmark = pytest.mark.usefixtures("initialized_store")
@@ -69,8 +69,8 @@ def test_diff_and_show_tell_the_stale_flip_the_same_commit_re_measured(
     found = json.loads(kb(runner, "diff", "--json").stdout)
     assert [c["id"] for c in found["stale"]] == [FIRST]
     assert [c["id"] for c in found["superseded"]] == [FIRST]
-    text = kb(runner, "diff").stdout
-    assert f"! stale       {FIRST} (canary drift: the provider changed the model; " in text
+    text = unwrapped(kb(runner, "diff").stdout)
+    assert f"! stale {FIRST} (canary drift: the provider changed the model; " in text
     shown = kb(runner, "show", FIRST).stdout
     assert "status active → stale (canary-drift) → superseded" in shown
 

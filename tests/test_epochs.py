@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from kb.store.epochs import read_epochs
 from kb.store.validation import parse_store
-from tests.cli_helpers import kb
+from tests.cli_helpers import kb, unwrapped
 from tests.conftest import git
 from tests.sweep_helpers import write_spec
 
@@ -218,7 +218,7 @@ def test_a_detector_alarm_retires_the_strength_and_it_is_not_re_earned_that_nigh
     epoch = read_epochs(isolated / EPOCHS).cells[CELL]
     assert epoch.start.reason == "alarm" and len(epoch.nights) == 1
     text = kb(runner, "report", report["reportId"]).stdout
-    assert "ALARM: a drop (the strength is retired)" in text
+    assert "ALARM: a drop (the strength is retired)" in unwrapped(text)
 
 
 def test_a_rise_is_claimed_the_night_it_is_seen(runner: CliRunner, isolated: Path) -> None:
@@ -340,7 +340,7 @@ def test_kb_show_prints_the_claims_epoch(runner: CliRunner, isolated: Path) -> N
     assert shown.exit_code == 0, shown.stderr
     assert (
         "epoch: began 2026-11-01T02:00:00.000Z (first measurement, "
-        "kb-sweep-2026-11-01T02:00:00.000Z); 2 nights, 60 of 60 cases" in shown.stdout
+        "kb-sweep-2026-11-01T02:00:00.000Z); 2 nights, 60 of 60 cases" in unwrapped(shown.stdout)
     )
 
 
@@ -541,9 +541,11 @@ def test_the_human_cell_line_tells_tonight_from_the_epoch(
     night(runner, path, 1)
     observed = "2026-11-02T02:00:00Z"
     text = kb(runner, "sweep", str(path), "--quiet", "--observed-at", observed).stdout
-    line = next(line for line in text.splitlines() if line.startswith("  scripted:m"))
-    assert "tonight 20/20" in line or "tonight 19/20" in line
-    assert "epoch 0.95 [" in line and "n=60" in line
+    lines = text.splitlines()
+    at = lines.index("  scripted:m · extraction: strength")
+    numbers = lines[at + 1]  # the cell's numbers on the line under its name
+    assert numbers.startswith("    tonight 20/20") or numbers.startswith("    tonight 19/20")
+    assert "epoch 0.95 [" in numbers and "n=60" in numbers
 
 
 def test_the_dry_run_says_what_the_first_pass_runs(runner: CliRunner, isolated: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kb.cli import cli
+from tests.cli_helpers import unwrapped
 from tests.conftest import git
 from tests.sweep_helpers import CASES, responses, scripted_model, toml_value, write_spec
 
@@ -126,7 +127,7 @@ def test_kb_show_prints_the_cases_even_from_history(runner: CliRunner, repo: Pat
     assert shown.exit_code == 0
     assert (
         "cases (9 of 10 runs passed; evidence of kb-sweep-2026-11-29T02:00:00.000Z from "
-        "the work tree)" in shown.stdout
+        "the work tree)" in unwrapped(shown.stdout)
     )
     assert "  FAIL  case-09  'wrong-9'  — does not match exact 'answer-9'" in shown.stdout
     assert "  PASS  case-00  'answer-0'" in shown.stdout
@@ -134,10 +135,10 @@ def test_kb_show_prints_the_cases_even_from_history(runner: CliRunner, repo: Pat
     git(repo, "commit", "-q", "-m", "user: drop evidence")
     later = kb(runner, "show", claim["id"])
     assert later.exit_code == 0
-    assert "evidence of kb-sweep-2026-11-29T02:00:00.000Z from git " in later.stdout
+    assert "evidence of kb-sweep-2026-11-29T02:00:00.000Z from git " in unwrapped(later.stdout)
     assert "  FAIL  case-09" in later.stdout
     report = kb(runner, "report", "kb-sweep-2026-11-29T02:00:00.000Z")
-    assert report.exit_code == 0 and "(from the evidence in git " in report.stdout
+    assert report.exit_code == 0 and "(from the evidence in git " in unwrapped(report.stdout)
     missing = kb(runner, "report", "no-such-night")
     assert missing.exit_code == 2 and "no evidence for report 'no-such-night'" in missing.stderr
 
@@ -175,17 +176,17 @@ def test_kb_diff_over_two_nights(runner: CliRunner, repo: Path) -> None:
     )
     night2 = sweep(runner, second, 20, "--allow-incomplete", "--summary", "summary.md")
     assert night2["canary"][2]["status"] == "drift"
-    text = kb(runner, "--as-of", "2026-12-31", "diff").stdout
-    assert "  + added" not in text  # the one new claim replaced an older one
+    lines = kb(runner, "--as-of", "2026-12-31", "diff").stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines if "kb-sweep-" not in line)  # ids kept whole
+    text = unwrapped("\n".join(lines))
+    assert "+ added" not in text  # the one new claim replaced an older one
     assert (
-        f"  ~ superseded  {ids['scripted:strong']} by {night2['claims'][0]['id']} "
+        f"~ superseded {ids['scripted:strong']} by {night2['claims'][0]['id']} "
         "(passRate 1.00 -> 1.00)"
     ) in text
-    assert f"  - archived    {ids['scripted:weak']} (falsified)" in text
-    assert (
-        f"  ! stale       {ids['scripted:gone']} (canary drift: the provider changed the model)"
-        in text
-    )
+    assert f"- archived {ids['scripted:weak']} (falsified)" in text
+    assert f"! stale {ids['scripted:gone']} (canary drift: the provider changed the model)" in text
+    assert lines[0] == "store v1 (HEAD~1, night 2026-11-01) -> v2 (HEAD, night 2026-11-20)"
     data = json.loads(kb(runner, "diff", "--json").stdout)
     assert [a["reason"] for a in data["archived"]] == ["falsified"]
     assert data["superseded"][0]["newPassRate"] == 1
@@ -209,7 +210,7 @@ def test_kb_diff_lists_claims_that_expired_between_the_two_instants(
     before = kb(runner, "--as-of", "2026-11-30", "diff", "HEAD~1").stdout
     assert "expired" not in before
     after = kb(runner, "--as-of", "2026-12-05", "diff", "HEAD~1").stdout
-    assert f"  x expired     {claims['scripted:weak']} (at 2026-12-01T02:00:00.000Z)" in after
+    assert f"x expired {claims['scripted:weak']} (at 2026-12-01T02:00:00.000Z)" in unwrapped(after)
     assert claims["scripted:strong"] not in after.split("added")[-1].split("expired")[-1]
 
 

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kb.cli import cli
+from tests.cli_helpers import unwrapped
 from tests.conftest import git
 from tests.fake_openai import fake_openai_server
 from tests.sweep_helpers import CASES, responses, scripted_model, write_spec
@@ -284,7 +285,7 @@ def test_the_cell_line_and_the_claim_round_alike(runner: CliRunner, repo: Path) 
     result = sweep(runner, spec, "--quiet")
     assert result.exit_code == 0, result.stderr
     assert "passRate 0.13 " in result.stdout  # 1/8 = 0.125: toFixed(2) gives 0.13
-    assert "sweep passRate 0.13 over 8 extraction cases" in result.stdout
+    assert "sweep passRate 0.13 over 8 extraction cases" in unwrapped(result.stdout)
 
 
 def test_card_warns_about_a_profile_task_class_nothing_knows(runner: CliRunner, repo: Path) -> None:

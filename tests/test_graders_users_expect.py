@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+from kb.errors import ConfigError
 from kb.evals.cases import Case, RubricGrader
 from kb.evals.graders import GraderError, grade, grade_golden, grade_rubric
 from kb.evals.jsonpath import answer_json, parse_path
@@ -285,3 +286,20 @@ def test_a_missed_json_criterion_says_why() -> None:
         "first ($.items[0] is 2), here (nothing at $.missing)"
     )
     assert "shape (the answer is not JSON)" in grade_rubric(grader, FENCED).detail
+
+
+def test_a_typo_in_an_unread_fields_prompt_is_still_caught(isolated: Path) -> None:
+    (isolated / "d.jsonl").write_text(
+        '{"id": "q1", "question": "Capital of France?", "answer": "Paris"}\n'
+    )
+    spec = isolated / "s.toml"
+    spec.write_text(
+        '[sweep]\ncommitter = "ci"\nallow_unbounded = true\n'
+        '[[models]]\nmodel = "scripted:m"\n'
+        '[[datasets]]\npath = "d.jsonl"\ntask_class = "t"\n'
+        'fields = { name = "id", prompt = "questoin", expected = "answer" }\n'
+        'prompt_template = "Answer in one word. {question}"\n'
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_spec(spec)
+    assert "no field 'questoin' (the record has: id, question, answer)" in str(raised.value)

@@ -523,7 +523,8 @@ def test_a_model_nobody_can_price_is_refused_under_a_cap_and_named(
     )
     run = kb(runner, "sweep", str(allowed), "--quiet", "--observed-at", NIGHT_2)
     assert run.exit_code == 0, run.stderr
-    assert " unpriced  strength" in run.stdout
+    assert "  openai:m · extraction: strength\n" in run.stdout
+    assert "n=30  unpriced\n" in run.stdout
     assert "(+ 30 unpriced runs, cost unknown)" in run.stdout
     latest = parse_store((repo / STORE).read_bytes(), "store").claims[-1]
     assert latest.metrics is not None and "cost" not in latest.metrics

@@ -34,7 +34,7 @@ def night(runner: CliRunner, spec: Path, day: int) -> dict[str, Any]:
     return report
 
 
-def two_nights(runner: CliRunner, folder: Path) -> None:
+def two_nights(runner: CliRunner, folder: Path, gate: str = "point") -> None:
     def shifty(correct: int, pong: str) -> dict[str, Any]:
         answers = responses(correct) | {"Ping?": pong}
         return {"model": "scripted:shifty", "params": {"responses": answers}}
@@ -42,11 +42,19 @@ def two_nights(runner: CliRunner, folder: Path) -> None:
     steady = [scripted_model("steady-model-with-a-long-name", 10), scripted_model("weak", 2)]
     budgets = {"target_usd": 0.01, "canary_usd": 0.01, "max_total_usd": 5.0}
     first = write_spec(
-        folder / "n1.toml", [*steady, shifty(10, "pong v1")], extra=CANARY, budgets=budgets
+        folder / "n1.toml",
+        [*steady, shifty(10, "pong v1")],
+        extra=CANARY,
+        budgets=budgets,
+        gate=gate,
     )
     night(runner, first, 28)
     second = write_spec(
-        folder / "n2.toml", [*steady, shifty(8, "pong v2")], extra=CANARY, budgets=budgets
+        folder / "n2.toml",
+        [*steady, shifty(8, "pong v2")],
+        extra=CANARY,
+        budgets=budgets,
+        gate=gate,
     )
     night(runner, second, 29)
 
@@ -85,7 +93,8 @@ def test_the_site_from_file_at_desktop_and_phone_width(runner: CliRunner, isolat
             sections = page.locator("section.case")
             assert sections.count() == 10
             first = sections.first
-            assert "Question 0?" in first.locator(".prompt").inner_text()
+            assert "Question 0?" in first.locator(".prompt").first.inner_text()
+            assert first.locator(".expected").inner_text() == "expected exact 'answer-0'"
             assert first.locator("tbody tr").count() == 3  # every model side by side
             page.check("#only-failed")
             # weak passes cases 0 and 1 only, shifty fails 8 and 9: eight cases hold a failure
@@ -111,11 +120,54 @@ def test_the_site_from_file_at_desktop_and_phone_width(runner: CliRunner, isolat
 
             page.goto((site / "index.html").as_uri())
             page.locator("#claims a").first.click()
+            assert page.locator("#timeline li").count() >= 1  # the cell's nights drawn
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            page.screenshot(path=str(isolated / f"claim-{width}.png"), full_page=True)
             evidence = page.locator("#evidence a")
             assert evidence.count() >= 1
             evidence.first.click()
             assert page.locator("section.case").count() == 10
             page.close()
+
+
+def test_a_claim_page_draws_every_night_of_its_cell(runner: CliRunner, isolated: Path) -> None:
+    two_nights(runner, isolated, gate="interval")
+    site = isolated / "public"
+    assert runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)]).exit_code == 0
+    (weak,) = [p for p in site.glob("claim-*.html") if "scripted:weak</span>" in p.read_text()]
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        page.goto(weak.as_uri())
+        nights = page.locator("#timeline li")
+        assert nights.count() == 2  # both nights measured it on extraction
+        first, second = nights.nth(0).inner_text(), nights.nth(1).inner_text()
+        assert "2026-11-28" in first and "epoch began: first measurement" in first
+        assert "tonight 2/10" in first and "rests on it" in first
+        assert "2026-11-29" in second and "epoch began" not in second  # the same epoch
+        assert "epoch 0.20 n=10" in second and "rests on it" in second
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        assert single_line_names(page) == []
+        page.screenshot(path=str(isolated / "claim-weak-390.png"), full_page=True)
+        nights.nth(1).locator("a").click()
+        assert page.locator("section.case").count() == 10
+
+
+def test_the_timeline_marks_the_night_a_drift_began_an_epoch(
+    runner: CliRunner, isolated: Path
+) -> None:
+    from kb.store.filestore import KnowledgeStore
+    from kb.views.site import claim_timeline, collect_nights
+    from tests.factories import eval_claim
+
+    two_nights(runner, isolated, gate="interval")
+    nights, _ = collect_nights(KnowledgeStore(isolated / "rulvar.models.json"))
+    first_night = nights[0].report.report_id
+    evidence = [{"kind": "eval", "reportId": first_night, "caseIds": ["case-00"]}]
+    claim = eval_claim("s", subject={"model": "scripted:shifty"}, evidence=evidence)
+    before, after = claim_timeline(claim, nights)
+    assert before.evidence and not before.drift and before.new_epoch
+    assert after.drift and after.new_epoch and not after.evidence
+    assert after.cell.epoch is not None and after.cell.epoch.reason == "drift"
 
 
 def test_a_directory_of_other_files_is_refused(runner: CliRunner, isolated: Path) -> None:

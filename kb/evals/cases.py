@@ -39,6 +39,10 @@ def _fraction(value: float, what: str) -> float:
     return value
 
 
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
 def _compiles(pattern: str) -> str:
     try:
         re.compile(pattern)
@@ -74,6 +78,12 @@ class GoldenGrader(StrictModel):
     def grader_id(self) -> str:
         """A short name for reports."""
         return f"golden:{self.match}"
+
+    @property
+    def expects(self) -> str:
+        """What a passing answer is, in words (the site's "expected" column)."""
+        shown = self.expected if isinstance(self.expected, str) else _compact_json(self.expected)
+        return f"{self.match} {shown!r}" if self.match != "json" else f"json {shown}"
 
 
 class Criterion(StrictModel):
@@ -128,6 +138,19 @@ class Criterion(StrictModel):
                 ) from None
         return self
 
+    @property
+    def expects(self) -> str:
+        """The predicate in words (``json_path $.a equals 1``)."""
+        if self.json_path is not None:
+            return f"{self.json_path} equals {_compact_json(self.equals)}"
+        if self.json_schema is not None:
+            return "valid against its json_schema"
+        for name in _PREDICATES:
+            value = getattr(self, name)
+            if value is not None:
+                return f"{name} {value!r}"
+        return "?"  # pragma: no cover - the validator demands one predicate
+
 
 class RubricGrader(StrictModel):
     """Named criteria; passes when the fraction met reaches ``pass_threshold``."""
@@ -146,6 +169,12 @@ class RubricGrader(StrictModel):
         """A short name for reports."""
         return "rubric"
 
+    @property
+    def expects(self) -> str:
+        """Each criterion in words, with the share that must be met."""
+        met = "all of" if self.pass_threshold >= 1 else f"{self.pass_threshold:.0%} of"
+        return f"rubric, {met}: " + "; ".join(f"{c.name}: {c.expects}" for c in self.criteria)
+
 
 class JudgeGrader(StrictModel):
     """An LLM verdict ``{passed, reason}``; ``model`` is mandatory (no default judge)."""
@@ -162,6 +191,11 @@ class JudgeGrader(StrictModel):
     def grader_id(self) -> str:
         """A short name for reports."""
         return f"judge:{self.model}"
+
+    @property
+    def expects(self) -> str:
+        """The judge and what it was told an answer must do."""
+        return f"judge {self.model}: {self.instructions}"
 
 
 class PythonGrader(StrictModel):
@@ -213,10 +247,22 @@ class PythonGrader(StrictModel):
         """A short name for reports."""
         return f"python:{self.function}"
 
+    @property
+    def expects(self) -> str:
+        """The function that decides."""
+        return f"python {self.function}"
+
 
 GraderSpec = Annotated[
     GoldenGrader | RubricGrader | JudgeGrader | PythonGrader, Field(discriminator="kind")
 ]
+
+
+def expected_text(
+    graders: Sequence[GoldenGrader | RubricGrader | JudgeGrader | PythonGrader],
+) -> str:
+    """What a case's graders take as a pass, in words, one grader after another."""
+    return " · ".join(grader.expects for grader in graders)
 
 
 class Case(StrictModel):

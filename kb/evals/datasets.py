@@ -21,7 +21,8 @@ of spelling out ``[[cases]]`` tables::
   do not hold an identifier (a regex's ``{2,3}``) are left alone. Without
   ``graders``, ``fields.expected`` gives one golden ``normalized`` grader.
   When both ``prompt_template`` and ``fields.prompt`` are given the
-  template wins (``fields.prompt`` is not read), as with ``system_template``.
+  template wins (``fields.prompt`` is not read, but must still name a field
+  the records have, so a typo in it is caught), as with ``system_template``.
 * ``name`` defaults to ``<file stem>-<line>``. Names must be unique across
   the whole spec.
 * ``sample = N`` keeps the N records whose sha256 of (seed, name) is
@@ -216,6 +217,8 @@ def fields_used(spec: DatasetSpec) -> list[str]:
             names.append(field)
     if spec.prompt_template is not None:
         names += placeholders(spec.prompt_template)
+        if mapped.prompt:  # not read when the template wins, but a typo in it is still a typo
+            names.append(mapped.prompt)
     else:
         names.append(mapped.prompt or "prompt")
     if spec.system_template is not None:

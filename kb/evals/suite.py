@@ -26,7 +26,7 @@ from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, PlannedRun
 from kb.errors import GraderError
-from kb.evals.cases import Case, JudgeGrader, case_fingerprint, unique_names
+from kb.evals.cases import Case, JudgeGrader, case_fingerprint, expected_text, unique_names
 from kb.evals.graders import Grade, grade, judge_request, judge_spec, parse_verdict
 
 
@@ -63,6 +63,8 @@ class CaseVerdict:
     """The judge behind each of ``judges``, in the same order."""
     fingerprint: str = ""
     """The case's fingerprint (:func:`kb.evals.cases.case_fingerprint`)."""
+    expected: str = ""
+    """What the case's graders take as a pass, in words (:func:`kb.evals.cases.expected_text`)."""
 
     @property
     def measured(self) -> bool:
@@ -217,7 +219,17 @@ def _verdict(
     fingerprint = case_fingerprint(case)
     if target.status != "ok":
         return CaseVerdict(
-            name, case.task_class, target, (), (), False, False, pair.repeat, (), fingerprint
+            name,
+            case.task_class,
+            target,
+            (),
+            (),
+            False,
+            False,
+            pair.repeat,
+            (),
+            fingerprint,
+            expected_text(case.graders),
         )
     grades: list[Grade] = []
     judges: list[RunResult] = []
@@ -247,6 +259,7 @@ def _verdict(
         pair.repeat,
         tuple(judge_models),
         fingerprint,
+        expected_text(case.graders),
     )
 
 

@@ -18,6 +18,7 @@ from kb.store.diff import Side, StoreDiff, diff_snapshots
 from kb.store.filestore import (
     ARCHIVED_TRAILER,
     COMPACTED_TRAILER,
+    REPORT_TRAILER,
     STALED_TRAILER,
     KnowledgeStore,
 )
@@ -467,7 +468,9 @@ def snapshot_at(store: KnowledgeStore, rev: str) -> tuple[Snapshot, Side, str]:
         if blob
         else EMPTY_SNAPSHOT
     )
-    return snapshot, Side(rev, snapshot.version, git.commit_seconds(commit) * 1000), commit
+    night = git.newest_trailer(REPORT_TRAILER, commit)
+    side = Side(rev, snapshot.version, git.commit_seconds(commit) * 1000, night)
+    return snapshot, side, commit
 
 
 def diff_revisions(

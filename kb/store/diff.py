@@ -26,6 +26,20 @@ class Side:
     label: str
     version: int
     at: int
+    night: str | None = None
+    """The sweep (its report id) whose measurements this side's store holds last, when known."""
+
+    def heading(self) -> str:
+        """The label, and the night it stands on (``HEAD~1, night 2026-11-29``)."""
+        if self.night is None:
+            return self.label
+        return f"{self.label}, night {night_of(self.night)}"
+
+
+def night_of(report_id: str) -> str:
+    """The night a report id names, as a date (the id itself when it names none)."""
+    instant = report_id.removeprefix("kb-sweep-")
+    return instant[:10] if instant[:4].isdigit() else report_id
 
 
 @dataclass(frozen=True)
@@ -141,7 +155,12 @@ def diff_json(diff: StoreDiff) -> dict[str, Any]:
     """The ``--json`` form."""
 
     def side(s: Side) -> dict[str, Any]:
-        return {"label": s.label, "version": s.version, "at": format_instant(s.at)}
+        return {
+            "label": s.label,
+            "version": s.version,
+            "at": format_instant(s.at),
+            "night": s.night,
+        }
 
     def brief(claim: ModelClaim) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -175,14 +194,19 @@ def _number(claim: ModelClaim | None) -> float | None:
     return claim.metrics["passRate"] if claim is not None and claim.metrics else None
 
 
+def _when(side: Side) -> str:
+    if side.night is not None:
+        return f"night {night_of(side.night)}"
+    return f"{format_instant(side.at)[:16]}Z"
+
+
 def diff_markdown(diff: StoreDiff) -> str:
     """A pull-request comment or ``$GITHUB_STEP_SUMMARY`` block."""
     before, after = diff.before, diff.after
     lines = [
         f"### kb: store v{before.version} → v{after.version}",
         "",
-        f"`{before.label}` ({format_instant(before.at)[:16]}Z) → `{after.label}` "
-        f"({format_instant(after.at)[:16]}Z)",
+        f"`{before.label}` ({_when(before)}) → `{after.label}` ({_when(after)})",
         "",
     ]
     if diff.empty:

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 DEFAULT_STORE_NAME = "rulvar.models.json"
 #: One per archived claim, ``<claim id> <reason>``: the reason is not a claim field.
+REPORT_TRAILER = "Kb-Report"
 ARCHIVED_TRAILER = "Kb-Archived"
 STALED_TRAILER = "Kb-Staled"
 """One per claim a canary drift flagged, ``<claim id> <reason>``: kept in the history even
@@ -103,7 +104,7 @@ class CommitContext:
 
     def trailers(self, version: int) -> list[tuple[str, str]]:
         """The commit trailers, in a fixed order."""
-        found = [("Kb-Report", self.report_id)] if self.report_id else []
+        found = [(REPORT_TRAILER, self.report_id)] if self.report_id else []
         found += [("Kb-Store-Version", str(version)), ("Kb-Committer", self.committer)]
         return found + list(self.extra_trailers)
 

@@ -224,6 +224,17 @@ class GitStoreRepo:
             if line.startswith(prefix)
         ]
 
+    def newest_trailer(self, key: str, commit: str, depth: int = 50) -> str | None:
+        """The ``key:`` trailer of ``commit`` or of its nearest ancestor that has one.
+
+        Looks back ``depth`` commits at most (``None``: none found there).
+        """
+        status, out, _ = self.call(
+            "log", f"-n{depth}", f"--format=%(trailers:key={key},valueonly,unfold)", commit
+        )
+        found = [line.strip() for line in out.splitlines() if line.strip()] if status == 0 else []
+        return found[0] if found else None
+
     def last_version_of(self, path: Path) -> tuple[str, bytes] | None:
         """The newest commit on ``HEAD``'s history that holds ``path``, and its bytes there.
 

@@ -146,6 +146,9 @@ class RunRecord(WireModel):
     """Format 2: ``litellm`` (its price table), ``declared`` (the spec's price) or ``unpriced``."""
     case_fingerprint: str | None = Field(default=None, alias="caseFingerprint")
     """Format 2: the sha256 of the case as it was run (target and judge runs)."""
+    expected: str | None = None
+    """Format 2, since v3: what the case's graders take as a pass, in words (target runs;
+    secrets cut, at most 4,000 characters). Older files lack it."""
 
     @field_validator("cost_usd")
     @classmethod

@@ -97,6 +97,7 @@ def run_record(
     verdicts: Sequence[Grade],
     context: EvidenceContext,
     fingerprint: str | None = None,
+    expected: str | None = None,
 ) -> RunRecord:
     """One line of the evidence file."""
     output, output_sha = cut_text(context.cut(run.output or ""))
@@ -124,6 +125,7 @@ def run_record(
         ),
         price_source=run.price_source,
         case_fingerprint=fingerprint,
+        expected=cut_text(context.cut(expected))[0] if expected else None,
     )
 
 
@@ -143,6 +145,7 @@ def cell_records(cell: SweepCell, context: EvidenceContext) -> list[RunRecord]:
                 verdicts=verdict.grades,
                 context=context,
                 fingerprint=fingerprint,
+                expected=verdict.expected or None,
             )
         )
         for judge, spec in zip(verdict.judges, verdict.judge_models, strict=True):

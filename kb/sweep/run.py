@@ -408,7 +408,9 @@ def commit_diff(result: CommitResult, plan: SweepPlan) -> StoreDiff:
     assert result.base is not None
     commit = result.git_commit[:12] if result.git_commit else None
     before = Side(f"{commit}~1" if commit else "before", result.base.version, plan.observed_at)
-    after = Side(commit or plan.report_id, result.snapshot.version, plan.observed_at)
+    after = Side(
+        commit or plan.report_id, result.snapshot.version, plan.observed_at, plan.report_id
+    )
     reasons = {op.claim_id: op.reason for op in result.ops if isinstance(op, ArchiveClaim)}
     staled = [op.claim_id for op in result.ops if isinstance(op, MarkStale)]
     return diff_snapshots(result.base, result.snapshot, before, after, reasons, staled)

@@ -24,6 +24,7 @@ from kb.store.snapshot import Snapshot
 from kb.store.ttl import stored_instant
 from kb.views.decision import metrics_interval
 from kb.views.report_text import EPOCH_WORDS
+from kb.views.width import wrapped
 
 _MAX_CASES_SHOWN = 5
 _MAX_NIGHTS_SHOWN = 8
@@ -110,7 +111,8 @@ def format_claim(claim: ModelClaim, as_of: int) -> str:
         lines.append(f"  canary {claim.canary_fingerprint[:16]}")
     if claim.supersedes:
         lines.append(f"  supersedes {claim.supersedes}")
-    return "\n".join(lines)
+    # each line wrapped to 80 columns, its continuation indented under it
+    return "\n".join([lines[0], *(w for line in lines[1:] for w in wrapped(line[2:], "  "))])
 
 
 def format_claims(claims: Sequence[ModelClaim], total: int, as_of: int) -> str:
@@ -149,16 +151,28 @@ def format_history(events: Sequence[ClaimEvent] | None) -> str:
     if not events:
         return "history: no commit touched this claim yet (uncommitted?)"
     lines = ["history:"]
-    lines += [f"  {e.commit[:12]} {e.date} {e.change} — {e.subject}" for e in events]
+    for e in events:
+        # one line per event within 80 columns: only the commit subject is ever cut (git
+        # show COMMIT has it whole), never the change
+        head = f"  {e.commit[:12]} {_minute(e.date)} {e.change} — "
+        room = max(12, 80 - len(head))
+        subject = e.subject if len(e.subject) <= room else e.subject[: room - 1] + "…"
+        lines.append(head + subject)
     return "\n".join(lines)
+
+
+def _minute(date: str) -> str:
+    """A git ISO date to the minute (``2026-11-01 00:00``; its offset kept unless UTC)."""
+    offset = date[19:]
+    return f"{date[:10]} {date[11:16]}" + ("" if offset in ("+00:00", "Z") else offset)
 
 
 _EXCERPT = 70
 
 
-def _excerpt(text: str) -> str:
+def _excerpt(text: str, width: int = _EXCERPT) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= _EXCERPT else flat[: _EXCERPT - 1] + "…"
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | None) -> str:
@@ -184,7 +198,7 @@ def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | N
             and run.task_class == claim.task_class
         ]
         passed = sum(1 for run in runs if run.passed)
-        lines.append(
+        lines += wrapped(
             f"cases ({passed} of {len(runs)} runs passed; evidence of {report_id} from "
             f"{found.source}):"
         )
@@ -195,10 +209,12 @@ def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | N
             repeat = f"#{run.repeat + 1}" if run.repeat else ""
             reasons = "; ".join(v.reason for v in run.verdicts if not v.passed)
             why = reasons or run.error or ""
-            lines.append(
-                f"  {verdict:<5} {run.case}{repeat}  {_excerpt(run.output)!r}"
-                + (f"  — {_excerpt(why)}" if why else "")
-            )
+            head = f"  {verdict:<5} {run.case}{repeat}  "
+            line = head + repr(_excerpt(run.output, max(20, 78 - len(head))))
+            if why and len(line) + 4 + len(_excerpt(why)) <= 80:
+                lines.append(f"{line}  — {_excerpt(why)}")
+            else:  # the grader's reason under the answer, so the line stays within 80 columns
+                lines += [line, *(wrapped(f"— {_excerpt(why, 200)}", " " * 8) if why else [])]
     return "\n".join(lines)
 
 
@@ -206,32 +222,40 @@ def format_diff(changes: StoreDiff) -> str:
     """``kb diff`` as text: one line per change."""
     before, after = changes.before, changes.after
     lines = [
-        f"store v{before.version} ({before.label}) -> v{after.version} ({after.label})",
+        f"store v{before.version} ({before.heading()}) -> v{after.version} ({after.heading()})",
     ]
     for claim in changes.staled:  # first: a drift is the news of the night
         then = {"superseded": "; re-measured since", "archived": "; archived since"}
-        lines.append(
-            f"  ! stale       {claim.id} (canary drift: the provider changed the model"
-            f"{then.get(claim.status, '')})"
+        lines += _change(
+            "! stale",
+            f"{claim.id} (canary drift: the provider changed the model"
+            f"{then.get(claim.status, '')})",
         )
     for claim in changes.added:
-        lines.append(f"  + added       {claim.id} ({claim.polarity}, {_rate(claim)})")
+        lines += _change("+ added", f"{claim.id} ({claim.polarity}, {_rate(claim)})")
     for old, new in changes.superseded:
         by = f" by {new.id} (passRate {_number(old)} -> {_number(new)})" if new else ""
-        lines.append(f"  ~ superseded  {old.id}{by}")
+        lines += _change("~ superseded", f"{old.id}{by}")
     for claim, reason in changes.archived:
-        lines.append(f"  - archived    {claim.id} ({reason or 'reason not recorded'})")
+        lines += _change("- archived", f"{claim.id} ({reason or 'reason not recorded'})")
     for claim in changes.expired:
-        lines.append(f"  x expired     {claim.id} (at {claim.expires_at})")
+        lines += _change("x expired", f"{claim.id} (at {claim.expires_at})")
     if changes.compacted:
         count = len(changes.compacted)
-        lines.append(
-            f"  . compacted   {count} superseded/archived claim{'s' if count != 1 else ''} "
-            "left the file (in git history; kb show ID)"
+        lines += _change(
+            ". compacted",
+            f"{count} superseded/archived claim{'s' if count != 1 else ''} "
+            "left the file (in git history; kb show ID)",
         )
     if changes.empty:
         lines.append("  no claim changed")
     return "\n".join(lines)
+
+
+def _change(what: str, text: str) -> list[str]:
+    """One change of ``kb diff``, wrapped to 80 columns under its text (ids kept whole)."""
+    marker = f"{what:<13}\xa0".replace(" ", "\xa0")  # glued to the id that follows
+    return wrapped(marker + text, "  ", " " * 16)
 
 
 def _number(claim: ModelClaim | None) -> str:
@@ -271,6 +295,9 @@ def format_epoch(claim: ModelClaim, epochs: EpochsFile) -> str | None:
         f"passRate {rate}; detectors down {epoch.down:.2f} up {epoch.up:.2f}; "
         f"suite {suite_grader_id(epoch.suite)}"
     )
+    lines = wrapped(line)
     if claim.status == "active" and before:
-        line += "\n  (this claim is from before the epoch: the next complete sweep re-decides it)"
-    return line
+        lines += wrapped(
+            "(this claim is from before the epoch: the next complete sweep re-decides it)", "  "
+        )
+    return "\n".join(lines)

@@ -18,6 +18,7 @@ from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expired, format_instant, stored_instant
+from kb.views.width import WIDTH, fits, table_lines, wrapped_items
 
 DAY_MS = 86_400_000
 
@@ -64,48 +65,96 @@ def _rate(claim: ModelClaim) -> tuple[str, str, str]:
     )
 
 
-def _table(rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(row)
-        ]
-        lines.append("  ".join(cells).rstrip())
+def by_group(keys: Sequence[str]) -> list[int]:
+    """Indexes of ``keys`` regrouped: groups in the order they first appear, stable within."""
+    first = {key: at for at, key in reversed(list(enumerate(keys)))}
+    return sorted(range(len(keys)), key=lambda at: first[keys[at]])
+
+
+def _grouped(
+    rows: Sequence[tuple[str, Sequence[str]]], header: Sequence[str], right: frozenset[int]
+) -> list[str]:
+    """Rows (already in ``by_group`` order) under one line per group, indented.
+
+    The layout of a table too wide for 80 columns: a long model id then costs
+    one line of its own instead of widening every row.
+    """
+    table = table_lines(
+        [[f"model / {header[0]}", *header[1:]], *(["  " + r[0], *r[1:]] for _, r in rows)],
+        right,
+    )
+    lines, group = [table[0]], None
+    for (key, _), line in zip(rows, table[1:], strict=True):
+        if key != group:
+            lines.append(key)
+            group = key
+        lines.append(line)
     return lines
 
 
 def list_lines(
-    chosen: Sequence[ModelClaim], snapshot: Snapshot, as_of: int, *, ids: bool = False
+    chosen: Sequence[ModelClaim],
+    snapshot: Snapshot,
+    as_of: int,
+    *,
+    ids: bool = False,
+    width: int = WIDTH,
 ) -> str:
     """``kb list``: one line per claim (newest first), then what is not shown.
 
     ``ids`` adds each claim's id (what ``kb show`` takes) as the last column.
+    When a line would pass ``width`` columns (long model ids), the claims are
+    grouped under their model, models in the order of their newest claim; an
+    id that still does not fit goes on its own line under its claim.
     """
     shown = newest_first(chosen)
     statuses = any(claim.status != "active" for claim in shown)
-    header = ["model", "task class", "claim", "rate", "95% interval", "n", "expires"]
+    header = ["task class", "claim", "rate", "95% interval", "n", "expires"]
     header += ["status"] if statuses else []
-    rows = [header + (["id"] if ids else [])]
+    rows: list[tuple[str, list[str]]] = []
     for claim in shown:
         rate, interval, n = _rate(claim)
         left = stored_instant(claim.expires_at) - as_of
         ends = f"{claim.expires_at[:10]} ({_days(left) if left > 0 else 'expired'})"
-        row = [claim.subject_key, claim.task_class, claim.polarity, rate, interval, n, ends]
-        rows.append(row + ([claim.status] if statuses else []) + ([claim.id] if ids else []))
-    lines = _table(rows, right=frozenset({3, 5})) if shown else []
+        row = [claim.task_class, claim.polarity, rate, interval, n, ends]
+        rows.append((claim.subject_key, row + ([claim.status] if statuses else [])))
+    lines: list[str] = []
+    if shown:
+        with_ids = [(m, [*r, c.id]) for (m, r), c in zip(rows, shown, strict=True)]
+        id_header = [*header, "id"]
+        flat = table_lines(
+            [["model", *(id_header if ids else header)]]
+            + [[m, *r] for m, r in (with_ids if ids else rows)],
+            right=frozenset({3, 5}),
+        )
+        lines = flat if fits(flat, width) else []
+        if not lines:
+            order = by_group([m for m, _ in rows])
+            grouped = _grouped([with_ids[at] for at in order], id_header, frozenset({2, 4}))
+            if not ids or not fits(grouped, width):
+                grouped = _grouped([rows[at] for at in order], header, frozenset({2, 4}))
+                if ids:  # each id on a line of its own under its claim
+                    claims = iter(shown[at] for at in order)
+                    grouped[1:] = [
+                        entry
+                        for line in grouped[1:]
+                        for entry in (
+                            [line, f"    id {next(claims).id}"] if line.startswith("  ") else [line]
+                        )
+                    ]
+            lines = grouped
     stale = sum(1 for c in snapshot.claims if c.status == "stale")
     expired = sum(1 for c in snapshot.claims if c.status == "active" and claim_expired(c, as_of))
-    footer = (
+    footer = [
         f"{len(shown)} claim{'s' if len(shown) != 1 else ''} shown ({len(snapshot)} in the store"
-    )
+    ]
     if stale and not any(claim.status == "stale" for claim in shown):
-        footer += f"; {stale} stale after a canary drift: kb list --status stale"
+        footer.append(f"{stale} stale after a canary drift: kb list --status stale")
     if expired:
-        footer += f"; {expired} active but expired: kb queue"
-    footer += "); --ids for claim ids, --long for the full view, --all for every status"
-    return "\n".join([*lines, footer])
+        footer.append(f"{expired} active but expired: kb queue")
+    footer[-1] += ")"
+    footer += ["--ids for claim ids", "--long for the full view", "--all for every status"]
+    return "\n".join([*lines, *wrapped_items(footer, width=width)])
 
 
 @dataclass(frozen=True)
@@ -190,26 +239,43 @@ def _cell_text(cell: MatrixCell | None, as_of: int) -> str:
     return " / ".join(parts)
 
 
-def matrix_text(matrix: ClaimMatrix) -> str:
-    """The matrix as an aligned table, with a legend."""
+def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
+    """The matrix as an aligned table, with a legend.
+
+    A grid of model rows and task-class columns when it fits ``width``
+    columns; otherwise each model heads its own block, one line per task
+    class, so the table never runs past the terminal.
+    """
     if not matrix.models:
         return "no live claims: nothing to decide from yet (kb sweep SPEC.toml measures)"
-    rows = [["model", *matrix.task_classes]]
-    for model in matrix.models:
-        rows.append(
-            [
-                model,
-                *(
-                    _cell_text(matrix.cells.get((model, task_class)), matrix.as_of)
-                    for task_class in matrix.task_classes
-                ),
-            ]
-        )
-    legend = (
-        "S strength, W weakness: pass rate [95% interval] n=cases, age since observed; "
-        "· no claim; x every claim retired; ! stale: the canary saw the model change"
+    texts = {
+        (model, task_class): _cell_text(matrix.cells.get((model, task_class)), matrix.as_of)
+        for model in matrix.models
+        for task_class in matrix.task_classes
+    }
+    grid = table_lines(
+        [
+            ["model", *matrix.task_classes],
+            *(
+                [model, *(texts[model, task_class] for task_class in matrix.task_classes)]
+                for model in matrix.models
+            ),
+        ]
     )
-    return "\n".join([*_table(rows), "", legend])
+    if not fits(grid, width):
+        rows = [
+            (model, [task_class, texts[model, task_class]])
+            for model in matrix.models
+            for task_class in matrix.task_classes
+        ]
+        grid = _grouped(rows, ["task class", "what the store believes"], frozenset())
+    legend = [
+        "S strength, W weakness: pass rate [95% interval] n=cases, age since observed",
+        "· no claim",
+        "x every claim retired",
+        "! stale: the canary saw the model change",
+    ]
+    return "\n".join([*grid, "", *wrapped_items(legend, width=width)])
 
 
 def matrix_markdown(matrix: ClaimMatrix) -> str:

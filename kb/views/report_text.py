@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CellRecord, EpochRecord, ReportFile
+from kb.views.width import wrapped
 
 CANARY_WORDS = {
     "no-drift": "no drift",
@@ -141,19 +142,19 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
             rate = f"passRate {to_fixed_2(shown)} {interval}  " if cell.n and cell.complete else ""
         total = cell.total_cost_usd
         cost = "unpriced" if cell.unpriced_runs or total is None else f"${total:.4f}"
-        line = (
-            f"  {cell.subject_key:<28} {cell.task_class:<22} {counted}  {rate}"
-            f"{cost}  {cell.outcome}"
-        )
+        # the cell's name, then its numbers, each wrapped to 80 columns: a model id of 30
+        # characters and a task class of 20 would push one long line past any terminal
+        head = f"{cell.subject_key} · {cell.task_class}: {cell.outcome}"
         if cell.incomplete_reason:
-            line += f" ({cell.incomplete_reason})"
+            head += f" ({cell.incomplete_reason})"
         for prior in cell.prior_stands or ():
-            line += f"; prior {prior.polarity} stands: {prior.claim_id}"
-        lines.append(line)
+            head += f"; prior {prior.polarity} stands: {prior.claim_id}"
+        lines += wrapped(head, "  ", "      ")
+        lines += wrapped(f"{counted}  {rate}{cost}", "    ")
         if epoch is not None:
-            lines.append(f"    {epoch_text(epoch)}")
+            lines += wrapped(epoch_text(epoch), "    ")
         if cell.first_error:
-            lines.append(f"    first error: {cell.first_error}")
+            lines += wrapped(f"first error: {cell.first_error}", "    ")
     claims, retired = report.claims, report.retired
     if report.reused_runs:
         lines.append(
@@ -161,11 +162,12 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
             "(paid by the stopped sweep of this night)"
         )
     lines.append(f"claims: {len(claims)}")
-    lines += [f"  + {claim['id']}: {claim['statement']}" for claim in claims]
+    for claim in claims:
+        lines += wrapped(f"+\xa0{claim['id']}: {claim['statement']}", "  ", "      ")
     lines.append(f"retired: {len(retired)}")
     for entry in retired:
         how = f"superseded by {entry.by}" if entry.by else f"archived ({entry.reason})"
-        lines.append(f"  - {entry.claim_id}: {how}")
+        lines += wrapped(f"-\xa0{entry.claim_id}: {how}", "  ", "      ")
     for canary in report.canary:
         count = len(canary.flipped)
         flipped = f", {count} claim{'s' if count != 1 else ''} flipped stale" if count else ""

@@ -38,10 +38,10 @@ from kb.store.epochs import EpochsFile
 from kb.store.evidence import REPORT_SUFFIX, evidence_stem, load_evidence
 from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
-from kb.store.records import ReportFile, RunRecord
+from kb.store.records import CellRecord, ReportFile, RunRecord
 from kb.views.decision import claim_interval, newest_first
 from kb.views.html import heat_colour, shown_rate
-from kb.views.report_text import alarm_lines, drift_line
+from kb.views.report_text import EPOCH_WORDS, alarm_lines, drift_line
 
 esc = html.escape
 
@@ -69,6 +69,13 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; max-height: 14e
 section.case { border-top: 1px solid #d0d7de; padding-top: 0.4em; }
 .filters label { margin-right: 1em; white-space: nowrap; }
 .prompt { background: #f6f8fa; padding: 0.4em; }
+ol.timeline { display: flex; flex-wrap: wrap; gap: 6px; list-style: none; padding: 0; }
+ol.timeline li { width: 11em; border-left: 3px solid #d0d7de; padding: 2px 6px; }
+ol.timeline li.new-epoch { border-left-color: #0550ae; }
+ol.timeline li.evidence { background: #f6f8fa; }
+ol.timeline .bar { background: #eaeef2; height: 8px; margin: 3px 0; }
+ol.timeline .bar span { display: block; height: 100%; background: #2da44e; }
+ol.timeline .epoch-mark { color: #0550ae; font-size: 0.85em; }
 @media (max-width: 640px) {  /* a phone: each answer a card, the answer itself on screen */
   table.answers thead { display: none; }
   table.answers, table.answers tbody, table.answers tr, table.answers td {
@@ -326,11 +333,19 @@ def _case_section(
                 f'<td data-label="params"><pre>{esc(params)}</pre></td></tr>'
             )
     system_line = f'<p class="prompt"><b>system</b> {esc(system)}</p>' if system else ""
+    expected = next((run.expected for run in runs if run.expected), None)
+    expected_line = (
+        f'<p class="prompt expected"><b>expected</b> {esc(expected)}</p>'
+        if expected
+        else '<p class="prompt expected meta"><b>expected</b> not recorded (evidence '
+        "written before v3): the graders' reasons below say what was wanted</p>"
+    )
     flags = f'data-failed="{int(failed)}" data-flaky="{int(flaky)}" data-changed="{int(changed)}"'
     return (
         f'<section class="case" {flags}><h3><span class="name">{esc(case)}</span> '
         f'<small class="meta name">{esc(task_class)}</small></h3>{system_line}'
-        f'<p class="prompt"><b>prompt</b> {esc(prompt)}</p><div class="scroll"><table '
+        f'<p class="prompt"><b>prompt</b> {esc(prompt)}</p>{expected_line}'
+        '<div class="scroll"><table '
         'class="answers">'
         "<thead><tr><th>model</th><th>verdict</th><th>graders (what was expected)</th>"
         "<th>output</th><th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
@@ -338,13 +353,92 @@ def _case_section(
     )
 
 
+@dataclass(frozen=True)
+class TimelineNight:
+    """One night of a claim's cell, as the claim page draws it."""
+
+    night: Night
+    cell: CellRecord
+    evidence: bool
+    """The claim rests on this night's runs."""
+    drift: bool
+    """The canary saw the cell's model change this night."""
+
+    @property
+    def new_epoch(self) -> bool:
+        """An epoch began this night."""
+        epoch = self.cell.epoch
+        return epoch is not None and epoch.started_at == self.night.report.observed_at
+
+
+def claim_timeline(claim: ModelClaim, nights: Sequence[Night]) -> list[TimelineNight]:
+    """Every night (oldest first) that measured the claim's model on its task class."""
+    rests_on = {e["reportId"] for e in claim.evidence if e["kind"] == "eval"}
+    found = []
+    for night in nights:
+        for cell in night.report.cells:
+            if cell.subject_key == claim.subject_key and cell.task_class == claim.task_class:
+                drift = any(
+                    c.subject_key == claim.subject_key and c.status == "drift"
+                    for c in night.report.canary
+                )
+                found.append(TimelineNight(night, cell, night.report.report_id in rests_on, drift))
+    return found
+
+
+def _timeline_html(points: Sequence[TimelineNight]) -> str:
+    """The nights as a row of cards: a bar of the rate the gate judged, epoch starts marked."""
+    if not points:
+        return '<p class="meta">no night of this cell has evidence here</p>'
+    items = []
+    for point in points:
+        cell, epoch = point.cell, point.cell.epoch
+        rate = shown_rate(cell)
+        tonight = f"tonight {round(cell.pass_rate * cell.n)}/{cell.n}" if cell.n else "no result"
+        pooled = f" · epoch {to_fixed_2(rate)} n={epoch.n}" if epoch is not None else ""
+        mark = (
+            f'<div class="epoch-mark">epoch began: {esc(EPOCH_WORDS[epoch.reason])}</div>'
+            if point.new_epoch and epoch is not None
+            else ""
+        )
+        flags = [
+            *(['<span class="drift">DRIFT</span>'] if point.drift else []),
+            *(
+                [f'<span class="drift">ALARM ({esc(epoch.alarm)})</span>']
+                if epoch is not None and epoch.alarm
+                else []
+            ),
+            *(["rests on it"] if point.evidence else []),
+        ]
+        classes = " ".join(
+            name
+            for name, on in (
+                ("night", True),
+                ("new-epoch", point.new_epoch),
+                ("evidence", point.evidence),
+            )
+            if on
+        )
+        items.append(
+            f'<li class="{classes}">{mark}'
+            f'<a href="{esc(point.night.page)}">{esc(point.night.report.observed_at[:10])}</a>'
+            f'<div class="bar" title="{to_fixed_2(rate)}"><span style="width:{rate * 100:.0f}%">'
+            f"</span></div><div>{tonight}{pooled}</div>"
+            f'<div class="meta">{esc(str(cell.outcome))}'
+            + (f" · {' · '.join(flags)}" if flags else "")
+            + "</div></li>"
+        )
+    return f'<ol class="timeline" id="timeline">{"".join(items)}</ol>'
+
+
 def claim_page_html(
     claim: ModelClaim,
     nights: Mapping[str, Night],
     epoch_line: str | None,
     paged: frozenset[str] = frozenset(),
+    timeline: Sequence[TimelineNight] = (),
 ) -> str:
-    """One claim: what it says, its numbers, its epoch, the nights and cases behind it."""
+    """One claim: what it says, its numbers, its epoch, its timeline, the nights and cases."""
     interval = claim_interval(claim)
     numbers = (
         f"passRate {to_fixed_2(claim.metrics['passRate'])} over {claim.metrics['n']} cases, "
@@ -383,6 +477,8 @@ def claim_page_html(
         f"<p>{esc(claim.statement)}</p><p>{esc(numbers)}</p>"
         f'<p class="meta">{esc(claim.status)} · observed {esc(claim.observed_at)} · expires '
         f"{esc(claim.expires_at)}</p>{epoch}{supersedes}"
+        "<h2>Timeline: every night of this cell, epochs marked</h2>"
+        f"{_timeline_html(timeline)}"
         f'<h2>The nights it rests on</h2><ul id="evidence">{"".join(items)}</ul>'
     )
     return _page(f"kb claim {claim.id}", body)
@@ -457,5 +553,6 @@ def build_site(
     for claim in claims:
         if claim.id in paged:
             line = format_epoch(claim, epochs) if epochs is not None else None
-            write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged))
+            timeline = claim_timeline(claim, nights)
+            write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged, timeline))
     return written, warnings
