@@ -46,6 +46,8 @@ class BatchSeen:
     files: dict[str, bytes] = field(default_factory=dict)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     polls: dict[str, int] = field(default_factory=dict)
+    polled: threading.Event = field(default_factory=threading.Event)
+    """Set at the first poll of any batch."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def calls(self, method: str, path: str) -> int:
@@ -226,6 +228,7 @@ def fake_batch_server(seen: BatchSeen | None = None) -> Iterator[tuple[str, Batc
                 if found and found.group(1) in state.batches:
                     batch = state.batches[found.group(1)]
                     polls = state.polls[batch["id"]] = state.polls.get(batch["id"], 0) + 1
+                    state.polled.set()
                     if batch["status"] in ("validating", "in_progress"):
                         if polls >= state.polls_to_finish:
                             _finish(state, batch)

@@ -87,3 +87,15 @@ def test_the_tally_names_the_lowest_running_pass_rates() -> None:
     for label in "abcd":
         tally.add(RunResult(label=f"target:{label}", kind="target", model="m", status="ok"))
     assert tally.describe().endswith("lowest o·x 0.00 (1), m·x 0.50 (2)")
+
+
+def test_the_progress_line_shows_each_open_batch() -> None:
+    from kb.engine.batch import BatchState
+    from kb.engine.progress import RunTally
+
+    tally = RunTally({"target": 10})
+    state = BatchState("batch_1", "in_progress", 10, 3, 1, None, None, None)
+    tally.add_batch(state)
+    assert "batch batch_1 in_progress 4/10" in tally.describe()
+    tally.add_batch(BatchState("batch_1", "completed", 10, 9, 1, "file-2", None, None))
+    assert "batch" not in tally.describe()  # a finished batch leaves the line

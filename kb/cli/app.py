@@ -45,6 +45,7 @@ def install_signal_handlers() -> None:
 
 
 if TYPE_CHECKING:
+    from kb.engine.batch import BatchState
     from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import Engine, EngineConfig
     from kb.store.filestore import CommitResult, KnowledgeStore
@@ -268,10 +269,12 @@ def progress_bar(
     enabled: bool,
     planned: Mapping[RunKind, int] | None = None,
     grade: Callable[[RunResult], tuple[str, bool] | None] | None = None,
-) -> Iterator[Callable[[RunResult], None]]:
-    """A progress bar on stderr, only for a terminal; yields the per-run callback.
+) -> Iterator[Callable[[RunResult | BatchState], None]]:
+    """A progress bar on stderr, only for a terminal; yields the callback.
 
-    Beside the bar: the phase, done/planned per kind, errors and the spend so far.
+    It takes each settled run, and each poll of a batch (batch mode). Beside
+    the bar: the phase, done/planned per kind, errors, the spend so far, and
+    each open batch's status and counts.
     """
     if not enabled or total == 0 or not sys.stderr.isatty():
         yield lambda _result: None
@@ -279,6 +282,7 @@ def progress_bar(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kb.engine.progress import RunTally
+    from kb.engine.runs import RunResult
 
     tally = RunTally(planned or {"target": total}, grade=grade)
     from rich.console import Console
@@ -287,9 +291,13 @@ def progress_bar(
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(tally.describe(), total=total)
 
-        def advance(result: RunResult) -> None:
-            tally.add(result)
-            progress.update(task, advance=1, description=tally.describe())
+        def advance(result: RunResult | BatchState) -> None:
+            if isinstance(result, RunResult):
+                tally.add(result)
+                progress.update(task, advance=1, description=tally.describe())
+            else:  # a batch was polled: what it has done so far, no run settled yet
+                tally.add_batch(result)
+                progress.update(task, description=tally.describe())
 
         yield advance
 

@@ -41,7 +41,10 @@ if TYPE_CHECKING:
 
 
 def sweep_engine_config(
-    spec: SweepSpec, concurrency: int | None, max_retries: int | None = None
+    spec: SweepSpec,
+    concurrency: int | None,
+    max_retries: int | None = None,
+    batch: bool | None = None,
 ) -> EngineConfig:
     """A sweep spec's engine settings, with the command line's overrides."""
     from kb.engine.scheduler import EngineConfig
@@ -52,6 +55,9 @@ def sweep_engine_config(
         per_provider=spec.sweep.per_provider or level,
         timeout_s=spec.sweep.timeout_s,
         max_retries=max_retries if max_retries is not None else spec.sweep.max_retries,
+        batch=batch if batch is not None else spec.sweep.batch,
+        batch_poll_s=spec.sweep.batch_poll_s,
+        batch_poll_max_s=max(60.0, spec.sweep.batch_poll_s),
     )
 
 
@@ -124,6 +130,11 @@ exhausted; 130 interrupted (nothing committed).
     is_flag=True,
     help="Exit 1 (after committing) when the canary saw a model change.",
 )
+@click.option(
+    "--batch/--no-batch",
+    default=None,
+    help="Send OpenAI runs through its batch API at the batch price (default: [sweep] batch).",
+)
 @click.option("--strict", is_flag=True, hidden=True, help="Deprecated; does nothing.")
 @click.option(
     "--shard",
@@ -153,6 +164,7 @@ def sweep(
     resume: bool,
     new_epoch: bool,
     fail_on_drift: bool,
+    batch: bool | None,
     strict: bool,
     shard: str | None,
     attempts: int | None,
@@ -175,7 +187,8 @@ def sweep(
     spec = load_job_spec(spec_path, engine_flags)
     for warning in spec.warnings:
         click.echo(f"warning: {warning}", err=True)
-    engine = build_engine(app, sweep_engine_config(spec, engine_flags.concurrency), engine_flags)
+    config = sweep_engine_config(spec, engine_flags.concurrency, batch=batch)
+    engine = build_engine(app, config, engine_flags)
     stopped = None
     if resume:
         given = app.instant(observed_at, "--observed-at") if observed_at else None
@@ -202,6 +215,10 @@ def sweep(
         click.echo(plan_text(plan, list_runs=False), err=True)
     elif not quiet or dry_run:
         click.echo(plan_text(plan, list_runs=dry_run))
+    if config.batch and (not quiet or dry_run) and not as_json:
+        from kb.engine.batch import batch_line_text
+
+        click.echo(batch_line_text(plan.job.phase("targets").runs))
     plan.check_budget(allow_partial=allow_partial)
     if dry_run:
         return
@@ -216,7 +233,7 @@ def sweep(
     with progress_bar(
         plan.job.size, enabled=not quiet, planned=planned, grade=running_grade(plan)
     ) as advance:
-        engine.on_settled = advance
+        engine.on_settled = engine.on_batch = advance
         done = execute_sweep(
             plan,
             app.store,

@@ -288,6 +288,112 @@ class LiteLLMAdapter:
         except Exception:  # noqa: BLE001 - litellm raises many types for unknown models
             return None
 
+    # -- batches (kb.engine.batch decides what goes in one and reads what comes back) --
+
+    def _batch_kwargs(self, spec: ModelSpec, request: ProviderRequest) -> dict[str, Any]:
+        """Where the batch calls go, each on a connection closed after its reply.
+
+        litellm builds a new OpenAI client for each files/batches call and never
+        closes it, so a kept-alive connection would stay open until the client is
+        collected; a batch is polled a few times a minute at most, so kb asks
+        for ``Connection: close`` instead and leaves nothing open.
+        """
+        kwargs: dict[str, Any] = {"custom_llm_provider": spec.provider}
+        where = request.call_params.get("api_base") or request.call_params.get("base_url")
+        if where:
+            kwargs["api_base"] = where
+        api_key = _api_key(spec)
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        kwargs["extra_headers"] = {"Connection": "close"}
+        return kwargs
+
+    async def _batch_call(self, spec: ModelSpec, what: str, call: Any) -> Any:
+        secrets = [_api_key(spec) or "", *secret_values(spec.params)]
+        try:
+            return await call
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - every provider failure is classified
+            failure = classify(error, secrets)
+            raise ProviderFailure(
+                f"{what}: {failure.message}", retryable=failure.retryable
+            ) from None
+
+    async def submit_batch(
+        self, spec: ModelSpec, request: ProviderRequest, data: bytes, name: str
+    ) -> str:
+        """Upload ``data`` (the batch's JSONL) and create the batch; its id."""
+        litellm = self._litellm
+        kwargs = self._batch_kwargs(spec, request)
+        uploaded = await self._batch_call(
+            spec,
+            "uploading the batch file",
+            litellm.acreate_file(file=(f"{name}.jsonl", data), purpose="batch", **kwargs),
+        )
+        created = await self._batch_call(
+            spec,
+            "creating the batch",
+            litellm.acreate_batch(
+                completion_window="24h",
+                endpoint="/v1/chat/completions",
+                input_file_id=uploaded.id,
+                metadata={"kb": name[:500]},
+                **kwargs,
+            ),
+        )
+        return str(created.id)
+
+    async def batch_status(self, spec: ModelSpec, request: ProviderRequest, batch_id: str) -> Any:
+        """The provider's batch object for ``batch_id``."""
+        return await self._batch_call(
+            spec,
+            f"polling batch {batch_id}",
+            self._litellm.aretrieve_batch(
+                batch_id=batch_id,
+                # litellm would otherwise price a finished batch in a background task that
+                # downloads its output again on a client nobody closes; kb prices each line
+                litellm_metadata={"batch_ignore_default_logging": True},
+                **self._batch_kwargs(spec, request),
+            ),
+        )
+
+    async def batch_file(self, spec: ModelSpec, request: ProviderRequest, file_id: str) -> bytes:
+        """The bytes of a batch's output or error file."""
+        found = await self._batch_call(
+            spec,
+            f"downloading batch file {file_id}",
+            self._litellm.afile_content(file_id=file_id, **self._batch_kwargs(spec, request)),
+        )
+        content = getattr(found, "content", found)
+        return content if isinstance(content, bytes) else str(content).encode("utf-8")
+
+    def batch_cost(
+        self, spec: ModelSpec, request: ProviderRequest, usage: Usage
+    ) -> tuple[float, PriceSource]:
+        """A batched run's cost: a declared price at the batch share, else litellm's batch rate."""
+        from kb.engine.batch import BATCH_PRICE_FACTOR
+
+        declared = declared_cost(spec, usage)
+        if declared is not None:
+            return declared * BATCH_PRICE_FACTOR, "declared"
+        from litellm.cost_calculator import batch_cost_calculator
+
+        try:
+            prompt, completion = batch_cost_calculator(
+                usage=self._litellm.Usage(
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    total_tokens=usage.prompt_tokens + usage.completion_tokens,
+                ),
+                model=request.model,
+            )
+        except Exception:  # noqa: BLE001 - litellm raises many types for unknown models
+            return 0.0, "unpriced"
+        if not (prompt or completion) and (usage.prompt_tokens or usage.completion_tokens):
+            return 0.0, "unpriced"  # litellm's table does not know the model
+        return float(prompt) + float(completion), "litellm"
+
     async def aclose(self) -> None:
         """Close litellm's cached async HTTP clients (inside the loop that made them)."""
         await self._litellm.close_litellm_async_clients()

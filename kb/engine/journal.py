@@ -7,6 +7,10 @@ price source, attempts, error and latency — flushed and fsynced, so a
 Ctrl-C, a crash or a failed CI job loses at most the runs still in flight.
 The first line names the report and its instant.
 
+A batch (:mod:`kb.engine.batch`) is journaled when it is created (its id
+and the key of its runs) and again if it ends without completing; a resume
+polls a journaled batch that has not ended instead of sending a second one.
+
 ``kb sweep --resume`` reads it back (:func:`read_journal`): a planned run
 whose label *and* request key match a journaled run that settled ``ok`` is
 served from the journal instead of the provider (and costs the envelope
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +48,8 @@ class JournalState:
     """Label → (request key, the run), for the runs that settled ``ok`` (the last one wins)."""
     lines: int
     """Runs journaled in all (ok or not)."""
+    batches: Mapping[str, str] = field(default_factory=dict)
+    """The batches created and not ended: the members' key → the batch id."""
 
     def reusable(self, label: str, key: str) -> RunResult | None:
         """The journaled ok run for ``label``, if it answered the same request."""
@@ -100,6 +106,14 @@ class RunJournal:
         self._handle.flush()
         os.fsync(self._handle.fileno())
 
+    def record_batch(self, members: str, batch_id: str) -> None:
+        """A batch was created for the runs ``members`` names (a resume polls it again)."""
+        self._write({"batch": batch_id, "members": members})
+
+    def record_batch_end(self, batch_id: str, status: str) -> None:
+        """The batch ended without completing: a resume never waits on it again."""
+        self._write({"batchEnded": batch_id, "status": status})
+
     def record(self, result: RunResult) -> None:
         """Append one settled run (a run served from the journal is not written again)."""
         if result.reused or result.request is None:
@@ -152,6 +166,7 @@ def read_journal(path: Path) -> JournalState | None:
     except (ValueError, KeyError, AttributeError) as exc:
         raise ConfigError(str(path), f"not a kb run journal: {exc}") from None
     settled: dict[str, tuple[str, RunResult]] = {}
+    batches: dict[str, str] = {}
     count = 0
     for number, line in enumerate(lines[1:], 2):
         try:
@@ -159,6 +174,13 @@ def read_journal(path: Path) -> JournalState | None:
             if isinstance(entry, dict) and "discard" in entry:
                 for label in entry["discard"]:
                     settled.pop(str(label), None)
+                continue
+            if isinstance(entry, dict) and "batch" in entry:
+                batches[str(entry["members"])] = str(entry["batch"])
+                continue
+            if isinstance(entry, dict) and "batchEnded" in entry:
+                ended = str(entry["batchEnded"])
+                batches = {k: v for k, v in batches.items() if v != ended}
                 continue
             result = _result(entry)
         except (ValueError, KeyError, TypeError) as exc:
@@ -170,7 +192,7 @@ def read_journal(path: Path) -> JournalState | None:
             settled[result.label] = (str(entry["key"]), result)
         else:
             settled.pop(result.label, None)
-    return JournalState(path, report_id, observed_at, spec, settled, count)
+    return JournalState(path, report_id, observed_at, spec, settled, count, batches)
 
 
 def _result(entry: Mapping[str, Any]) -> RunResult:

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kb.engine.runs import RunKind, RunResult
+
+if TYPE_CHECKING:
+    from kb.engine.batch import BatchState
 
 _PHASE_WORDS: dict[RunKind, str] = {"canary": "canary", "target": "targets", "judge": "judges"}
 
@@ -35,6 +39,16 @@ class RunTally:
     """(cell, passed) for a settled target run, when its deterministic graders can tell."""
     cells: dict[str, list[int]] = field(default_factory=dict)
     """Cell → [passed, graded] so far."""
+    batches: dict[str, str] = field(default_factory=dict)
+    """Batch id → what its last poll said (``in_progress 3/10``), while it is open."""
+
+    def add_batch(self, state: BatchState) -> None:
+        """Note one poll of a batch (a finished batch leaves the line)."""
+        if state.done:
+            self.batches.pop(state.batch_id, None)
+        else:
+            done = state.completed + state.failed
+            self.batches[state.batch_id] = f"{state.status} {done}/{state.total or '?'}"
 
     def add(self, result: RunResult) -> None:
         """Count one settled run."""
@@ -69,6 +83,7 @@ class RunTally:
         if self.unpriced:
             money += f" + {self.unpriced} unpriced"
         parts.append(money)
+        parts += [f"batch {bid} {said}" for bid, said in sorted(self.batches.items())]
         if self.cells:  # the lowest running pass rates: where a night is going wrong
             lowest = sorted(self.cells.items(), key=lambda item: (item[1][0] / item[1][1], item[0]))
             shown = [

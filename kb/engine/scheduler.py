@@ -34,6 +34,7 @@ from kb.errors import ConfigError, JobInterrupted, KbError
 
 if TYPE_CHECKING:
     from kb.engine.adapter import LiteLLMAdapter
+    from kb.engine.batch import BatchState
     from kb.engine.journal import JournalState, RunJournal
 
 
@@ -50,6 +51,11 @@ class EngineConfig:
     max_retries: int = 3
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
+    batch: bool = False
+    """Send the runs of providers with a batch API as batches (:mod:`kb.engine.batch`)."""
+    batch_poll_s: float = 2.0
+    """The first wait before polling a batch; it doubles up to ``batch_poll_max_s``."""
+    batch_poll_max_s: float = 60.0
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "per_provider"):
@@ -84,11 +90,14 @@ class Engine:
     """Where every settled run is written as it settles (``kb sweep --resume`` reads it)."""
     settled: JournalState | None = None
     """Runs an earlier, stopped invocation settled ok: served from here, never paid twice."""
+    on_batch: Callable[[BatchState], None] | None = None
+    """Called after each poll of a batch (progress); never changes a result."""
     _seen: dict[str, int] = field(default_factory=dict, init=False)
     _seq: int = field(default=0, init=False)
     _cancelled: bool = field(default=False, init=False)
     _adapter: LiteLLMAdapter | None = field(default=None, init=False)
     _envelope: SpendEnvelope | None = field(default=None, init=False)
+    _batched: dict[int, asyncio.Future[RunResult]] = field(default_factory=dict, init=False)
     interrupted_by: str | None = field(default=None, init=False)
     """The signal (``SIGINT``/``SIGTERM``) that stopped a phase, if one did."""
 
@@ -147,9 +156,15 @@ class Engine:
         limit = asyncio.Semaphore(self.config.concurrency)
         per_provider: dict[str, asyncio.Semaphore] = {}
         tasks: list[asyncio.Task[RunResult]] = []
-        watched = _stop_on_signals(lambda name: self._interrupt(name, tasks))
+        batches = self._batch_groups(runs, reused, reservations)
+        watched = _stop_on_signals(lambda name: self._interrupt(name, [*tasks, *batch_tasks]))
+        batch_tasks: list[asyncio.Task[None]] = []
         try:
             async with asyncio.TaskGroup() as group:
+                batch_tasks += [
+                    group.create_task(self._run_batch([runs[i] for i in members], futures))
+                    for members, futures in batches
+                ]
                 tasks += [
                     group.create_task(
                         self._settle(
@@ -175,6 +190,7 @@ class Engine:
             raise group_error.exceptions[0] from None
         finally:
             _unwatch(watched)
+            self._batched.clear()
             if self._adapter is not None:
                 await self._adapter.aclose()
                 self._adapter = None
@@ -182,7 +198,7 @@ class Engine:
             raise JobInterrupted(self.interrupted_by, self.spent_usd)
         return [task.result() for task in tasks]
 
-    def _interrupt(self, signal_name: str, tasks: Sequence[asyncio.Task[RunResult]]) -> None:
+    def _interrupt(self, signal_name: str, tasks: Sequence[asyncio.Task[Any]]) -> None:
         """A signal arrived: stop every run now (their reservations are released).
 
         Calls cut short inside litellm leave coroutines it created but never
@@ -238,7 +254,11 @@ class Engine:
             envelope.settle(reservation, 0)
             return _replace(base, status="cancelled")
         try:
-            result = await self._call(run, occurrence, limit, provider_limit)
+            waiting = self._batched.get(seq)
+            if waiting is not None:
+                result = await waiting
+            else:
+                result = await self._call(run, occurrence, limit, provider_limit)
         except asyncio.CancelledError:
             envelope.settle(reservation, 0)
             raise
@@ -351,6 +371,146 @@ class Engine:
                     ended_at=time.monotonic(),
                 )
             await asyncio.sleep(self._backoff(attempts, error.retry_after))
+
+    def _batch_groups(
+        self,
+        runs: Sequence[PlannedRun],
+        reused: Sequence[RunResult | None],
+        reservations: Sequence[Reservation | None],
+    ) -> list[tuple[list[int], list[asyncio.Future[RunResult]]]]:
+        """The runs to send as batches, grouped (indexes in plan order); futures set up.
+
+        Only runs that will really call a provider with a batch API: not served from
+        the journal, authorized by the envelope, not replayed from a cassette.
+        """
+        if not self.config.batch or self.replaying:
+            return []
+        from kb.engine.batch import batchable, group_key
+
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        for index, (run, earlier, reservation) in enumerate(
+            zip(runs, reused, reservations, strict=True)
+        ):
+            # canary probes stay live: the drift they look for decides the night's plan
+            if (
+                earlier is None
+                and reservation is not None
+                and run.kind != "canary"
+                and batchable(run.spec)
+            ):
+                groups.setdefault(group_key(run.spec, run.request), []).append(index)
+        loop = asyncio.get_running_loop()
+        first_seq = self._seq - len(runs)  # the phase's runs were numbered just before
+        found = []
+        for members in groups.values():
+            futures: list[asyncio.Future[RunResult]] = [loop.create_future() for _ in members]
+            for index, future in zip(members, futures, strict=True):
+                self._batched[first_seq + index] = future
+            found.append((members, futures))
+        return found
+
+    async def _run_batch(
+        self, runs: Sequence[PlannedRun], futures: Sequence[asyncio.Future[RunResult]]
+    ) -> None:
+        """Send ``runs`` as one batch, wait for it, and settle each run's future."""
+        from kb.engine.batch import (
+            BatchMembers,
+            input_file,
+            missing_reason,
+            poll_delays,
+            read_results,
+        )
+        from kb.errors import ProviderFailure
+
+        names = BatchMembers(tuple((run.label, run.request.key) for run in runs))
+        spec, request = runs[0].spec, runs[0].request
+        started = time.monotonic()
+
+        def settle_all(answer: Callable[[int, PlannedRun], RunResult]) -> None:
+            for index, (run, future) in enumerate(zip(runs, futures, strict=True)):
+                if not future.done():
+                    future.set_result(answer(index, run))
+
+        def failed(run: PlannedRun, message: str) -> RunResult:
+            return RunResult(
+                label=run.label,
+                kind=run.kind,
+                model=run.spec.key,
+                status="error",
+                request=run.request,
+                error=message,
+                attempts=1,
+                started_at=started,
+                ended_at=time.monotonic(),
+            )
+
+        adapter = self._live_adapter()
+        try:
+            batch_id = self.settled.batches.get(names.key) if self.settled else None
+            if batch_id is None:
+                batch_id = await adapter.submit_batch(
+                    spec, request, input_file(names, [r.request for r in runs]), names.key[:16]
+                )
+                if self.journal is not None:
+                    self.journal.record_batch(names.key, batch_id)
+            from kb.engine.batch import batch_state
+
+            delays = poll_delays(self.config.batch_poll_s, self.config.batch_poll_max_s)
+            while True:
+                state = batch_state(await adapter.batch_status(spec, request, batch_id))
+                if self.on_batch is not None:
+                    self.on_batch(state)
+                if state.done:
+                    break
+                if self._cancelled:  # kb stops waiting; the batch stays journaled for --resume
+                    settle_all(lambda _, run: replace(failed(run, "cancelled"), status="cancelled"))
+                    return
+                await asyncio.sleep(next(delays))
+            output = (
+                await adapter.batch_file(spec, request, state.output_file_id)
+                if state.output_file_id
+                else None
+            )
+            errors = (
+                await adapter.batch_file(spec, request, state.error_file_id)
+                if state.error_file_id
+                else None
+            )
+        except ProviderFailure as failure:
+            said = failure.message
+            settle_all(lambda _, run: failed(run, said))
+            return
+        except asyncio.CancelledError:
+            settle_all(lambda _, run: replace(failed(run, "cancelled"), status="cancelled"))
+            raise
+        if self.journal is not None and state.status != "completed":
+            self.journal.record_batch_end(batch_id, state.status)
+        answers = read_results(output, errors)
+        ended = time.monotonic()
+
+        def answered(index: int, run: PlannedRun) -> RunResult:
+            found = answers.get(names.custom_id(index))
+            if found is None:
+                return failed(run, missing_reason(state))
+            if found.text is None:
+                return failed(run, found.error or missing_reason(state))
+            cost, source = adapter.batch_cost(run.spec, run.request, found.usage)
+            return RunResult(
+                label=run.label,
+                kind=run.kind,
+                model=run.spec.key,
+                status="ok",
+                request=run.request,
+                output=found.text,
+                usage=found.usage,
+                cost_usd=cost,
+                price_source=source,
+                attempts=1,
+                started_at=started,
+                ended_at=ended,
+            )
+
+        settle_all(answered)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Jittered exponential back-off; never shorter than the provider's ``retry-after``."""

@@ -110,6 +110,11 @@ class SweepSection(StrictModel):
     an epoch; the point gate has no epochs."""
     max_cases: int = Field(default=120, ge=1)
     """The most cases an epoch draws from a task class (the first in its rotation)."""
+    batch: bool = False
+    """Send target and judge runs of providers with a batch API (OpenAI) as batches, at
+    the batch price (:mod:`kb.engine.batch`); the others run live."""
+    batch_poll_s: float = Field(default=2.0, gt=0, le=600)
+    """Batch mode: the first wait before polling a batch; it doubles up to 60 s."""
     include: list[str] = Field(default_factory=list)
 
     @field_validator("tolerance")

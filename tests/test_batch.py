@@ -1,0 +1,303 @@
+"""Batch mode (SPEC 12.5) through real litellm against a loopback files + batches server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kb.cli import cli
+from kb.engine.budget import SpendEnvelope
+from kb.engine.journal import RunJournal, read_journal
+from kb.engine.requests import ModelSpec
+from kb.engine.scheduler import Engine, EngineConfig
+from tests.cli_helpers import unwrapped
+from tests.engine_helpers import plan, scripted
+from tests.fake_batches import BatchSeen, fake_batch_server
+from tests.sweep_helpers import responses, scripted_model, write_spec
+
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
+BATCH = EngineConfig(batch=True, batch_poll_s=0.01, batch_poll_max_s=0.02, timeout_s=10.0)
+PROMPTS = ["one", "two", "three", "four"]
+NIGHT = "2026-11-28T02:00:00Z"
+REPORT = "kb-sweep-2026-11-28T02:00:00.000Z"
+# gpt-4o-mini in litellm's table: $0.15/$0.60 per Mtok live, $0.075/$0.30 batched;
+# the fake counts 5 prompt and 2 completion tokens per answer
+LIVE_COST = 5 * 0.15e-6 + 2 * 0.60e-6
+BATCH_COST = 5 * 0.075e-6 + 2 * 0.30e-6
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_TEST_KEY", "sk-test-batch")
+
+
+def openai(base: str, name: str = "gpt-4o-mini") -> ModelSpec:
+    return ModelSpec(f"openai:{name}", params={"api_base": base, "api_key_env": "KB_TEST_KEY"})
+
+
+def test_a_batch_answers_every_run_at_the_batch_price_and_nothing_goes_live() -> None:
+    with fake_batch_server() as (base, seen):
+        results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+        live = Engine(EngineConfig()).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+    assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS]  # in plan order
+    assert [r.output for r in results] == [r.output for r in live]
+    assert all(r.status == "ok" and r.price_source == "litellm" for r in results)
+    assert [r.cost_usd for r in results] == pytest.approx([BATCH_COST] * 4)
+    assert [r.cost_usd for r in live] == pytest.approx([LIVE_COST] * 4)
+    assert seen.calls("POST", "/v1/batches") == 1 and seen.calls("POST", "/v1/files") == 1
+    assert seen.calls("POST", "/v1/chat/completions") == 4  # the live engine's, none batched
+    (batch,) = seen.batches.values()
+    assert batch["status"] == "completed" and batch["request_counts"]["total"] == 4
+
+
+def test_one_batch_per_model_and_other_providers_run_live() -> None:
+    with fake_batch_server() as (base, seen):
+        runs = [
+            *plan(openai(base, "gpt-4o-mini"), PROMPTS[:2]),
+            *plan(scripted("here", responses={"x": "y"}), ["x"]),
+            *plan(openai(base, "gpt-4.1-mini"), PROMPTS[2:]),
+        ]
+        results = Engine(BATCH).run(runs, SpendEnvelope(cap=None))
+    assert [r.output for r in results] == [
+        "echo: one",
+        "echo: two",
+        "y",
+        "echo: three",
+        "echo: four",
+    ]
+    assert seen.calls("POST", "/v1/batches") == 2
+    models = sorted(
+        {line["body"]["model"] for f in seen.files.values() for line in _lines(f) if "body" in line}
+    )
+    assert models == ["gpt-4.1-mini", "gpt-4o-mini"]
+
+
+def test_a_failed_batch_settles_each_run_as_an_error_with_its_reason() -> None:
+    with fake_batch_server(BatchSeen(scenario="fail")) as (base, _):
+        results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+    assert {r.status for r in results} == {"error"}
+    assert all("the batch batch_1 failed: model not batchable" in (r.error or "") for r in results)
+    assert all(r.cost_usd == 0 for r in results)
+
+
+def test_an_expired_batch_keeps_what_it_answered() -> None:
+    with fake_batch_server(BatchSeen(scenario="expire", answered=2)) as (base, _):
+        results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+    assert [r.status for r in results] == ["ok", "ok", "error", "error"]
+    assert results[0].output == "echo: one"
+    assert "batch_expired" in (results[2].error or "")
+
+
+def test_partial_results_fail_only_the_rejected_requests() -> None:
+    prompts = ["fine", "reject this", "also fine"]
+    with fake_batch_server(BatchSeen(scenario="partial")) as (base, _):
+        results = Engine(BATCH).run(plan(openai(base), prompts), SpendEnvelope(cap=None))
+    assert [r.status for r in results] == ["ok", "error", "ok"]
+    assert "HTTP 400: this prompt was rejected" in (results[1].error or "")
+
+
+def test_an_unreachable_batch_endpoint_is_an_error_not_a_crash() -> None:
+    with fake_batch_server() as (base, _):
+        pass  # the server is gone: nothing listens on its port any more
+    results = Engine(BATCH).run(plan(openai(base), PROMPTS[:1]), SpendEnvelope(cap=None))
+    assert results[0].status == "error" and "uploading the batch file" in (results[0].error or "")
+
+
+def test_a_journaled_batch_is_polled_again_not_sent_again(tmp_path: Path) -> None:
+    path = tmp_path / "night.journal.jsonl"
+    seen = BatchSeen(polls_to_finish=10**9)  # never finishes while the first engine waits
+    with fake_batch_server(seen) as (base, _):
+        journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
+        stopper = Engine(BATCH, journal=journal)
+        stopper.on_batch = lambda state: stopper.cancel() if state.status == "in_progress" else None
+        first = stopper.run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+        journal.close()
+        assert {r.status for r in first} == {"cancelled"}
+        state = read_journal(path)
+        assert state is not None and list(state.batches.values()) == ["batch_1"]
+        seen.polls_to_finish = 0  # the provider finishes the batch while kb was stopped
+        results = Engine(BATCH, settled=state).run(
+            plan(openai(base), PROMPTS), SpendEnvelope(cap=None)
+        )
+    assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS]
+    assert seen.calls("POST", "/v1/batches") == 1  # the same batch, paid once
+
+
+def test_a_batch_that_ended_is_never_waited_on_again(tmp_path: Path) -> None:
+    path = tmp_path / "night.journal.jsonl"
+    with fake_batch_server(BatchSeen(scenario="fail")) as (base, seen):
+        journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
+        Engine(BATCH, journal=journal).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+        journal.close()
+        state = read_journal(path)
+        assert state is not None and state.batches == {}
+        seen.scenario = "complete"
+        again = Engine(BATCH, settled=state).run(
+            plan(openai(base), PROMPTS), SpendEnvelope(cap=None)
+        )
+    assert {r.status for r in again} == {"ok"}
+    assert seen.calls("POST", "/v1/batches") == 2  # a new batch for what the failed one lost
+
+
+def _lines(blob: bytes) -> list[dict[str, object]]:
+    import json
+
+    return [json.loads(line) for line in blob.splitlines() if line.strip()]
+
+
+# -- a sweep in batch mode, through the CLI ---------------------------------------------------
+
+
+def answers(model: str, prompt: str) -> str:
+    """9 of the 10 cases right (a strength), the same live and batched."""
+    return responses(9).get(prompt, "a steady answer")
+
+
+def batch_spec(path: Path, base: str, batch: bool) -> Path:
+    openai_model = {
+        "model": "openai:gpt-4o-mini",
+        "params": {
+            "api_base": base,
+            "api_key_env": "KB_TEST_KEY",
+            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+        },
+    }
+    return write_spec(
+        path,
+        [openai_model, scripted_model("here", 9)],
+        extra_sweep=f"batch = {'true' if batch else 'false'}\nbatch_poll_s = 0.01",
+    )
+
+
+def costless(value: Any) -> Any:
+    """A report or claim without what batching changes on purpose: costs and timings."""
+    if isinstance(value, dict):
+        return {
+            k: costless(v)
+            for k, v in value.items()
+            if "cost" not in k.lower()
+            and "spent" not in k.lower()
+            and k not in ("latencyMs", "priceSource")
+        }
+    if isinstance(value, list):
+        return [costless(v) for v in value]
+    if isinstance(value, str):
+        return re.sub(r"cost \$[0-9.]+", "cost $…", value)
+    return value
+
+
+def test_a_batched_sweep_claims_and_reports_what_a_live_sweep_does(
+    runner: CliRunner, isolated: Path
+) -> None:
+    with fake_batch_server(BatchSeen(answer=answers)) as (base, seen):
+        found = {}
+        for batch in (False, True):
+            spec = batch_spec(isolated / f"s-{batch}.toml", base, batch)
+            result = runner.invoke(
+                cli,
+                ["sweep", str(spec), "--json", "--quiet", "--no-commit", "--observed-at", NIGHT],
+            )
+            assert result.exit_code == 0, result.stderr
+            found[batch] = json.loads(result.stdout)
+    live, batched = found[False], found[True]
+    assert seen.calls("POST", "/v1/batches") == 1  # the batched night's 10 target runs
+    assert seen.calls("POST", "/v1/chat/completions") == 10  # the live night's, no more
+    assert len(live["claims"]) == 2  # a strength of each model
+    assert [c["statement"] for c in batched["claims"]] == [c["statement"] for c in live["claims"]]
+    assert costless(batched) == costless(live)
+    cost = {
+        b: next(c for c in r["cells"] if c["model"] == "openai:gpt-4o-mini")
+        for b, r in found.items()
+    }
+    assert cost[True]["totalCostUsd"] == pytest.approx(cost[False]["totalCostUsd"] / 2)
+    scripted_cells = [c for c in batched["cells"] if c["model"] == "scripted:here"]
+    assert scripted_cells[0]["passRate"] == 0.9  # the provider with no batch API ran live
+
+
+def test_a_failed_batch_leaves_its_cell_incomplete_and_the_store_as_it_was(
+    runner: CliRunner, isolated: Path
+) -> None:
+    store = isolated / "rulvar.models.json"
+    before = store.read_bytes()
+    with fake_batch_server(BatchSeen(scenario="fail", answer=answers)) as (base, _):
+        spec = batch_spec(isolated / "s.toml", base, True)
+        result = runner.invoke(cli, ["sweep", str(spec), "--quiet", "--observed-at", NIGHT])
+    assert result.exit_code == 1
+    assert "openai:gpt-4o-mini extraction" in result.stderr
+    assert "the batch batch_1 failed: model not batchable" in result.stderr
+    report = json.loads(runner.invoke(cli, ["report", REPORT, "--json"]).stdout)
+    (cell,) = [c for c in report["cells"] if c["model"] == "openai:gpt-4o-mini"]
+    assert cell["outcome"] == "incomplete"
+    committed = json.loads(store.read_text())
+    assert [c["subject"]["model"] for c in committed["claims"]] == ["scripted:here"]  # not openai
+    assert before != store.read_bytes()  # the complete cell was committed, the batch's was not
+
+
+def test_an_interrupted_batched_sweep_resumes_the_same_batch(repo: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    seen = BatchSeen(answer=answers, polls_to_finish=10**9)
+    with fake_batch_server(seen) as (base, _):
+        spec = batch_spec(repo / "s.toml", base, True)
+        night = [sys.executable, "-m", "kb", "sweep", str(spec), "--quiet", "--observed-at", NIGHT]
+        env = {**os.environ, "KB_TEST_KEY": "sk-test-batch"}
+        proc = subprocess.Popen(night, cwd=repo, env=env, stderr=subprocess.PIPE, text=True)
+        assert seen.polled.wait(120), "the sweep never polled its batch"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        journal = read_journal(repo / "kb-evidence" / f"{REPORT}.journal.jsonl")
+        assert journal is not None and list(journal.batches.values()) == ["batch_1"]
+        seen.polls_to_finish = 0  # the provider finished it while kb was stopped
+        resumed = subprocess.run(
+            [*night, "--resume"], cwd=repo, env=env, capture_output=True, text=True
+        )
+    assert resumed.returncode == 0, resumed.stderr
+    assert seen.calls("POST", "/v1/batches") == 1 and seen.calls("POST", "/v1/files") == 1
+    store = json.loads((repo / "rulvar.models.json").read_text())
+    assert {c["subject"]["model"] for c in store["claims"]} == {
+        "openai:gpt-4o-mini",
+        "scripted:here",
+    }
+
+
+def test_the_dry_run_says_which_runs_go_as_batches(runner: CliRunner, isolated: Path) -> None:
+    spec = batch_spec(isolated / "s.toml", "http://127.0.0.1:9/v1", True)
+    result = runner.invoke(cli, ["sweep", str(spec), "--dry-run", "--observed-at", NIGHT])
+    assert result.exit_code == 0, result.stderr
+    assert "batch mode: 10 of 20 target runs go through the provider's batch API" in unwrapped(
+        result.stdout
+    )
+    live = runner.invoke(
+        cli, ["sweep", str(spec), "--dry-run", "--no-batch", "--observed-at", NIGHT]
+    )
+    assert "batch mode" not in live.stdout
+
+
+def test_batch_settings_in_the_spec_are_checked(runner: CliRunner, isolated: Path) -> None:
+    spec = batch_spec(isolated / "s.toml", "http://127.0.0.1:9/v1", True)
+    spec.write_text(spec.read_text().replace("batch = true", 'batch = "yes"'))
+    result = runner.invoke(cli, ["sweep", str(spec), "--dry-run"])
+    assert result.exit_code == 2 and "sweep.batch" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_canary_probes_stay_live_in_batch_mode() -> None:
+    from kb.engine.requests import build_request
+    from kb.engine.scheduler import PlannedRun
+
+    with fake_batch_server() as (base, seen):
+        spec = openai(base)
+        probe = PlannedRun("canary:p", "canary", spec, build_request(spec, "Ping?"))
+        (result,) = Engine(BATCH).run([probe], SpendEnvelope(cap=None))
+    assert result.output == "echo: Ping?"
+    assert seen.calls("POST", "/v1/chat/completions") == 1 and seen.batches == {}
