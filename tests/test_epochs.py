@@ -577,3 +577,15 @@ def test_a_diff_over_several_nights_tells_each_claims_fate(runner: CliRunner, re
     assert [(c["id"][9:19], c["reason"]) for c in found["archived"]] == [
         ("2026-11-02", "falsified")
     ]
+
+
+def test_a_detector_alarm_is_told_on_stderr_as_a_drift_is(
+    runner: CliRunner, isolated: Path
+) -> None:
+    night(runner, spec(isolated / "a.toml", model()), 1)
+    night(runner, spec(isolated / "b.toml", model()), 2)
+    dropped = spec(isolated / "c.toml", model(set(range(0, 60, 2))))
+    result = kb(runner, "sweep", str(dropped), "--quiet", "--observed-at", "2026-11-03T02:00:00Z")
+    assert result.exit_code == 0, result.stderr
+    assert "alarm: the change detector saw a drop in scripted:m · extraction" in result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith("alarm:")]) == 1

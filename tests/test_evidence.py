@@ -65,8 +65,9 @@ def test_the_evidence_file_holds_every_run(runner: CliRunner, repo: Path) -> Non
     assert list(first) == [
         "format", "kind", "label", "model", "case", "taskClass", "repeat", "status", "output",
         "verdicts", "costUsd", "latencyMs", "attempts", "request", "params", "usage",
-        "priceSource", "caseFingerprint",
+        "priceSource", "caseFingerprint", "expected",
     ]  # fmt: skip
+    assert first["expected"] == "contains 'answer' · judge scripted:judge: Is it right?"
     # Format 2 records what was asked: the request text, params, tokens, price source.
     assert first["format"] == 2
     assert first["request"] == {"user": "Question 0?"}

@@ -303,3 +303,13 @@ def test_a_typo_in_an_unread_fields_prompt_is_still_caught(isolated: Path) -> No
     with pytest.raises(ConfigError) as raised:
         load_spec(spec)
     assert "no field 'questoin' (the record has: id, question, answer)" in str(raised.value)
+
+
+def test_a_regex_is_shown_as_written_not_with_doubled_backslashes() -> None:
+    from kb.evals.cases import GoldenGrader, expected_text
+
+    grader = GoldenGrader.model_validate(
+        {"kind": "golden", "expected": r"^\s*APPLE\s*$", "match": "regex"}
+    )
+    assert expected_text([grader]) == r"regex '^\s*APPLE\s*$'"
+    assert grade_golden(grader, "pear").detail == r"does not match regex '^\s*APPLE\s*$'"

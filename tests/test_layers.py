@@ -21,7 +21,16 @@ KB = Path(__file__).resolve().parent.parent / "kb"
 #: Lowest first. A module may import its own layer and any layer below it; each package
 #: is one layer (its modules may import each other, never in a circle).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("kb", "kb.errors", "kb.schema", "kb.atomicfile", "kb.stats", "kb.tomlfile", "kb.__main__"),
+    (
+        "kb",
+        "kb.errors",
+        "kb.schema",
+        "kb.atomicfile",
+        "kb.stats",
+        "kb.textwidth",
+        "kb.tomlfile",
+        "kb.__main__",
+    ),
     ("kb.store",),
     ("kb.engine",),
     ("kb.evals",),

@@ -95,6 +95,7 @@ def test_the_site_from_file_at_desktop_and_phone_width(runner: CliRunner, isolat
             first = sections.first
             assert "Question 0?" in first.locator(".prompt").first.inner_text()
             assert first.locator(".expected").inner_text() == "expected exact 'answer-0'"
+            assert "tonight 10/10" in page.locator("#rates").inner_text()  # and the epoch's
             assert first.locator("tbody tr").count() == 3  # every model side by side
             page.check("#only-failed")
             # weak passes cases 0 and 1 only, shifty fails 8 and 9: eight cases hold a failure
@@ -116,7 +117,11 @@ def test_the_site_from_file_at_desktop_and_phone_width(runner: CliRunner, isolat
             page.wait_for_selector("#diff tbody tr")
             compared = page.locator("#diff tbody").inner_text()
             assert "scripted:shifty · extraction" in compared and "-0.20" in compared
+            assert "DRIFT in B" in compared  # the swap is told where the drop is seen
             assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+            page.goto((site / "compare.html").as_uri() + "?a=nope&b=nope")
+            assert "no such night here" in page.locator("#which").inner_text()
 
             page.goto((site / "index.html").as_uri())
             page.locator("#claims a").first.click()
@@ -150,6 +155,11 @@ def test_a_claim_page_draws_every_night_of_its_cell(runner: CliRunner, isolated:
         page.screenshot(path=str(isolated / "claim-weak-390.png"), full_page=True)
         nights.nth(1).locator("a").click()
         assert page.locator("section.case").count() == 10
+        # weak held its weakness and ran 5 of its 10 cases: the other 5 say so
+        resting = page.locator("p.meta", has_text="not sampled tonight").filter(
+            has_text="scripted:weak"
+        )
+        assert resting.count() == 5
 
 
 def test_the_timeline_marks_the_night_a_drift_began_an_epoch(
@@ -176,3 +186,27 @@ def test_a_directory_of_other_files_is_refused(runner: CliRunner, isolated: Path
     result = runner.invoke(cli, ["site", "notes"])
     assert result.exit_code == 2 and "holds other files" in result.stderr
     assert (isolated / "notes" / "mine.txt").read_text() == "keep me"
+
+
+def test_a_page_kb_did_not_write_is_never_overwritten(runner: CliRunner, isolated: Path) -> None:
+    (isolated / "www").mkdir()
+    (isolated / "www" / "index.html").write_text("<html>my page</html>")
+    result = runner.invoke(cli, ["site", "www"])
+    assert result.exit_code == 2
+    assert "www/index.html was not written by kb site" in result.stderr
+    assert (isolated / "www" / "index.html").read_text() == "<html>my page</html>"
+    # a site kb built is rebuilt in place
+    assert runner.invoke(cli, ["site", "public"]).exit_code == 0
+    again = runner.invoke(cli, ["site", "public"])
+    assert again.exit_code == 0, again.stderr
+
+
+def test_a_site_where_nothing_can_be_written_is_a_clear_error(
+    runner: CliRunner, isolated: Path
+) -> None:
+    (isolated / "afile").write_text("x")
+    result = runner.invoke(cli, ["site", "afile/sub"])
+    assert result.exit_code == 2 and result.stderr.startswith(
+        "Error: site: cannot create afile/sub: Not a directory"
+    )
+    assert len(result.stderr.splitlines()) == 1

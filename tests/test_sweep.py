@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from kb.cli import cli
 from kb.store.filestore import CommitContext, KnowledgeStore
 from kb.store.ttl import parse_instant
+from tests.cli_helpers import unwrapped
 from tests.conftest import git
 from tests.factories import add, eval_claim
 from tests.sweep_helpers import scripted_model, write_spec
@@ -241,9 +242,10 @@ def test_the_pool_is_configured_plus_weaknesses_plus_the_queue(
     assert "  scripted:old@low  (active weakness claim weak)\n" in result.stdout
     # No entry gives scripted:due its params: listed, not measured.
     assert (
-        "  scripted:due  (remeasurement queue due)  SKIPPED: no [[models]] entry for "
+        "scripted:due (remeasurement queue due) SKIPPED: no [[models]] entry for "
         "scripted:due gives the params it was measured with"
-    ) in result.stdout
+    ) in unwrapped(result.stdout)
+    assert all(len(line) <= 80 for line in result.stdout.splitlines())
     assert "scripted:fresh" not in result.stdout
     assert "planned: 30 target runs" in result.stdout
     assert "worst-case authorized spend: $0.3000 (cap $5.0000)" in result.stdout
@@ -504,7 +506,7 @@ def test_the_dry_run_lists_exactly_the_runs_the_sweep_makes(
     listed = [line.split()[0] for line in dry.stdout.splitlines() if line.startswith("  canary:")]
     listed += [line.split()[0] for line in dry.stdout.splitlines() if line.startswith("  target:")]
     assert "(+ up to 20 judge runs, one per judge grader of each target run that settles ok" in (
-        dry.stdout
+        unwrapped(dry.stdout)
     )
     done = kb(runner, "sweep", str(spec), "--json", "--quiet", "--observed-at", NIGHT)
     runs = json.loads(done.stdout)["runs"]

@@ -178,7 +178,12 @@ def sweep(
     from kb.sweep.report import plan_json, plan_text
     from kb.sweep.run import execute_sweep, restart_warning, resume_night
     from kb.views.html import cell_history, report_html
-    from kb.views.report_text import incomplete_summary, summary_text, sweep_markdown
+    from kb.views.report_text import (
+        alarm_lines,
+        incomplete_summary,
+        summary_text,
+        sweep_markdown,
+    )
 
     tries = resolve_attempts(attempts, push)
     _output_dir_exists(html_path, "--html")
@@ -270,6 +275,8 @@ def sweep(
         )
         if fail_on_drift:
             failures.append(f"drift in {len(drifted)} model{'s' if len(drifted) != 1 else ''}")
+    for line in alarm_lines(report):  # no canary needed: as loud as a drift
+        click.echo(f"alarm: {line}", err=True)
     incomplete = incomplete_summary(report)
     if incomplete and not allow_incomplete:
         failures.append(incomplete)
@@ -400,10 +407,6 @@ def site(app: App, directory: Path) -> None:
     from kb.store.epochs import read_epochs
     from kb.views.site import build_site
 
-    if directory.exists() and any(directory.iterdir()) and not (directory / "index.html").exists():
-        raise ConfigError(
-            "site", f"{directory} holds other files: give an empty directory or a kb site"
-        )
     epochs = read_epochs(app.store.home.epochs_file)
     written, warnings = build_site(app.store, directory, app.as_of, epochs)
     for warning in warnings:

@@ -83,6 +83,8 @@ class GoldenGrader(StrictModel):
     def expects(self) -> str:
         """What a passing answer is, in words (the site's "expected" column)."""
         shown = self.expected if isinstance(self.expected, str) else _compact_json(self.expected)
+        if self.match == "regex":
+            return f"regex '{shown}'"  # as written: repr would double its backslashes
         return f"{self.match} {shown!r}" if self.match != "json" else f"json {shown}"
 
 
@@ -148,7 +150,7 @@ class Criterion(StrictModel):
         for name in _PREDICATES:
             value = getattr(self, name)
             if value is not None:
-                return f"{name} {value!r}"
+                return f"{name} '{value}'" if name == "regex" else f"{name} {value!r}"
         return "?"  # pragma: no cover - the validator demands one predicate
 
 

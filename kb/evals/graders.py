@@ -70,7 +70,10 @@ def grade_golden(grader: GoldenGrader, output: str) -> Grade:
     if len(shown) > 80:
         shown = shown[:77] + "..."
     verdict = "matches" if passed else "does not match"
-    return Grade(grader.grader_id, passed, f"{verdict} {grader.match} {shown!r}")
+    # a pattern as written (repr would double its backslashes); other text as Python
+    # quotes it, so a newline or a trailing space in the expected answer shows
+    quoted = f"'{shown}'" if grader.match == "regex" else repr(shown)
+    return Grade(grader.grader_id, passed, f"{verdict} {grader.match} {quoted}")
 
 
 def json_equal(left: Any, right: Any) -> bool:

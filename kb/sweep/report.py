@@ -33,6 +33,7 @@ from kb.sweep.gate import GatePolicy
 from kb.sweep.measure import Measurement
 from kb.sweep.plan import SweepPlan
 from kb.sweep.pool import PoolMember
+from kb.textwidth import fit
 
 
 def cell_record(
@@ -219,7 +220,7 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
         lines.append("runs:")
         for phase in job.phases:
             lines += _phase_lines(phase)
-    return "\n".join(lines)
+    return fit("\n".join(lines))
 
 
 def epochs_line(plan: SweepPlan) -> str:

@@ -22,9 +22,9 @@ from kb.store.models import ModelClaim
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import stored_instant
+from kb.textwidth import wrapped
 from kb.views.decision import metrics_interval
 from kb.views.report_text import EPOCH_WORDS
-from kb.views.width import wrapped
 
 _MAX_CASES_SHOWN = 5
 _MAX_NIGHTS_SHOWN = 8

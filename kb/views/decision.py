@@ -18,7 +18,7 @@ from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expired, format_instant, stored_instant
-from kb.views.width import WIDTH, fits, table_lines, wrapped_items
+from kb.textwidth import WIDTH, fits, table_lines, wrapped_items
 
 DAY_MS = 86_400_000
 

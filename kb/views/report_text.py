@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CellRecord, EpochRecord, ReportFile
-from kb.views.width import wrapped
+from kb.textwidth import fit, wrapped
 
 CANARY_WORDS = {
     "no-drift": "no drift",
@@ -122,7 +122,7 @@ def report_header(report: ReportFile) -> str:
         for member in report.pool
     ]
     lines.append(f"worst-case authorized spend: {_money(report.worst_case_usd)}")
-    return "\n".join(lines)
+    return fit("\n".join(lines))
 
 
 def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
@@ -191,7 +191,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         )
         + f"; worst case authorized {_money(report.worst_case_usd)}"
     )
-    return "\n".join(lines)
+    return fit("\n".join(lines))
 
 
 def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:

@@ -62,13 +62,15 @@ td.num { text-align: right; white-space: nowrap; }
 .meta { color: #57606a; }
 .pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
 .error { color: #9a6700; font-weight: 600; }
-.drift { color: #8a4500; font-weight: 600; white-space: nowrap; }
+.drift { color: #8a4500; font-weight: 600; }
 .banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
-pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; max-height: 14em;
+pre { white-space: pre-wrap; overflow-wrap: break-word; margin: 0; max-height: 14em;
   overflow-y: auto; font-size: 0.9em; }
+pre.params { overflow-wrap: normal; overflow-x: auto; }
 section.case { border-top: 1px solid #d0d7de; padding-top: 0.4em; }
 .filters label { margin-right: 1em; white-space: nowrap; }
-.prompt { background: #f6f8fa; padding: 0.4em; }
+.prompt { background: #f6f8fa; padding: 0.4em; white-space: pre-wrap; }
+.prose { overflow-wrap: break-word; }
 ol.timeline { display: flex; flex-wrap: wrap; gap: 6px; list-style: none; padding: 0; }
 ol.timeline li { width: 11em; border-left: 3px solid #d0d7de; padding: 2px 6px; }
 ol.timeline li.new-epoch { border-left-color: #0550ae; }
@@ -77,6 +79,8 @@ ol.timeline .bar { background: #eaeef2; height: 8px; margin: 3px 0; }
 ol.timeline .bar span { display: block; height: 100%; background: #2da44e; }
 ol.timeline .epoch-mark { color: #0550ae; font-size: 0.85em; }
 @media (max-width: 640px) {  /* a phone: each answer a card, the answer itself on screen */
+  .name { font-size: 0.85em; }
+  h1 { font-size: 1.1em; }
   table.answers thead { display: none; }
   table.answers, table.answers tbody, table.answers tr, table.answers td {
     display: block; width: 100%; }
@@ -137,11 +141,43 @@ def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
     return nights, warnings
 
 
+GENERATOR = "kb site"
+"""The ``<meta name="generator">`` of every page: what tells a kb site from other files."""
+
+
+def site_directory_issue(directory: Path) -> str | None:
+    """Why ``kb site`` must not write into ``directory`` (``None``: it may).
+
+    An absent or empty directory, or one whose ``index.html`` kb wrote, may be
+    (re)built; anything else — a user's own page called ``index.html`` too —
+    is refused, so a site never overwrites what kb did not write.
+    """
+    if not directory.exists():
+        return None
+    if not directory.is_dir():
+        return f"{directory} is a file, not a directory"
+    try:
+        if not any(directory.iterdir()):
+            return None
+        index = (directory / "index.html").read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return f"{directory} holds other files and no kb site: give an empty directory"
+    except OSError as exc:
+        return f"{directory} cannot be read: {exc.strerror or exc}"
+    if f'<meta name="generator" content="{GENERATOR}">' in index[:2000]:
+        return None
+    return (
+        f"{directory}/index.html was not written by kb site: give an empty directory "
+        "(kb never overwrites a page it did not write)"
+    )
+
+
 def _page(title: str, body: str, script: str = "") -> str:
     tail = f"<script>{script}</script>" if script else ""
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f'<meta name="generator" content="{GENERATOR}">\n'
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>\n"
         f"{body}\n{tail}</body></html>\n"
     )
@@ -235,9 +271,17 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
                 tds.append("<td>·</td>")
                 continue
             rate = shown_rate(cell)
+            tonight = (
+                f"tonight {round(cell.pass_rate * cell.n)}/{cell.n}" if cell.n else "no result"
+            )
+            pooled = (
+                f"epoch {to_fixed_2(rate)} n={cell.epoch.n}"
+                if cell.epoch is not None
+                else f"{to_fixed_2(rate)} n={cell.n}"
+            )
             tds.append(
-                f'<td class="num" style="background:{heat_colour(rate)}">{to_fixed_2(rate)} '
-                f"<small>{esc(str(cell.outcome))}</small></td>"
+                f'<td class="num" style="background:{heat_colour(rate)}">{pooled}<br>'
+                f"<small>{tonight} · {esc(str(cell.outcome))}</small></td>"
             )
         grid.append("<tr>" + "".join(tds) + "</tr>")
     by_case: dict[tuple[str, str], list[RunRecord]] = {}
@@ -245,8 +289,14 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
         if run.kind == "target":
             by_case.setdefault((run.task_class or "", run.case), []).append(run)
     sections = []
+    measured = {
+        task_class: [c.subject_key for c in r.cells if c.task_class == task_class]
+        for task_class in classes
+    }
     for (task_class, case), runs in sorted(by_case.items()):
-        sections.append(_case_section(task_class, case, runs, previous))
+        ran = {_run_key(run)[0] for run in runs}
+        resting = [m for m in measured.get(task_class, []) if m not in ran]
+        sections.append(_case_section(task_class, case, runs, previous, resting))
     drift = drift_line(r, esc)
     banner = f'<p class="banner"><strong>Drift:</strong> {drift}.</p>' if drift else ""
     banner += "".join(
@@ -258,7 +308,9 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
         f"{esc(r.report_id)}</span></h1>"
         f'<p class="meta">observed {esc(r.observed_at)} · spent ${r.spent_usd:.4f} · '
         f"{len(r.claims)} claims · {len(r.retired)} retired</p>{banner}"
-        '<h2>Pass rate by model and task class</h2><div class="scroll"><table id="rates">'
+        '<h2>Pass rate by model and task class</h2><p class="meta">What the gate judged: '
+        "the epoch's pooled rate over its n cases (several nights), then tonight's own count."
+        '</p><div class="scroll"><table id="rates">'
         f"<thead><tr><th>model</th>{head}</tr></thead><tbody>{''.join(grid)}</tbody></table>"
         "</div><h2>Cases</h2>"
         '<p class="filters"><label><input type="checkbox" id="only-failed"> failures only'
@@ -290,7 +342,13 @@ def _case_section(
     case: str,
     runs: Sequence[RunRecord],
     previous: Mapping[tuple[str, str], bool],
+    resting: Sequence[str] = (),
 ) -> str:
+    """One case: its prompt and expected answer, then each model's answer side by side.
+
+    ``resting``: models measured on this task class tonight that did not run this
+    case (an adaptive night runs a rotating part of the cases of a settled cell).
+    """
     first = runs[0]
     prompt = first.request.user if first.request is not None else ""
     system = first.request.system if first.request is not None else None
@@ -330,7 +388,7 @@ def _case_section(
                 f'<td data-label="output"><pre>{esc(run.output)}</pre></td>'
                 f'<td class="num" data-label="tokens">{tokens}</td>'
                 f'<td class="num" data-label="cost">${run.cost_usd:.4f}</td>'
-                f'<td data-label="params"><pre>{esc(params)}</pre></td></tr>'
+                f'<td data-label="params"><pre class="params">{esc(params)}</pre></td></tr>'
             )
     system_line = f'<p class="prompt"><b>system</b> {esc(system)}</p>' if system else ""
     expected = next((run.expected for run in runs if run.expected), None)
@@ -349,7 +407,17 @@ def _case_section(
         'class="answers">'
         "<thead><tr><th>model</th><th>verdict</th><th>graders (what was expected)</th>"
         "<th>output</th><th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></div></section>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>{_resting_line(resting)}</section>"
+    )
+
+
+def _resting_line(resting: Sequence[str]) -> str:
+    if not resting:
+        return ""
+    names = ", ".join(f'<span class="name">{esc(m)}</span>' for m in resting)
+    return (
+        f'<p class="meta">not sampled tonight: {names} (a settled cell runs a rotating '
+        "part of its cases each night)</p>"
     )
 
 
@@ -458,7 +526,7 @@ def claim_page_html(
             if night is not None
             else f'<span class="name">{esc(report_id)}</span> (no evidence here)'
         )
-        cases = ", ".join(esc(c) for c in entry["caseIds"])
+        cases = ", ".join(f'<span class="name">{esc(c)}</span>' for c in entry["caseIds"])
         items.append(f"<li>{label}: {len(entry['caseIds'])} cases — {cases}</li>")
     supersedes = ""
     if claim.supersedes:  # only live claims have pages: a retired one is named, not linked
@@ -468,7 +536,7 @@ def claim_page_html(
             else esc(claim.supersedes)
         )
         supersedes = f'<p class="id">supersedes {shown}</p>'
-    epoch = f'<p class="meta id">{esc(epoch_line)}</p>' if epoch_line else ""
+    epoch = f'<p class="meta prose">{esc(epoch_line)}</p>' if epoch_line else ""
     body = (
         '<p><a href="index.html">← the site</a></p>'
         f'<h1><span class="name">{esc(claim.subject_key)}</span> · {esc(claim.polarity)} · '
@@ -490,6 +558,7 @@ def compare_page(nights: Sequence[Night]) -> str:
         n.stem: {
             "id": n.report.report_id,
             "observedAt": n.report.observed_at,
+            "drift": _drifted(n.report),
             "cells": {
                 f"{c.subject_key} · {c.task_class}": {
                     "rate": shown_rate(c),
@@ -502,7 +571,7 @@ def compare_page(nights: Sequence[Night]) -> str:
     }
     body = (
         '<p><a href="index.html">← all nights</a></p><h1>Two nights compared</h1>'
-        '<p class="meta id" id="which"></p><div class="scroll"><table id="diff"><thead><tr>'
+        '<p class="banner" id="which"></p><div class="scroll"><table id="diff"><thead><tr>'
         "<th>cell</th><th>A</th><th>B</th><th>change</th></tr></thead><tbody></tbody></table>"
         "</div>"
     )
@@ -511,14 +580,17 @@ def compare_page(nights: Sequence[Night]) -> str:
         "var q=new URLSearchParams(location.search),a=D[q.get('a')],b=D[q.get('b')];"
         "var t=document.querySelector('#diff tbody');"
         "if(!a||!b){document.getElementById('which').textContent="
-        "'pick two nights on the index page';}else{"
+        "(q.get('a')||q.get('b')?'no such night here: ':'')+"
+        "'pick two nights on the index page (compare two nights)';}else{"
         "document.getElementById('which').textContent='A '+a.id+' · B '+b.id;"
         "var keys=Object.keys(Object.assign({},a.cells,b.cells)).sort();"
         "keys.forEach(function(k){var x=a.cells[k],y=b.cells[k],tr=document.createElement('tr');"
         "function cell(v){return v?v.rate.toFixed(2)+' '+v.outcome:'·';}"
         "var d=(x&&y)?(y.rate-x.rate):null;"
-        "[k,cell(x),cell(y),d===null?'':(d>0?'+':'')+d.toFixed(2)+"
-        "(x&&y&&x.outcome!==y.outcome?' ('+x.outcome+' → '+y.outcome+')':'')]"
+        "var m=k.split(' · ')[0],dr=b.drift.indexOf(m)>=0?' · DRIFT in B: the canary saw '"
+        "+'the model change':'';"
+        "[k,cell(x),cell(y),(d===null?'':(d>0?'+':'')+d.toFixed(2)+"
+        "(x&&y&&x.outcome!==y.outcome?' ('+x.outcome+' → '+y.outcome+')':''))+dr]"
         ".forEach(function(v,i){var td=document.createElement('td');td.textContent=v;"
         "if(i===0)td.className='name';tr.appendChild(td);});t.appendChild(tr);});}"
     )
@@ -534,14 +606,23 @@ def build_site(
     """Write the site into ``directory``; the files written and any warnings."""
     from kb.views.claims import format_epoch
 
+    issue = site_directory_issue(directory)
+    if issue is not None:
+        raise ConfigError("site", issue)
     nights, warnings = collect_nights(store)
     claims = list(store.read().claims)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("site", f"cannot create {directory}: {exc.strerror or exc}") from None
     written: list[Path] = []
 
     def write(name: str, text: str) -> None:
         path = directory / name
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("site", f"cannot write {path}: {exc.strerror or exc}") from None
         written.append(path)
 
     write("index.html", index_page(nights, claims, as_of))

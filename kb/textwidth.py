@@ -58,3 +58,13 @@ def wrapped_items(items: Sequence[str], sep: str = "; ", width: int = WIDTH) -> 
     """
     glued = sep.join(item.replace(" ", "\xa0") for item in items)
     return wrapped(glued, more="", width=width)
+
+
+def fit(text: str, width: int = WIDTH) -> str:
+    """Every line of ``text`` within ``width`` columns, wrapped under its own indent."""
+    lines = []
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        indent = line[: len(line) - len(body)]
+        lines += wrapped(body, indent, width=width) if len(line) > width else [line]
+    return "\n".join(lines)
