@@ -22,6 +22,7 @@ BENCHES = [
     ["sweep_bench.py"],
     ["dataset_bench.py"],
     ["truth_sim.py", "--seeds", "500", "--real-seeds", "10"],  # about 20 minutes
+    ["peers.py"],  # inspect_ai and promptfoo when installed (skipped with a line when not)
 ]
 
 

@@ -45,6 +45,10 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in ("KB_STORE", "KB_AS_OF", "KB_DEBUG", "KB_COMMITTER", "KB_NO_CACHE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # Calls in this process unless a test asks for worker processes (tests/test_workers.py
+    # runs sweeps through them): a worker pays litellm's import (~5 s of CPU) per sweep,
+    # which the thousands of sweeps here would pay again and again.
+    monkeypatch.setenv("KB_WORKERS", "0")
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

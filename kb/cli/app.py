@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from kb.engine.batch import BatchState
     from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import Engine, EngineConfig
+    from kb.engine.workers import WorkerPool
     from kb.store.filestore import CommitResult, KnowledgeStore
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -260,6 +261,28 @@ def build_engine(app: App, config: EngineConfig, flags: EngineFlags) -> Engine:
     )
     app.engine = Engine(config, cassette=cassette)
     return app.engine
+
+
+def start_workers(*, dry_run: bool, replay: Path | None) -> WorkerPool | None:
+    """Worker processes for a live job, started now so they import litellm while kb plans.
+
+    ``KB_WORKERS`` sets how many (``0``: every call in this process); the
+    default is :func:`kb.engine.workers.default_workers` (two where the machine
+    has cores). They are stopped when the command ends, however it ends.
+    """
+    from kb.engine.workers import WorkerPool, default_workers
+
+    if dry_run or replay is not None:
+        return None
+    raw = os.environ.get("KB_WORKERS", str(default_workers())).strip()
+    if not raw.isdigit() or int(raw) > 64:
+        raise ConfigError("KB_WORKERS", f"must be a whole number from 0 to 64, got {raw!r}")
+    if int(raw) == 0:
+        return None
+    pool = WorkerPool(int(raw))
+    pool.start()
+    click.get_current_context().call_on_close(pool.stop)
+    return pool
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from kb.cli.app import (
     global_options,
     pass_app,
     progress_bar,
+    start_workers,
 )
 from kb.cli.options import (
     allow_partial_option,
@@ -189,11 +190,14 @@ def sweep(
     _output_dir_exists(html_path, "--html")
     _output_dir_exists(summary_path, "--summary")
     _output_dir_exists(engine_flags.record, "--record")
+    # first: the workers import litellm while the spec, the store and git are read
+    workers = start_workers(dry_run=dry_run, replay=engine_flags.replay)
     spec = load_job_spec(spec_path, engine_flags)
     for warning in spec.warnings:
         click.echo(f"warning: {warning}", err=True)
     config = sweep_engine_config(spec, engine_flags.concurrency, batch=batch)
     engine = build_engine(app, config, engine_flags)
+    engine.workers = workers
     stopped = None
     if resume:
         given = app.instant(observed_at, "--observed-at") if observed_at else None

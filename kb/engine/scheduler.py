@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from kb.engine.adapter import LiteLLMAdapter
     from kb.engine.batch import BatchState
     from kb.engine.journal import JournalState, RunJournal
+    from kb.engine.workers import WorkerPool
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class Engine:
     """Runs an earlier, stopped invocation settled ok: served from here, never paid twice."""
     on_batch: Callable[[BatchState], None] | None = None
     """Called after each poll of a batch (progress); never changes a result."""
+    workers: WorkerPool | None = None
+    """Worker processes that make the calls (:mod:`kb.engine.workers`); ``None``: in-process."""
     _seen: dict[str, int] = field(default_factory=dict, init=False)
     _seq: int = field(default=0, init=False)
     _cancelled: bool = field(default=False, init=False)
@@ -321,7 +324,6 @@ class Engine:
                 started_at=now,
                 ended_at=now,
             )
-        adapter = self._live_adapter()
         from kb.errors import ProviderFailure
 
         started = None
@@ -341,13 +343,9 @@ class Engine:
             async with provider_limit, limit:
                 if started is None:
                     started = time.monotonic()
+                timeout_s = float(run.spec.params.get("timeout_s", self.config.timeout_s))
                 try:
-                    reply = await adapter.complete(
-                        run.spec,
-                        run.request,
-                        occurrence=occurrence,
-                        timeout_s=float(run.spec.params.get("timeout_s", self.config.timeout_s)),
-                    )
+                    reply = await self._attempt(run, occurrence, timeout_s)
                 except ProviderFailure as failure:
                     error = failure
                 else:
@@ -522,6 +520,24 @@ class Engine:
             # Honour the provider, up to a bound: a retry-after of hours is a refusal.
             delay = max(delay, min(retry_after, max(self.config.backoff_max_s * 4, 120.0)))
         return delay
+
+    async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Any:
+        """One attempt at the call: in a worker process when there is one, else here."""
+        from kb.errors import ProviderFailure
+
+        workers = self.workers
+        if workers is None or not workers.usable(run.spec):
+            return await self._live_adapter().complete(
+                run.spec, run.request, occurrence=occurrence, timeout_s=timeout_s
+            )
+        try:
+            # the worker times the call out itself; this bound only catches a stuck worker
+            async with asyncio.timeout(timeout_s + 30):
+                return await workers.complete(
+                    run.spec, run.request, occurrence=occurrence, timeout_s=timeout_s
+                )
+        except TimeoutError:
+            raise ProviderFailure("the worker process did not answer", retryable=True) from None
 
     def _live_adapter(self) -> LiteLLMAdapter:
         if self._adapter is None:

@@ -1,0 +1,331 @@
+"""Peers benchmark (not a test): the same sweep through kb, inspect_ai and promptfoo.
+
+The work (SPEC 12.5): 4 models × 120 cases = 480 calls against one loopback
+OpenAI-compatible server (its own process, 0.1 s latency per call), at
+concurrency 16, every answer graded by an exact match. Each tool runs it
+from a fresh process, in alternating rounds (kb, inspect_ai, promptfoo, kb,
+…), so a machine that gets busier mid-run slows all of them alike. Printed:
+each tool's median wall time and CPU (user + system of the whole process
+tree), the latency-bound ideal (ceil(480 / 16) × 0.1 s), and kb's ratios to
+each peer; then the fixed start-up of a 4-call sweep.
+
+The peers are optional: ``--inspect-python`` names a Python with inspect_ai
+installed (default: this one), ``--promptfoo`` a promptfoo executable
+(default: ``promptfoo`` on PATH, else ``node_modules/.bin/promptfoo``). A
+peer that is not there is skipped with a line saying how to install it.
+
+Usage: python bench/peers.py [--rounds 3] [--cases 120] [--models 4] [--latency-ms 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.fake_openai_main import server_process  # noqa: E402
+
+OFFLINE = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "PROMPTFOO_DISABLE_TELEMETRY": "1",
+    "PROMPTFOO_DISABLE_UPDATE": "1",
+    "PROMPTFOO_DISABLE_REMOTE_GENERATION": "1",
+    "INSPECT_DISABLE_TELEMETRY": "1",
+    "OPENAI_API_KEY": "sk-bench-not-a-key",
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall_s: float
+    cpu_s: float
+
+
+def timed(command: list[str], cwd: Path, env: dict[str, str]) -> Timing:
+    """One fresh process tree: its wall time and the CPU it and its children used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 1):  # kb exits 1 when a cell is incomplete; none should be
+        raise SystemExit(f"{command[:3]} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timing(wall, cpu)
+
+
+# -- kb ---------------------------------------------------------------------------------------
+
+
+def kb_setup(work: Path, base: str, models: int, cases: int, concurrency: int) -> list[str]:
+    work.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run([sys.executable, "-m", "kb", "init"], cwd=work, check=True, capture_output=True)
+    lines = [
+        "[sweep]",
+        'committer = "bench"',
+        "allow_unbounded = true",
+        'sampling = "full"',
+        f"concurrency = {concurrency}",
+        f"per_provider = {concurrency}",
+    ]
+    for m in range(models):
+        lines += [
+            "",
+            "[[models]]",
+            f'model = "openai:bench-{m}"',
+            f'params = {{ api_base = "{base}", api_key_env = "OPENAI_API_KEY", '
+            "price = { input_per_mtok = 0, output_per_mtok = 0 } }",
+        ]
+    for i in range(cases):
+        lines += [
+            "",
+            "[[cases]]",
+            f'name = "case-{i}"',
+            'task_class = "bench"',
+            f'prompt = "question {i}"',
+            f'graders = [{{ kind = "golden", expected = "echo: question {i}" }}]',
+        ]
+    (work / "spec.toml").write_text("\n".join(lines) + "\n")
+    return [
+        sys.executable,
+        "-m",
+        "kb",
+        "sweep",
+        "spec.toml",
+        "--no-commit",
+        "--quiet",
+        "--no-evidence",
+        "--observed-at",
+        "2026-11-29T02:00:00Z",
+    ]
+
+
+# -- inspect_ai -------------------------------------------------------------------------------
+
+INSPECT_TASK = """
+from inspect_ai import Task, task, eval
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import exact
+from inspect_ai.solver import generate
+
+CASES = {cases}
+
+@task
+def bench():
+    return Task(
+        dataset=[
+            Sample(input=f"question {{i}}", target=f"echo: question {{i}}") for i in range(CASES)
+        ],
+        solver=generate(),
+        scorer=exact(),
+    )
+
+if __name__ == "__main__":
+    logs = eval(
+        bench(),
+        model=[f"openai/bench-{{m}}" for m in range({models})],
+        model_args={{"responses_api": False}},  # the chat completions endpoint, as the others
+        max_connections={concurrency},
+        display="none",
+        log_level="error",
+        log_dir="logs",
+    )
+    assert all(log.status == "success" for log in logs), [log.status for log in logs]
+"""
+
+
+def inspect_setup(
+    work: Path, base: str, models: int, cases: int, concurrency: int, python: str
+) -> list[str] | None:
+    probe = subprocess.run([python, "-c", "import inspect_ai"], capture_output=True)
+    if probe.returncode != 0:
+        return None
+    work.mkdir(parents=True)
+    (work / "task.py").write_text(
+        INSPECT_TASK.format(cases=cases, models=models, concurrency=concurrency)
+    )
+    return [python, "task.py"]
+
+
+# -- promptfoo --------------------------------------------------------------------------------
+
+
+def promptfoo_setup(
+    work: Path, base: str, models: int, cases: int, concurrency: int, binary: str | None
+) -> list[str] | None:
+    if binary is None:
+        return None
+    work.mkdir(parents=True)
+    config = {
+        "prompts": ["question {{i}}"],
+        "providers": [
+            {"id": f"openai:chat:bench-{m}", "config": {"apiBaseUrl": base}} for m in range(models)
+        ],
+        "tests": [
+            {"vars": {"i": i}, "assert": [{"type": "equals", "value": f"echo: question {i}"}]}
+            for i in range(cases)
+        ],
+    }
+    (work / "promptfooconfig.json").write_text(json.dumps(config))
+    return [
+        binary,
+        "eval",
+        "-c",
+        "promptfooconfig.json",
+        "--max-concurrency",
+        str(concurrency),
+        "--no-cache",
+        "--no-write",
+        "--no-table",
+        "--no-progress-bar",
+    ]
+
+
+def find_promptfoo(given: str | None) -> str | None:
+    if given:
+        return given if Path(given).exists() or shutil.which(given) else None
+    local = ROOT / "node_modules" / ".bin" / "promptfoo"
+    return shutil.which("promptfoo") or (str(local) if local.exists() else None)
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def medians(found: list[Timing]) -> Timing:
+    return Timing(
+        statistics.median(t.wall_s for t in found), statistics.median(t.cpu_s for t in found)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cases", type=int, default=120)
+    parser.add_argument("--models", type=int, default=4)
+    parser.add_argument("--latency-ms", type=float, default=100.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--inspect-python", default=sys.executable)
+    parser.add_argument("--promptfoo", default=None)
+    parser.add_argument(
+        "--kb-workers",
+        type=lambda text: text.split(","),
+        default=["1", "0"],
+        help="KB_WORKERS values to run kb with (the first is the one the ratios use)",
+    )
+    args = parser.parse_args()
+    calls = args.models * args.cases
+    ideal = math.ceil(calls / args.concurrency) * args.latency_ms / 1000
+    env = {**os.environ, **OFFLINE, "PYTHONPATH": str(ROOT)}
+    promptfoo = find_promptfoo(args.promptfoo)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+    print(f"command: python bench/peers.py {' '.join(sys.argv[1:])}".rstrip())
+    with server_process(args.latency_ms / 1000) as base, tempfile.TemporaryDirectory() as tmp:
+        env["OPENAI_BASE_URL"] = base
+        tools: dict[str, list[str] | None] = {}
+        workdirs: dict[str, Path] = {}
+        setups: dict[str, Callable[[Path], list[str] | None]] = {
+            "kb": lambda w: kb_setup(w, base, args.models, args.cases, args.concurrency),
+            "inspect_ai": lambda w: inspect_setup(
+                w, base, args.models, args.cases, args.concurrency, args.inspect_python
+            ),
+            "promptfoo": lambda w: promptfoo_setup(
+                w, base, args.models, args.cases, args.concurrency, promptfoo
+            ),
+        }
+        for name, setup in setups.items():
+            workdirs[name] = Path(tmp) / name
+            tools[name] = setup(workdirs[name])
+        envs = {name: env for name in tools}
+        kb_command = tools.pop("kb")
+        kb_dir = workdirs.pop("kb")
+        envs.pop("kb")
+        variants = {}
+        for count in args.kb_workers:  # kb's variants first in each round
+            name = (
+                "kb (in-process)"
+                if count == "0"
+                else f"kb ({count} worker" + ("s)" if count != "1" else ")")
+            )
+            variants[name] = kb_command
+            workdirs[name] = kb_dir
+            envs[name] = {**env, "KB_WORKERS": count}
+        tools = {**variants, **tools}
+        first_variant = next(iter(variants))
+        missing = {
+            "inspect_ai": "pip install inspect_ai (or pass --inspect-python PYTHON)",
+            "promptfoo": "npm install promptfoo (or pass --promptfoo PATH)",
+        }
+        for name, command in tools.items():
+            if command is None:
+                print(f"skipped {name}: not installed here; {missing[name]}")
+        runnable = {n: c for n, c in tools.items() if c is not None}
+        found: dict[str, list[Timing]] = {name: [] for name in runnable}
+        for name, command in runnable.items():  # a warm-up round: caches, compiled bytecode
+            timed(command, workdirs[name], envs[name])
+        for _ in range(args.rounds):
+            for name, command in runnable.items():
+                found[name].append(timed(command, workdirs[name], envs[name]))
+        small = Path(tmp) / "kb-small"
+        small_command = kb_setup(small, base, 1, 4, args.concurrency)
+        small_runs: dict[str, list[Timing]] = {}
+        for count in args.kb_workers:
+            small_env = {**env, "KB_WORKERS": count}
+            timed(small_command, small, small_env)
+            small_runs[count] = [timed(small_command, small, small_env) for _ in range(args.rounds)]
+        bare = [
+            timed([sys.executable, "-c", "import litellm"], small, env) for _ in range(args.rounds)
+        ]
+    print()
+    print(
+        f"### {args.models} models × {args.cases} cases = {calls} calls, "
+        f"{args.latency_ms:g} ms latency, concurrency {args.concurrency} "
+        f"(median of {args.rounds} alternating rounds)"
+    )
+    print()
+    print("| tool | wall s | CPU s | wall / ideal | kb wall / tool wall | kb CPU / tool CPU |")
+    print("|---|---:|---:|---:|---:|---:|")
+    default = first_variant
+    kb = medians(found[default])
+    print(f"(ratios: {default} against each)")
+    print()
+    for name, timings in found.items():
+        m = medians(timings)
+        print(
+            f"| {name} | {m.wall_s:.2f} | {m.cpu_s:.2f} | {m.wall_s / ideal:.2f}x | "
+            f"{kb.wall_s / m.wall_s:.2f}x | {kb.cpu_s / m.cpu_s:.2f}x |"
+        )
+    print(f"| ideal (latency-bound) | {ideal:.2f} | — | 1.00x | — | — |")
+    print()
+    print(f"### the fixed start-up: a 4-call kb sweep (median of {args.rounds})")
+    print()
+    print("| kb | wall s | CPU s (all processes) |")
+    print("|---|---:|---:|")
+    for count, runs in small_runs.items():
+        s = medians(runs)
+        label = "in-process" if count == "0" else f"{count} worker{'s' if count != '1' else ''}"
+        print(f"| {label} | {s.wall_s:.2f} | {s.cpu_s:.2f} |")
+    b = medians(bare)
+    print(f"| `python -c 'import litellm'` alone | {b.wall_s:.2f} | {b.cpu_s:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+"""Provider calls in worker processes: the import overlapped, the per-call CPU spread.
+
+A live sweep spends its first seconds importing litellm (about 5 s of CPU on
+an idle machine: ~3,000 modules, the biggest the openai SDK's and litellm's
+own pydantic types, none dominant — see ``bench/RESULTS.md``), and then
+~5–12 ms of CPU per call inside litellm. Neither can be cut from outside
+litellm, so kb moves both off the main process: :class:`WorkerPool` starts
+its workers the moment a sweep begins; each imports litellm while the main
+process reads the spec, the store and git and plans the night, and each then
+makes calls for the engine. With more than one worker (a machine with
+cores), the per-call CPU is spread across them.
+
+The engine keeps everything a result depends on — plan order, envelope
+authorizations, cassette numbering, retries and back-off, the journal — and
+asks a worker only for one attempt at one call (:meth:`WorkerPool.complete`,
+the same contract as :meth:`kb.engine.adapter.LiteLLMAdapter.complete`), so
+which worker answered never changes a result. A worker that dies fails its
+calls as retryable and is not used again; when none is left, calls go
+in-process.
+
+The protocol is one JSON object per line over the worker's stdin/stdout:
+``{"id", "spec", "request", "occurrence", "timeout_s"}`` in, ``{"id",
+"reply"}`` or ``{"id", "failure"}`` out; the first line out is ``{"ready":
+true}`` once litellm is imported. Secrets travel in memory through the pipe
+only. The bundled ``local`` model stays in the main process (one copy of its
+weights).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+from kb.engine.requests import ModelSpec, ProviderRequest
+from kb.engine.runs import Usage
+from kb.errors import ConfigError, ProviderFailure
+
+IN_PROCESS_PROVIDERS = frozenset({"local"})
+"""Providers the main process calls itself (the local model's weights are loaded once)."""
+
+
+def default_workers(cores: int | None = None) -> int:
+    """Workers when ``KB_WORKERS`` is not set: two on a machine with cores, else none.
+
+    Measured (``bench/peers.py``, 2 cores, 480 calls at c16): two workers 8.7 s,
+    calls in-process 9.6 s, one worker 10.2 s; a 4-call sweep takes ~4.8 s any
+    way (the import is 4.0 s of it). Two workers cost a second import's CPU
+    (~4 s) for the wall time they save; one core has no second to give.
+    """
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return 2 if cores >= 2 else 0
+
+
+def _spec_json(spec: ModelSpec) -> dict[str, Any]:
+    return {"ref": spec.ref, "effort": spec.effort, "params": dict(spec.params)}
+
+
+def _request_json(request: ProviderRequest) -> dict[str, Any]:
+    return {
+        "model": request.model,
+        "messages": [dict(m) for m in request.messages],
+        "params": dict(request.params),
+        "response_schema": dict(request.response_schema) if request.response_schema else None,
+        "call_params": dict(request.call_params),
+    }
+
+
+def _spec_from(data: Mapping[str, Any]) -> ModelSpec:
+    return ModelSpec(data["ref"], data["effort"], data["params"])
+
+
+def _request_from(data: Mapping[str, Any]) -> ProviderRequest:
+    return ProviderRequest(
+        model=data["model"],
+        messages=tuple(data["messages"]),
+        params=data["params"],
+        response_schema=data["response_schema"],
+        call_params=data["call_params"],
+    )
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _soon(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    try:
+        loop.call_soon_threadsafe(_resolve, future)
+    except RuntimeError:
+        pass  # the phase that waited has ended and closed its loop
+
+
+def _settle(future: Future[dict[str, Any]], message: dict[str, Any]) -> None:
+    """Hand a reply to the call waiting on it, if it still waits (its phase may be over)."""
+    try:
+        if not future.done():
+            future.set_result(message)
+    except (InvalidStateError, RuntimeError):
+        pass  # cancelled meanwhile, or its event loop is closed
+
+
+@dataclass
+class _Worker:
+    """One worker process; a thread reads its replies and settles the calls waiting on them."""
+
+    popen: subprocess.Popen[bytes]
+    ready: threading.Event = field(default_factory=threading.Event)
+    """Set once it has imported litellm (or died)."""
+    alive: bool = True
+    pending: dict[int, Future[dict[str, Any]]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
+
+    waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(
+        default_factory=list
+    )
+
+    async def when_ready(self) -> None:
+        """Wait (in the event loop) until the worker is ready or dead."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self.lock:
+            if self.ready.is_set():
+                return
+            self.waiters.append((loop, future))
+        await future
+
+    def _wake(self) -> None:
+        self.ready.set()
+        with self.lock:
+            waiters, self.waiters = self.waiters, []
+        for loop, future in waiters:
+            _soon(loop, future)
+
+    def read_replies(self) -> None:
+        """The reader thread: each reply line settles its call; EOF fails the rest."""
+        stdout = self.popen.stdout
+        assert stdout is not None
+        for line in stdout:
+            message = json.loads(line)
+            if message.get("ready"):
+                self._wake()
+                continue
+            with self.lock:
+                future = self.pending.pop(int(message["id"]), None)
+            if future is not None:
+                _settle(future, message)
+        with self.lock:
+            self.alive = False
+            waiting, self.pending = self.pending, {}
+        self._wake()
+        for future in waiting.values():
+            _settle(future, {"failure": {"message": "the worker process died"}})
+
+
+@dataclass
+class WorkerPool:
+    """Worker processes that make provider calls; started before the plan, used by phases."""
+
+    count: int = 1
+    _workers: list[_Worker] = field(default_factory=list)
+    _next_id: itertools.count[int] = field(default_factory=itertools.count)
+    _turn: itertools.count[int] = field(default_factory=itertools.count)
+
+    def start(self) -> None:
+        """Spawn the workers now (they import litellm while the caller plans)."""
+        from kb.engine.adapter import OFFLINE_ENV
+
+        env = {**OFFLINE_ENV, **os.environ}
+        for _ in range(self.count):
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "kb.engine.workers"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # Ctrl-C reaches kb, which stops its workers
+            )
+            worker = _Worker(popen)
+            worker.thread = threading.Thread(target=worker.read_replies, daemon=True)
+            worker.thread.start()
+            self._workers.append(worker)
+
+    def usable(self, spec: ModelSpec) -> bool:
+        """Whether a worker makes this model's calls (else the engine calls in-process)."""
+        return spec.provider not in IN_PROCESS_PROVIDERS and any(w.alive for w in self._workers)
+
+    async def _choose(self) -> _Worker:
+        """The next ready worker in turn; waits for one to be ready when none is yet."""
+        while True:
+            alive = [w for w in self._workers if w.alive]
+            if not alive:
+                raise ProviderFailure("no worker process is left", retryable=True)
+            ready = [w for w in alive if w.ready.is_set()]
+            if ready:
+                return ready[next(self._turn) % len(ready)]
+            await asyncio.wait(
+                [asyncio.ensure_future(w.when_ready()) for w in alive],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+
+    async def complete(
+        self, spec: ModelSpec, request: ProviderRequest, *, occurrence: int, timeout_s: float
+    ) -> Any:
+        """One attempt at ``request`` in a worker; raises :class:`ProviderFailure`."""
+        from kb.engine.adapter import ProviderReply
+
+        worker = await self._choose()
+        call_id = next(self._next_id)
+        future: Future[dict[str, Any]] = Future()
+        line = {
+            "id": call_id,
+            "spec": _spec_json(spec),
+            "request": _request_json(request),
+            "occurrence": occurrence,
+            "timeout_s": timeout_s,
+        }
+        stdin = worker.popen.stdin
+        assert stdin is not None
+        try:
+            with worker.lock:
+                if not worker.alive:
+                    raise BrokenPipeError
+                worker.pending[call_id] = future
+                stdin.write((json.dumps(line) + "\n").encode())
+                stdin.flush()
+        except (BrokenPipeError, ConnectionResetError, ValueError):
+            with worker.lock:
+                worker.pending.pop(call_id, None)
+                worker.alive = False
+            raise ProviderFailure("the worker process died", retryable=True) from None
+        try:
+            message = await asyncio.wrap_future(future)
+        finally:
+            with worker.lock:
+                worker.pending.pop(call_id, None)
+        if "refused" in message:
+            refused = message["refused"]
+            raise ConfigError(str(refused["source"]), list(refused["issues"]))
+        if "failure" in message:
+            failure = message["failure"]
+            raise ProviderFailure(
+                str(failure["message"]),
+                retryable=bool(failure.get("retryable", True)),
+                retry_after=failure.get("retry_after"),
+                status_code=failure.get("status_code"),
+            )
+        reply = message["reply"]
+        return ProviderReply(
+            text=reply["text"],
+            usage=Usage(*reply["usage"]),
+            cost_usd=float(reply["cost_usd"]),
+            price_source=reply["price_source"],
+        )
+
+    def pids(self) -> list[int]:
+        """The workers' process ids (tests, diagnostics)."""
+        return [w.popen.pid for w in self._workers]
+
+    def wait_all(self, timeout_s: float = 30.0) -> None:
+        """Wait until every worker has exited (its reader saw the end of its output)."""
+        for worker in self._workers:
+            if worker.thread is not None:
+                worker.thread.join(timeout=timeout_s)
+
+    def stop(self) -> None:
+        """End the workers: close their input, then make sure they are gone.
+
+        A worker still importing is killed at once (a sweep refused on bad input
+        must not wait seconds for an import it will never use).
+        """
+        for worker in self._workers:
+            stdin = worker.popen.stdin
+            with worker.lock:
+                if stdin is not None and not stdin.closed:
+                    try:
+                        stdin.close()
+                    except OSError:
+                        pass
+            if not worker.ready.is_set():
+                worker.popen.kill()
+        for worker in self._workers:
+            try:
+                worker.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                worker.popen.kill()
+                worker.popen.wait()
+            if worker.thread is not None:
+                worker.thread.join(timeout=10)
+            if worker.popen.stdout is not None:
+                worker.popen.stdout.close()
+        self._workers.clear()
+
+
+# -- the worker side ---------------------------------------------------------------------------
+
+
+async def _serve() -> None:
+    from kb.engine.adapter import LiteLLMAdapter
+
+    adapter = LiteLLMAdapter()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**24)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    out = sys.stdout.buffer
+
+    def send(message: Mapping[str, Any]) -> None:
+        out.write((json.dumps(message) + "\n").encode())
+        out.flush()
+
+    async def one(message: Mapping[str, Any]) -> None:
+        try:
+            reply = await adapter.complete(
+                _spec_from(message["spec"]),
+                _request_from(message["request"]),
+                occurrence=int(message["occurrence"]),
+                timeout_s=float(message["timeout_s"]),
+            )
+        except ProviderFailure as failure:
+            send(
+                {
+                    "id": message["id"],
+                    "failure": {
+                        "message": failure.message,
+                        "retryable": failure.retryable,
+                        "retry_after": failure.retry_after,
+                        "status_code": failure.status_code,
+                    },
+                }
+            )
+        except ConfigError as refused:  # bad input: the main process raises it, as in-process
+            send(
+                {
+                    "id": message["id"],
+                    "refused": {"source": refused.source, "issues": list(refused.issues)},
+                }
+            )
+        except Exception as error:  # noqa: BLE001 - a worker answers every call it took
+            send({"id": message["id"], "failure": {"message": f"worker: {error}"}})
+        else:
+            send(
+                {
+                    "id": message["id"],
+                    "reply": {
+                        "text": reply.text,
+                        "usage": [reply.usage.prompt_tokens, reply.usage.completion_tokens],
+                        "cost_usd": reply.cost_usd,
+                        "price_source": reply.price_source,
+                    },
+                }
+            )
+
+    send({"ready": True})
+    tasks: set[asyncio.Task[None]] = set()
+    while True:
+        line = await reader.readline()
+        if not line:
+            break
+        task = asyncio.create_task(one(json.loads(line)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    await adapter.aclose()
+
+
+def main() -> None:
+    """``python -m kb.engine.workers``: serve calls until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
+    asyncio.run(_serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Provider calls in worker processes (SPEC 12.5: the start-up overlapped, the CPU spread)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kb.cli import cli
+from kb.engine.budget import SpendEnvelope
+from kb.engine.requests import ModelSpec
+from kb.engine.scheduler import Engine, EngineConfig
+from kb.engine.workers import WorkerPool, default_workers
+from tests.engine_helpers import FAST, plan, scripted
+from tests.fake_openai import fake_openai_server
+from tests.sweep_helpers import scripted_model, write_spec
+
+NIGHT = "2026-11-28T02:00:00Z"
+
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_TEST_KEY", "sk-test-workers")
+
+
+def openai(base: str) -> ModelSpec:
+    return ModelSpec(
+        "openai:fake-model",
+        params={"api_base": base, "api_key_env": "KB_TEST_KEY", "max_tokens": 16},
+    )
+
+
+def fields(results: list) -> list[tuple]:  # type: ignore[type-arg]
+    """Everything a result depends on (timings aside)."""
+    return [
+        (r.label, r.status, r.output, r.usage, r.cost_usd, r.price_source, r.attempts, r.error)
+        for r in results
+    ]
+
+
+def test_workers_answer_exactly_what_the_main_process_would() -> None:
+    prompts = [f"question {i}" for i in range(24)] + ["rate-limit-once", "server-error"]
+
+    def night(pool: WorkerPool | None) -> list:  # type: ignore[type-arg]
+        with fake_openai_server() as (base, _):  # a fresh server: its 429 comes once each
+            runs = plan(openai(base), prompts) + plan(scripted("s", responses={"x": "y"}), ["x"])
+            return Engine(FAST, workers=pool).run(runs, SpendEnvelope(cap=None))
+
+    here = night(None)
+    pool = WorkerPool(2)
+    pool.start()
+    try:
+        there, again = night(pool), night(pool)  # two phases on the same workers
+    finally:
+        pool.stop()
+    assert fields(there) == fields(here) == fields(again)
+    assert there[0].output == "echo: question 0" and there[-1].output == "y"
+    assert there[24].attempts == 2  # the 429 was retried by the engine, through a worker
+    assert there[25].status == "error" and "InternalServerError" in (there[25].error or "")
+
+
+def test_a_worker_that_dies_fails_its_calls_as_retryable_and_the_rest_go_on() -> None:
+    with fake_openai_server(hang_s=None) as (base, seen):
+        pool = WorkerPool(2)
+        pool.start()
+        try:
+            warm = Engine(FAST, workers=pool).run(plan(openai(base), ["warm"]), SpendEnvelope(None))
+            assert warm[0].status == "ok"
+            os.kill(pool.pids()[0], signal.SIGKILL)
+            results = Engine(FAST, workers=pool).run(
+                plan(openai(base), [f"q{i}" for i in range(6)]), SpendEnvelope(cap=None)
+            )
+        finally:
+            seen.release.set()
+            pool.stop()
+    assert [r.status for r in results] == ["ok"] * 6  # retried on the worker left
+    assert [r.output for r in results] == [f"echo: q{i}" for i in range(6)]
+
+
+def test_when_no_worker_is_left_calls_are_made_in_process() -> None:
+    with fake_openai_server() as (base, _):
+        pool = WorkerPool(1)
+        pool.start()
+        try:
+            os.kill(pool.pids()[0], signal.SIGKILL)
+            pool.wait_all()
+            results = Engine(FAST, workers=pool).run(plan(openai(base), ["a"]), SpendEnvelope(None))
+        finally:
+            pool.stop()
+    assert results[0].status == "ok" and results[0].output == "echo: a"
+
+
+def test_two_workers_where_the_machine_has_cores_and_none_on_one_core() -> None:
+    assert default_workers(cores=2) == 2 and default_workers(cores=16) == 2
+    assert default_workers(cores=1) == 0
+
+
+def test_the_engine_without_workers_is_unchanged() -> None:
+    config = EngineConfig()
+    assert Engine(config).workers is None
+
+
+# -- kb sweep through workers -----------------------------------------------------------------
+
+
+def loopback_spec(path: Path, base: str) -> Path:
+    model = {
+        "model": "openai:fake-model",
+        "params": {
+            "api_base": base,
+            "api_key_env": "KB_TEST_KEY",
+            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+        },
+    }
+    cases = [(f"case-{i:02d}", f"Question {i}?", f"echo: Question {i}?") for i in range(10)]
+    return write_spec(path, [model, scripted_model("here", 9)], cases=cases)
+
+
+def without_timings(text: str) -> Any:
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("latencyMs",)}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(json.loads(text))
+
+
+@pytest.mark.parametrize("count", ["1", "2"])
+def test_a_sweep_through_workers_reports_what_an_in_process_sweep_does(
+    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch, count: str
+) -> None:
+    with fake_openai_server() as (base, seen):
+        spec = loopback_spec(isolated / "s.toml", base)
+        args = ["sweep", str(spec), "--json", "--quiet", "--no-commit", "--observed-at", NIGHT]
+        here = runner.invoke(cli, args)
+        monkeypatch.setenv("KB_WORKERS", count)
+        there = runner.invoke(cli, args)
+    assert here.exit_code == there.exit_code == 0, there.stderr
+    assert without_timings(there.stdout) == without_timings(here.stdout)
+    assert len(json.loads(there.stdout)["claims"]) == 2
+    assert len(seen.requests) == 20  # each night's 10 calls, none repeated
+
+
+def test_bad_input_with_workers_is_refused_at_once(
+    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_WORKERS", "1")
+    (isolated / "s.toml").write_text("[sweep]\ncommitter = 3\n")
+    result = runner.invoke(cli, ["sweep", "s.toml"])
+    assert result.exit_code == 2 and "committer" in result.stderr
+
+
+@pytest.mark.parametrize("raw", ["-1", "lots", "65"])
+def test_a_bad_kb_workers_is_named(
+    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("KB_WORKERS", raw)
+    result = runner.invoke(cli, ["sweep", "s.toml"])
+    assert result.exit_code == 2
+    assert "KB_WORKERS: must be a whole number from 0 to 64" in result.stderr
+
+
+def test_a_broken_model_fails_the_same_through_a_worker() -> None:
+    from kb.errors import KbError
+
+    broken = scripted("bad", responses={"x": 3})  # a reply that is not text
+
+    def outcome(pool: WorkerPool | None) -> object:
+        try:
+            return fields(Engine(FAST, workers=pool).run(plan(broken, ["x"]), SpendEnvelope(None)))
+        except KbError as error:
+            return (type(error).__name__, str(error))
+
+    here = outcome(None)
+    pool = WorkerPool(1)
+    pool.start()
+    try:
+        there = outcome(pool)
+    finally:
+        pool.stop()
+    assert there == here
