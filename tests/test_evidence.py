@@ -245,3 +245,15 @@ def test_a_broken_settings_file_is_refused_before_any_call(runner: CliRunner, re
     result = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", "2026-11-29T02:00:00Z")
     assert result.exit_code == 2
     assert "rulvar.models.settings.json: evidenceDirr: unknown key" in result.stderr
+
+
+def test_kb_diff_refuses_revisions_given_newest_first(runner: CliRunner, repo: Path) -> None:
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 9)])
+    sweep(runner, spec, 1)
+    sweep(runner, spec, 2)
+    result = kb(runner, "diff", "HEAD", "HEAD~1")
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith(
+        "HEAD~1 is older than HEAD: give the earlier revision first (kb diff HEAD~1 HEAD)"
+    )
+    assert "compacted" not in result.stdout

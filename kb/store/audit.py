@@ -489,6 +489,13 @@ def diff_revisions(
         after, after_side, commit_b = snapshot_at(store, rev_b or "HEAD")
     git = store.git
     assert git is not None
+    if commit_b != "HEAD" and commit_a != commit_b and git.is_ancestor(commit_b, commit_a):
+        # read the other way round, every claim added since would look compacted away
+        raise ConfigError(
+            "diff",
+            f"{rev_b} is older than {rev_a or 'HEAD~1'}: give the earlier revision first "
+            f"(kb diff {rev_b} {rev_a or 'HEAD~1'})",
+        )
     reasons = {}
     for value in git.trailer_values(ARCHIVED_TRAILER, commit_a, commit_b):
         claim_id, _, reason = value.rpartition(" ")

@@ -224,6 +224,11 @@ class GitStoreRepo:
             if line.startswith(prefix)
         ]
 
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        """``older`` is an ancestor of ``newer`` (or the same commit)."""
+        status, _, _ = self.call("merge-base", "--is-ancestor", older, newer)
+        return status == 0
+
     def newest_trailer(self, key: str, commit: str, depth: int = 50) -> str | None:
         """The ``key:`` trailer of ``commit`` or of its nearest ancestor that has one.
 
