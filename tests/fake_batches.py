@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fake_openai import _completion
+
 
 def echo(model: str, prompt: str) -> str:
     """The default answer: the prompt echoed."""
@@ -53,19 +55,6 @@ class BatchSeen:
     def calls(self, method: str, path: str) -> int:
         """How many requests matched ``method`` and the path pattern."""
         return sum(1 for m, p, _ in self.requests if m == method and re.fullmatch(path, p))
-
-
-def _completion(model: str, text: str, n: int) -> dict[str, Any]:
-    return {
-        "id": f"chatcmpl-{n}",
-        "object": "chat.completion",
-        "created": 0,
-        "model": model,
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-        ],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-    }
 
 
 def _prompt(body: dict[str, Any]) -> str:
@@ -133,7 +122,7 @@ def _finish(seen: BatchSeen, batch: dict[str, Any]) -> None:
                     "response": {
                         "status_code": 200,
                         "request_id": f"req_{index}",
-                        "body": _completion(body["model"], text, index),
+                        "body": _completion(body["model"], text),
                     },
                     "error": None,
                 }
@@ -181,7 +170,7 @@ def fake_batch_server(seen: BatchSeen | None = None) -> Iterator[tuple[str, Batc
                 if self.path == "/v1/chat/completions":
                     request = json.loads(body)
                     text = state.answer(request["model"], _prompt(request))
-                    self._send(200, _completion(request["model"], text, len(state.requests)))
+                    self._send(200, _completion(request["model"], text))
                 elif self.path == "/v1/files":
                     data = _multipart_file(self.headers["content-type"], body)
                     file_id = f"file-{len(state.files) + 1}"

@@ -254,19 +254,24 @@ def test_an_unbound_python_grader_is_a_defect_not_a_fail() -> None:
 # -- the template wins over fields.prompt -----------------------------------------------------
 
 
-def test_a_template_wins_over_fields_prompt(isolated: Path) -> None:
-    (isolated / "d.jsonl").write_text(
+def template_spec(folder: Path, prompt_field: str) -> Path:
+    """The SPEC 11.5 example: a dataset with both ``fields.prompt`` and a template."""
+    (folder / "d.jsonl").write_text(
         '{"id": "q1", "question": "Capital of France?", "answer": "Paris"}\n'
     )
-    spec = isolated / "s.toml"
+    spec = folder / "s.toml"
     spec.write_text(
         '[sweep]\ncommitter = "ci"\nallow_unbounded = true\n'
         '[[models]]\nmodel = "scripted:m"\n'
         '[[datasets]]\npath = "d.jsonl"\ntask_class = "t"\n'
-        'fields = { name = "id", prompt = "question", expected = "answer" }\n'
+        f'fields = {{ name = "id", prompt = "{prompt_field}", expected = "answer" }}\n'
         'prompt_template = "Answer in one word. {question}"\n'
     )
-    (case,) = load_spec(spec).cases
+    return spec
+
+
+def test_a_template_wins_over_fields_prompt(isolated: Path) -> None:
+    (case,) = load_spec(template_spec(isolated, "question")).cases
     assert case.prompt == "Answer in one word. Capital of France?"
 
 
@@ -289,17 +294,7 @@ def test_a_missed_json_criterion_says_why() -> None:
 
 
 def test_a_typo_in_an_unread_fields_prompt_is_still_caught(isolated: Path) -> None:
-    (isolated / "d.jsonl").write_text(
-        '{"id": "q1", "question": "Capital of France?", "answer": "Paris"}\n'
-    )
-    spec = isolated / "s.toml"
-    spec.write_text(
-        '[sweep]\ncommitter = "ci"\nallow_unbounded = true\n'
-        '[[models]]\nmodel = "scripted:m"\n'
-        '[[datasets]]\npath = "d.jsonl"\ntask_class = "t"\n'
-        'fields = { name = "id", prompt = "questoin", expected = "answer" }\n'
-        'prompt_template = "Answer in one word. {question}"\n'
-    )
+    spec = template_spec(isolated, "questoin")
     with pytest.raises(ConfigError) as raised:
         load_spec(spec)
     assert "no field 'questoin' (the record has: id, question, answer)" in str(raised.value)

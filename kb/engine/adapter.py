@@ -32,7 +32,13 @@ from typing import Any
 from kb.engine.prices import declared_cost
 from kb.engine.providers.local import LocalModel
 from kb.engine.providers.scripted import ScriptedModel
-from kb.engine.requests import ModelSpec, ProviderRequest, scrub_secrets, secret_values
+from kb.engine.requests import (
+    ModelSpec,
+    ProviderRequest,
+    response_format,
+    scrub_secrets,
+    secret_values,
+)
 from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError, ProviderFailure, ScriptedFault
 
@@ -226,14 +232,7 @@ class LiteLLMAdapter:
             kwargs["input_cost_per_token"] = float(price.get("input_per_mtok", 0)) / 1e6
             kwargs["output_cost_per_token"] = float(price.get("output_per_mtok", 0)) / 1e6
         if request.response_schema is not None:
-            kwargs["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "verdict",
-                    "schema": dict(request.response_schema),
-                    "strict": True,
-                },
-            }
+            kwargs["response_format"] = response_format(request.response_schema)
         try:
             async with asyncio.timeout(timeout_s):
                 response = await litellm.acompletion(

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kb.engine.requests import ModelSpec, ProviderRequest
+from kb.engine.requests import ModelSpec, ProviderRequest, response_format
 from kb.engine.runs import Usage
 
 BATCH_PROVIDERS = frozenset({"openai"})
@@ -115,14 +115,7 @@ def batch_line(custom_id: str, request: ProviderRequest) -> dict[str, Any]:
     body["model"] = request.model.split("/", 1)[1] if "/" in request.model else request.model
     body["messages"] = [dict(m) for m in request.messages]
     if request.response_schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": "verdict",
-                "schema": dict(request.response_schema),
-                "strict": True,
-            },
-        }
+        body["response_format"] = response_format(request.response_schema)
     return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
 
 

@@ -129,6 +129,14 @@ class ProviderRequest:
         return sha256_hex(canonical_json(self.canonical()))
 
 
+def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat API's ``response_format`` asking for JSON that fits ``schema`` (a verdict)."""
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "verdict", "schema": dict(schema), "strict": True},
+    }
+
+
 def build_request(
     spec: ModelSpec,
     prompt: str,

@@ -413,6 +413,7 @@ class Engine:
         """Send ``runs`` as one batch, wait for it, and settle each run's future."""
         from kb.engine.batch import (
             BatchMembers,
+            batch_state,
             input_file,
             missing_reason,
             poll_delays,
@@ -451,8 +452,6 @@ class Engine:
                 )
                 if self.journal is not None:
                     self.journal.record_batch(names.key, batch_id)
-            from kb.engine.batch import batch_state
-
             delays = poll_delays(self.config.batch_poll_s, self.config.batch_poll_max_s)
             while True:
                 state = batch_state(await adapter.batch_status(spec, request, batch_id))
@@ -493,18 +492,14 @@ class Engine:
             if found.text is None:
                 return failed(run, found.error or missing_reason(state))
             cost, source = adapter.batch_cost(run.spec, run.request, found.usage)
-            return RunResult(
-                label=run.label,
-                kind=run.kind,
-                model=run.spec.key,
+            return replace(
+                failed(run, ""),
                 status="ok",
-                request=run.request,
+                error=None,
                 output=found.text,
                 usage=found.usage,
                 cost_usd=cost,
                 price_source=source,
-                attempts=1,
-                started_at=started,
                 ended_at=ended,
             )
 
