@@ -257,3 +257,19 @@ def test_kb_diff_refuses_revisions_given_newest_first(runner: CliRunner, repo: P
         "HEAD~1 is older than HEAD: give the earlier revision first (kb diff HEAD~1 HEAD)"
     )
     assert "compacted" not in result.stdout
+
+
+def test_kb_diff_over_several_nights_is_net_of_the_steps_between(
+    runner: CliRunner, repo: Path
+) -> None:
+    spec = write_spec(repo / "s.toml", [scripted_model("m", 9)])
+    first, _, third = (sweep(runner, spec, day)["claims"][0]["id"] for day in (1, 2, 3))
+    found = json.loads(
+        kb(runner, "--as-of", "2026-11-04", "diff", "HEAD~2", "HEAD", "--json").stdout
+    )
+    # night 1's claim, replaced by night 3's: night 2's claim was only a step between them
+    assert [(s["id"], s["by"]) for s in found["superseded"]] == [(first, third)]
+    assert found["added"] == []
+    text = unwrapped(kb(runner, "--as-of", "2026-11-04", "diff", "HEAD~2", "HEAD").stdout)
+    assert f"~ superseded {first} by {third}" in text
+    assert "kb-sweep-2026-11-02" not in text

@@ -73,6 +73,44 @@ class StoreDiff:
         )
 
 
+def _chain_end(
+    claim: ModelClaim, replaced_by: Mapping[str, ModelClaim], old: Mapping[str, ModelClaim]
+) -> ModelClaim | None:
+    """The claim that replaces ``claim`` at the end of the range.
+
+    Past any claim added and superseded within it: night 2's claim, superseded on
+    night 3, is only a step.
+    """
+    found = replaced_by.get(claim.id)
+    seen = {claim.id}
+    while (
+        found is not None
+        and found.status == "superseded"
+        and found.id not in old
+        and found.id not in seen
+        and replaced_by.get(found.id) is not None
+    ):
+        seen.add(found.id)
+        found = replaced_by[found.id]
+    return found
+
+
+def _chain_root(
+    claim: ModelClaim, old: Mapping[str, ModelClaim], now: Mapping[str, ModelClaim]
+) -> ModelClaim | None:
+    """The claim of the earlier side that ``claim`` replaces, through steps added in the range."""
+    current, seen = claim, {claim.id}
+    while current.supersedes and current.supersedes not in seen:
+        if current.supersedes in old:
+            return old[current.supersedes]
+        step = now.get(current.supersedes)
+        if step is None:
+            return None
+        seen.add(step.id)
+        current = step
+    return None
+
+
 def diff_snapshots(
     before: Snapshot,
     after: Snapshot,
@@ -110,19 +148,20 @@ def diff_snapshots(
             continue
         if prior is None:
             # A replacement is told with what it superseded, when that happened in this
-            # diff and it is the replacement on record; any other new claim is "added".
-            target = old.get(claim.supersedes) if claim.supersedes else None
+            # diff and it ends the chain on record; any other new claim is "added".
+            target = _chain_root(claim, old, now)
             told = (
                 target is not None
                 and target.status != "superseded"
                 and getattr(now.get(target.id), "status", None) == "superseded"
-                and replaced_by.get(target.id) is claim
+                and _chain_end(target, replaced_by, old) is claim
             )
             if not told:
                 added.append(claim)
         elif prior.status != claim.status:
             if claim.status == "superseded":
-                superseded.append((claim, replaced_by.get(claim.id)))
+                # net of the range: what replaces it now, not a step the range also retired
+                superseded.append((claim, _chain_end(claim, replaced_by, old)))
             elif claim.status == "archived":
                 archived.append((claim, reasons.get(claim.id)))
             if claim.status == "stale" or (claim.id in flagged and prior.status != "stale"):
