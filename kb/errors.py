@@ -160,12 +160,21 @@ class JobFailedError(KbError):
 class JobInterrupted(KbError):
     """A signal stopped the job before it committed anything."""
 
-    def __init__(self, signal_name: str, spent_usd: float) -> None:
+    def __init__(
+        self, signal_name: str, spent_usd: float, open_batches: Sequence[str] = ()
+    ) -> None:
         self.signal_name = signal_name
         self.spent_usd = spent_usd
+        self.open_batches = tuple(open_batches)
+        batches = (
+            f"; batch {', '.join(self.open_batches)} is still open at the provider, which bills "
+            "what it answers: kb sweep --resume collects it"
+            if self.open_batches
+            else ""
+        )
         super().__init__(
             f"interrupted by {signal_name}: nothing committed, the store is unchanged; "
-            f"${spent_usd:.4f} spent on the runs that finished"
+            f"${spent_usd:.4f} spent on the runs that finished{batches}"
         )
 
 

@@ -92,6 +92,7 @@ def test_an_expired_batch_keeps_what_it_answered() -> None:
         results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
     assert [r.status for r in results] == ["ok", "ok", "error", "error"]
     assert results[0].output == "echo: one"
+    assert (results[2].error or "").startswith("batch batch_1: the batch did not answer it")
     assert "batch_expired" in (results[2].error or "")
 
 
@@ -255,8 +256,15 @@ def test_an_interrupted_batched_sweep_resumes_the_same_batch(repo: Path) -> None
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err
+        # the provider bills an open batch: the stop says so, and so does a restart
+        assert "batch batch_1 is still open at the provider" in err
+        assert "kb sweep --resume collects it" in err
         journal = read_journal(repo / "kb-evidence" / f"{REPORT}.journal.jsonl")
         assert journal is not None and list(journal.batches.values()) == ["batch_1"]
+        dry = subprocess.run(
+            [*night, "--dry-run"], cwd=repo, env=env, capture_output=True, text=True
+        )
+        assert "left batch batch_1 open at the provider" in " ".join(dry.stderr.split())
         seen.polls_to_finish = 0  # the provider finished it while kb was stopped
         resumed = subprocess.run(
             [*night, "--resume"], cwd=repo, env=env, capture_output=True, text=True
@@ -301,3 +309,15 @@ def test_canary_probes_stay_live_in_batch_mode() -> None:
         (result,) = Engine(BATCH).run([probe], SpendEnvelope(cap=None))
     assert result.output == "echo: Ping?"
     assert seen.calls("POST", "/v1/chat/completions") == 1 and seen.batches == {}
+
+
+def test_a_replay_says_batch_mode_is_off(runner: CliRunner, isolated: Path) -> None:
+    with fake_batch_server(BatchSeen(answer=answers)) as (base, _):
+        spec = batch_spec(isolated / "s.toml", base, False)
+        record = ["sweep", str(spec), "--no-commit", "--quiet", "--observed-at", NIGHT]
+        assert runner.invoke(cli, [*record, "--record", "c.jsonl"]).exit_code == 0
+    replay = ["sweep", str(spec), "--no-commit", "--batch", "--replay", "c.jsonl"]
+    result = runner.invoke(cli, [*replay, "--observed-at", NIGHT])
+    assert result.exit_code == 0, result.stderr
+    assert "batch mode: off for --replay (no provider is called)" in result.stdout
+    assert "go through the provider's batch API" not in result.stdout

@@ -15,7 +15,7 @@ from kb.cli import cli
 from kb.engine.budget import SpendEnvelope
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, EngineConfig
-from kb.engine.workers import WorkerPool, default_workers
+from kb.engine.workers import DEFAULT_WORKERS, WorkerPool
 from tests.engine_helpers import FAST, plan, scripted
 from tests.fake_openai import fake_openai_server
 from tests.sweep_helpers import scripted_model, write_spec
@@ -97,9 +97,8 @@ def test_when_no_worker_is_left_calls_are_made_in_process() -> None:
     assert results[0].status == "ok" and results[0].output == "echo: a"
 
 
-def test_two_workers_where_the_machine_has_cores_and_none_on_one_core() -> None:
-    assert default_workers(cores=2) == 2 and default_workers(cores=16) == 2
-    assert default_workers(cores=1) == 0
+def test_calls_stay_in_the_sweeps_process_unless_workers_are_asked_for() -> None:
+    assert DEFAULT_WORKERS == 0
 
 
 def test_the_engine_without_workers_is_unchanged() -> None:
@@ -160,13 +159,27 @@ def test_bad_input_with_workers_is_refused_at_once(
 
 
 @pytest.mark.parametrize("raw", ["-1", "lots", "65"])
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
 def test_a_bad_kb_workers_is_named(
-    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch, raw: str
+    runner: CliRunner,
+    isolated: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    raw: str,
+    dry: list[str],
 ) -> None:
     monkeypatch.setenv("KB_WORKERS", raw)
-    result = runner.invoke(cli, ["sweep", "s.toml"])
+    result = runner.invoke(cli, ["sweep", "s.toml", *dry])
     assert result.exit_code == 2
     assert "KB_WORKERS: must be a whole number from 0 to 64" in result.stderr
+
+
+def test_an_empty_kb_workers_counts_as_unset(
+    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_WORKERS", "")
+    (isolated / "s.toml").write_text("[sweep]\ncommitter = 3\n")
+    result = runner.invoke(cli, ["sweep", "s.toml"])
+    assert result.exit_code == 2 and "KB_WORKERS" not in result.stderr
 
 
 def test_a_broken_model_fails_the_same_through_a_worker() -> None:

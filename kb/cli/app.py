@@ -267,17 +267,15 @@ def start_workers(*, dry_run: bool, replay: Path | None) -> WorkerPool | None:
     """Worker processes for a live job, started now so they import litellm while kb plans.
 
     ``KB_WORKERS`` sets how many (``0``: every call in this process); the
-    default is :func:`kb.engine.workers.default_workers` (two where the machine
-    has cores). They are stopped when the command ends, however it ends.
+    default is :data:`kb.engine.workers.DEFAULT_WORKERS` (none), and an empty
+    value counts as unset. They are stopped when the command ends, however it ends.
     """
-    from kb.engine.workers import WorkerPool, default_workers
+    from kb.engine.workers import DEFAULT_WORKERS, WorkerPool
 
-    if dry_run or replay is not None:
-        return None
-    raw = os.environ.get("KB_WORKERS", str(default_workers())).strip()
+    raw = os.environ.get("KB_WORKERS", "").strip() or str(DEFAULT_WORKERS)  # empty: unset
     if not raw.isdigit() or int(raw) > 64:
         raise ConfigError("KB_WORKERS", f"must be a whole number from 0 to 64, got {raw!r}")
-    if int(raw) == 0:
+    if dry_run or replay is not None or int(raw) == 0:
         return None
     pool = WorkerPool(int(raw))
     pool.start()

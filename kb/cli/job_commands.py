@@ -227,13 +227,23 @@ def sweep(
     if config.batch and (not quiet or dry_run) and not as_json:
         from kb.engine.batch import batch_line_text
 
-        click.echo(batch_line_text(plan.job.phase("targets").runs))
+        journal = stopped.journal if stopped is not None else None
+        click.echo(
+            "batch mode: off for --replay (no provider is called)"
+            if engine_flags.replay is not None
+            else batch_line_text(
+                plan.job.phase("targets").runs,
+                lambda run: (
+                    journal is not None and journal.reusable(run.label, run.request.key) is not None
+                ),
+            )
+        )
     plan.check_budget(allow_partial=allow_partial)
+    again = restart_warning(plan, app.store, commit=not no_commit)
+    if again is not None:  # before the first call (and in a dry run: what a run would pay)
+        click.echo(f"warning: {again}", err=True)
     if dry_run:
         return
-    again = restart_warning(plan, app.store, commit=not no_commit)
-    if again is not None:
-        click.echo(f"warning: {again}", err=True)  # before the first call, not after
     planned: dict[RunKind, int] = {
         "canary": plan.job.phase("canary").size,
         "target": plan.job.phase("targets").size,

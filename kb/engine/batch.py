@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,12 +71,17 @@ def batchable(spec: ModelSpec) -> bool:
     return spec.provider in BATCH_PROVIDERS
 
 
-def batch_line_text(runs: Sequence[Any]) -> str:
-    """The dry run's line: how many of the planned target runs go as batches."""
-    batched = sum(1 for run in runs if batchable(run.spec))
+def batch_line_text(runs: Sequence[Any], reused: Callable[[Any], bool] = lambda run: False) -> str:
+    """The plan's line: how many target runs go as batches.
+
+    ``reused`` tells a run served from the journal of a stopped sweep (sent nowhere).
+    """
+    asked = [run for run in runs if not reused(run)]
+    batched = sum(1 for run in asked if batchable(run.spec))
+    again = f" ({len(runs) - len(asked)} journaled runs reused)" if len(asked) < len(runs) else ""
     return (
-        f"batch mode: {batched} of {len(runs)} target runs go through the provider's batch "
-        "API at the batch price (OpenAI models), the others run live; judges likewise"
+        f"batch mode: {batched} of {len(asked)} target runs go through the provider's batch "
+        f"API at the batch price (OpenAI models), the others run live{again}; judges likewise"
         if batched
         else "batch mode: no model here has a batch API kb reaches (OpenAI); every run is live"
     )

@@ -101,6 +101,8 @@ class Engine:
     _adapter: LiteLLMAdapter | None = field(default=None, init=False)
     _envelope: SpendEnvelope | None = field(default=None, init=False)
     _batched: dict[int, asyncio.Future[RunResult]] = field(default_factory=dict, init=False)
+    open_batches: set[str] = field(default_factory=set, init=False)
+    """Batches created and not yet finished (an interruption says they are still billed)."""
     interrupted_by: str | None = field(default=None, init=False)
     """The signal (``SIGINT``/``SIGTERM``) that stopped a phase, if one did."""
 
@@ -198,7 +200,7 @@ class Engine:
                 await self._adapter.aclose()
                 self._adapter = None
         if self.interrupted_by is not None:
-            raise JobInterrupted(self.interrupted_by, self.spent_usd)
+            raise JobInterrupted(self.interrupted_by, self.spent_usd, sorted(self.open_batches))
         return [task.result() for task in tasks]
 
     def _interrupt(self, signal_name: str, tasks: Sequence[asyncio.Task[Any]]) -> None:
@@ -452,12 +454,14 @@ class Engine:
                 )
                 if self.journal is not None:
                     self.journal.record_batch(names.key, batch_id)
+            self.open_batches.add(batch_id)
             delays = poll_delays(self.config.batch_poll_s, self.config.batch_poll_max_s)
             while True:
                 state = batch_state(await adapter.batch_status(spec, request, batch_id))
                 if self.on_batch is not None:
                     self.on_batch(state)
                 if state.done:
+                    self.open_batches.discard(batch_id)
                     break
                 if self._cancelled:  # kb stops waiting; the batch stays journaled for --resume
                     settle_all(lambda _, run: replace(failed(run, "cancelled"), status="cancelled"))
@@ -490,7 +494,7 @@ class Engine:
             if found is None:
                 return failed(run, missing_reason(state))
             if found.text is None:
-                return failed(run, found.error or missing_reason(state))
+                return failed(run, f"batch {state.batch_id}: {found.error}")
             cost, source = adapter.batch_cost(run.spec, run.request, found.usage)
             return replace(
                 failed(run, ""),

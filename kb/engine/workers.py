@@ -49,16 +49,14 @@ IN_PROCESS_PROVIDERS = frozenset({"local"})
 """Providers the main process calls itself (the local model's weights are loaded once)."""
 
 
-def default_workers(cores: int | None = None) -> int:
-    """Workers when ``KB_WORKERS`` is not set: two on a machine with cores, else none.
+DEFAULT_WORKERS = 0
+"""Workers when ``KB_WORKERS`` is not set: none, every call from the sweep's own process.
 
-    Measured (``bench/peers.py``, 2 cores, 480 calls at c16): two workers 8.7 s,
-    calls in-process 9.6 s, one worker 10.2 s; a 4-call sweep takes ~4.8 s any
-    way (the import is 4.0 s of it). Two workers cost a second import's CPU
-    (~4 s) for the wall time they save; one core has no second to give.
-    """
-    cores = cores if cores is not None else (os.cpu_count() or 1)
-    return 2 if cores >= 2 else 0
+Measured on 2 cores: a 4-call sweep takes ~4.8-5.0 s whatever the count (the import
+is 4.0 s of it); an 88-call night 6.3 s in-process, 6.2 s with one worker, 7.6 s with
+two; a 480-call night (``bench/peers.py``) 9.6 s in-process, 10.2 s with one, 8.7 s
+with two. Two workers win only on long nights and each costs an import's CPU, so
+they are for a user who asks (``KB_WORKERS=2``), not the default."""
 
 
 def _spec_json(spec: ModelSpec) -> dict[str, Any]:

@@ -323,13 +323,20 @@ def restart_warning(plan: SweepPlan, store: KnowledgeStore, *, commit: bool = Tr
         return None
     left = read_journal(journal_path(evidence_target(plan.spec, store).directory, plan.report_id))
     count = len(left.settled) if left is not None else 0
-    if not count:
+    batches = sorted(left.batches.values()) if left is not None else []
+    if not count and not batches:
         return None
     how = (
         "starts the night over and pays" if commit else "(--no-commit) does not reuse them and pays"
     )
+    said = []
+    if count:
+        said.append(f"had {count} runs settled ok")
+    if batches:
+        # the provider bills an open batch whether or not anyone collects its answers
+        said.append(f"left batch {', '.join(batches)} open at the provider (billed as it runs)")
     return (
-        f"a stopped sweep of {plan.report_id} had {count} runs settled ok; this sweep {how} "
+        f"a stopped sweep of {plan.report_id} {' and '.join(said)}; this sweep {how} "
         "for them again (kb sweep --resume reuses them)"
     )
 
