@@ -41,22 +41,11 @@ def two_nights(runner: CliRunner, folder: Path, gate: str = "point") -> None:
 
     steady = [scripted_model("steady-model-with-a-long-name", 10), scripted_model("weak", 2)]
     budgets = {"target_usd": 0.01, "canary_usd": 0.01, "max_total_usd": 5.0}
-    first = write_spec(
-        folder / "n1.toml",
-        [*steady, shifty(10, "pong v1")],
-        extra=CANARY,
-        budgets=budgets,
-        gate=gate,
-    )
-    night(runner, first, 28)
-    second = write_spec(
-        folder / "n2.toml",
-        [*steady, shifty(8, "pong v2")],
-        extra=CANARY,
-        budgets=budgets,
-        gate=gate,
-    )
-    night(runner, second, 29)
+    for name, day, swapped in (("n1", 28, shifty(10, "pong v1")), ("n2", 29, shifty(8, "pong v2"))):
+        spec = write_spec(
+            folder / f"{name}.toml", [*steady, swapped], extra=CANARY, budgets=budgets, gate=gate
+        )
+        night(runner, spec, day)
 
 
 def single_line_names(page: Page) -> list[str]:

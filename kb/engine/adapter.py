@@ -163,6 +163,11 @@ def _api_key(spec: ModelSpec) -> str | None:
     return value
 
 
+def _secrets(spec: ModelSpec) -> list[str]:
+    """What must be cut from any message about this model's calls: its key and secret params."""
+    return [_api_key(spec) or "", *secret_values(spec.params)]
+
+
 def _retry_after(error: BaseException) -> float | None:
     headers: Any = getattr(error, "litellm_response_headers", None)
     response = getattr(error, "response", None)
@@ -219,7 +224,7 @@ class LiteLLMAdapter:
         """One attempt at ``request``; raises :class:`ProviderFailure`."""
         litellm = self._litellm
         api_key = _api_key(spec)
-        secrets = [api_key or "", *secret_values(spec.params)]
+        secrets = _secrets(spec)
         kwargs: dict[str, Any] = dict(request.call_params)
         if api_key is not None:
             kwargs["api_key"] = api_key
@@ -314,7 +319,7 @@ class LiteLLMAdapter:
         return kwargs
 
     async def _batch_call(self, spec: ModelSpec, what: str, call: Any) -> Any:
-        secrets = [_api_key(spec) or "", *secret_values(spec.params)]
+        secrets = _secrets(spec)
         try:
             return await call
         except asyncio.CancelledError:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,7 +252,7 @@ def missing_reason(state: BatchState) -> str:
     return f"the batch {state.batch_id} ended ({state.status}) without an answer for it"
 
 
-def poll_delays(first_s: float, most_s: float) -> Any:
+def poll_delays(first_s: float, most_s: float) -> Iterator[float]:
     """Seconds to wait before each poll: doubling from ``first_s`` up to ``most_s``."""
     delay = first_s
     while True:

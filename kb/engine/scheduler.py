@@ -161,7 +161,7 @@ class Engine:
         limit = asyncio.Semaphore(self.config.concurrency)
         per_provider: dict[str, asyncio.Semaphore] = {}
         tasks: list[asyncio.Task[RunResult]] = []
-        batches = self._batch_groups(runs, reused, reservations)
+        batches = self._batch_groups(runs, reused, reservations, [seq for _, seq in numbering])
         watched = _stop_on_signals(lambda name: self._interrupt(name, [*tasks, *batch_tasks]))
         batch_tasks: list[asyncio.Task[None]] = []
         try:
@@ -377,6 +377,7 @@ class Engine:
         runs: Sequence[PlannedRun],
         reused: Sequence[RunResult | None],
         reservations: Sequence[Reservation | None],
+        seqs: Sequence[int],
     ) -> list[tuple[list[int], list[asyncio.Future[RunResult]]]]:
         """The runs to send as batches, grouped (indexes in plan order); futures set up.
 
@@ -400,12 +401,11 @@ class Engine:
             ):
                 groups.setdefault(group_key(run.spec, run.request), []).append(index)
         loop = asyncio.get_running_loop()
-        first_seq = self._seq - len(runs)  # the phase's runs were numbered just before
         found = []
         for members in groups.values():
             futures: list[asyncio.Future[RunResult]] = [loop.create_future() for _ in members]
             for index, future in zip(members, futures, strict=True):
-                self._batched[first_seq + index] = future
+                self._batched[seqs[index]] = future
             found.append((members, futures))
         return found
 

@@ -183,6 +183,11 @@ def _page(title: str, body: str, script: str = "") -> str:
     )
 
 
+def _tonight(cell: CellRecord) -> str:
+    """Tonight's own count of a cell (``tonight 18/20``), beside the epoch's pooled rate."""
+    return f"tonight {round(cell.pass_rate * cell.n)}/{cell.n}" if cell.n else "no result"
+
+
 def _drifted(report: ReportFile) -> list[str]:
     return [c.subject_key for c in report.canary if c.status == "drift"]
 
@@ -271,9 +276,7 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
                 tds.append("<td>·</td>")
                 continue
             rate = shown_rate(cell)
-            tonight = (
-                f"tonight {round(cell.pass_rate * cell.n)}/{cell.n}" if cell.n else "no result"
-            )
+            tonight = _tonight(cell)
             pooled = (
                 f"epoch {to_fixed_2(rate)} n={cell.epoch.n}"
                 if cell.epoch is not None
@@ -462,7 +465,7 @@ def _timeline_html(points: Sequence[TimelineNight]) -> str:
     for point in points:
         cell, epoch = point.cell, point.cell.epoch
         rate = shown_rate(cell)
-        tonight = f"tonight {round(cell.pass_rate * cell.n)}/{cell.n}" if cell.n else "no result"
+        tonight = _tonight(cell)
         pooled = f" · epoch {to_fixed_2(rate)} n={epoch.n}" if epoch is not None else ""
         mark = (
             f'<div class="epoch-mark">epoch began: {esc(EPOCH_WORDS[epoch.reason])}</div>'
