@@ -196,3 +196,43 @@ def test_a_models_own_timeout_s_bounds_its_calls() -> None:
         (result,) = engine.run(plan(spec, ["hang"]), SpendEnvelope(cap=None))
         seen.release.set()
     assert result.status == "error" and "timed out" in (result.error or "")
+
+
+def test_litellm_is_imported_with_the_collector_paused_then_frozen() -> None:
+    """A fresh interpreter: the collector is on again afterwards and the import's objects
+    sit in the permanent generation (later collections do not rescan them)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import gc\n"
+        "from kb.engine.adapter import load_litellm\n"
+        "load_litellm()\n"
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
+    )
+    enabled, frozen = done.stdout.split()
+    assert enabled == "True"
+    assert int(frozen) > 100_000  # litellm's import builds ~500,000 tracked objects
+
+
+def test_the_paused_collector_is_restored_as_it_was_even_on_failure() -> None:
+    import gc
+
+    from kb.engine.adapter import _collector_paused
+
+    try:
+        with pytest.raises(ImportError), _collector_paused():
+            assert not gc.isenabled()
+            raise ImportError("litellm is broken")
+        assert gc.isenabled()
+        gc.disable()
+        with _collector_paused():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
+        gc.unfreeze()  # this test process's objects go back to being collected

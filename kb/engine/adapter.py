@@ -22,10 +22,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +70,29 @@ class ProviderReply:
     price_source: PriceSource
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector out of litellm's import, then freeze what it built.
+
+    The import builds ~530,000 tracked objects (3,000 modules, 2,500 pydantic
+    classes) and almost none of them become garbage, yet the collector would
+    rescan them on every generation-2 pass: measured on a 2-core machine, the
+    import takes 2.8 s of CPU with the collector and 2.0 s without it, and a
+    whole process 3.7 s against 2.1 s. Freezing moves the import's objects out
+    of later collections (the sweep's own garbage is still collected). What
+    little garbage the import did make stays frozen; collecting it first
+    would cost 0.3 s and did not lower the peak memory (195 MB either way).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
+
+
 def load_litellm() -> Any:
     """Import and configure litellm once (offline, quiet, kb's providers registered)."""
     global _litellm
@@ -75,8 +100,9 @@ def load_litellm() -> Any:
         return _litellm
     for name, value in OFFLINE_ENV.items():
         os.environ.setdefault(name, value)
-    import litellm
-    from litellm.llms.custom_llm import CustomLLM
+    with _collector_paused():
+        import litellm
+        from litellm.llms.custom_llm import CustomLLM
 
     litellm.suppress_debug_info = True
     litellm.telemetry = False
