@@ -285,11 +285,25 @@ def scrub_secrets(text: str, secrets: Sequence[str] = ()) -> str:
     key is left alone: a model asked to write one is not leaking anything.
     Used on every provider error and on everything kb writes as evidence.
     """
+    return cut_secrets(text, secrets_to_cut(secrets))
+
+
+def secrets_to_cut(secrets: Sequence[str] = ()) -> tuple[str, ...]:
+    """What :func:`scrub_secrets` cuts, longest first: ``secrets`` and the environment's.
+
+    Read once for many texts (a night's evidence) instead of once a text: reading
+    the environment is most of a scrub's cost.
+    """
     known = [s for s in secrets if len(s) >= MIN_SECRET_LENGTH] + [
         value
         for name, value in os.environ.items()
         if _SECRET_ENV.search(name) and len(value) >= MIN_SECRET_LENGTH
     ]
-    for secret in sorted(set(known), key=len, reverse=True):
+    return tuple(sorted(set(known), key=len, reverse=True))
+
+
+def cut_secrets(text: str, known: Sequence[str]) -> str:
+    """``text`` with each of ``known`` (from :func:`secrets_to_cut`) replaced by ``***``."""
+    for secret in known:
         text = text.replace(secret, "***")
     return text

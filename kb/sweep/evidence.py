@@ -18,11 +18,11 @@ probe prompt and its ``taskClass`` is ``null``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kb.engine.providers.scripted import SCRIPTED_KEYS
-from kb.engine.requests import ModelSpec, credentials_of, scrub_secrets
+from kb.engine.requests import ModelSpec, credentials_of, cut_secrets, secrets_to_cut
 from kb.engine.runs import RunResult
 from kb.evals.graders import Grade
 from kb.store.records import RequestRecord, RunRecord, UsageRecord, Verdict, cut_text
@@ -35,6 +35,12 @@ class EvidenceContext:
     """What every record needs besides its run: which secrets to cut."""
 
     secrets: tuple[str, ...]
+    """The models' secrets; :meth:`cut` cuts the environment's too."""
+    _known: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # the environment is read once for the night's records, not once a text
+        object.__setattr__(self, "_known", secrets_to_cut(self.secrets))
 
     @classmethod
     def of(cls, models: Iterable[ModelSpec]) -> EvidenceContext:
@@ -46,7 +52,7 @@ class EvidenceContext:
 
     def cut(self, text: str) -> str:
         """``text`` without secrets."""
-        return scrub_secrets(text, self.secrets)
+        return cut_secrets(text, self._known)
 
 
 def _verdict(grade: Grade, context: EvidenceContext) -> Verdict:
