@@ -73,6 +73,7 @@ def test_a_worker_that_dies_fails_its_calls_as_retryable_and_the_rest_go_on() ->
         try:
             warm = Engine(FAST, workers=pool).run(plan(openai(base), ["warm"]), SpendEnvelope(None))
             assert warm[0].status == "ok"
+            pool.wait_ready()
             os.kill(pool.pids()[0], signal.SIGKILL)
             results = Engine(FAST, workers=pool).run(
                 plan(openai(base), [f"q{i}" for i in range(6)]), SpendEnvelope(cap=None)
@@ -89,12 +90,76 @@ def test_when_no_worker_is_left_calls_are_made_in_process() -> None:
         pool = WorkerPool(1)
         pool.start()
         try:
+            pool.wait_ready()
             os.kill(pool.pids()[0], signal.SIGKILL)
             pool.wait_all()
             results = Engine(FAST, workers=pool).run(plan(openai(base), ["a"]), SpendEnvelope(None))
         finally:
             pool.stop()
     assert results[0].status == "ok" and results[0].output == "echo: a"
+
+
+def parent_of(pid: int) -> int:
+    fields_after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields_after_name[1])
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_the_workers_are_forked_from_one_import_and_all_end_with_the_pool() -> None:
+    pool = WorkerPool(3)
+    pool.start()
+    try:
+        pool.wait_ready()
+        workers = pool.pids()
+        parent = pool._parent
+        assert parent is not None
+        assert len(set(workers)) == 3 and parent.pid not in workers
+        # one process imported litellm; the workers are its forks, not three more imports
+        assert {parent_of(pid) for pid in workers} == {parent.pid}
+    finally:
+        pool.stop()
+    assert parent.returncode == 0  # it waited for its workers, which ended on their own
+    assert all(gone(pid) for pid in workers)
+
+
+def test_workers_still_importing_are_killed_when_the_pool_stops() -> None:
+    pool = WorkerPool(2)
+    pool.start()
+    parent = pool._parent
+    assert parent is not None
+    pool.stop()  # at once: the import has not finished
+    assert parent.returncode == -signal.SIGKILL
+    assert gone(parent.pid)
+
+
+def test_a_parent_that_cannot_import_litellm_leaves_the_calls_to_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = tmp_path / "litellm"
+    broken.mkdir()
+    tried = tmp_path / "tried"
+    (broken / "__init__.py").write_text(
+        f"open({str(tried)!r}, 'w').close()\nraise ImportError('a broken litellm')\n"
+    )
+    with fake_openai_server() as (base, _):
+        monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the workers' parent only
+        pool = WorkerPool(2)
+        pool.start()
+        try:
+            pool.wait_all()  # it ended, and with it every pipe
+            assert not pool.usable(openai(base))
+            assert tried.exists() and pool._parent is not None and pool._parent.wait() == 1
+            results = Engine(FAST, workers=pool).run(plan(openai(base), ["a"]), SpendEnvelope(None))
+        finally:
+            pool.stop()
+    assert results[0].status == "ok" and results[0].output == "echo: a"  # made in-process
 
 
 def test_calls_stay_in_the_sweeps_process_unless_workers_are_asked_for() -> None:

@@ -1,14 +1,14 @@
 """Provider calls in worker processes: the import overlapped, the per-call CPU spread.
 
-A live sweep spends its first seconds importing litellm (about 5 s of CPU on
-an idle machine: ~3,000 modules, the biggest the openai SDK's and litellm's
-own pydantic types, none dominant — see ``bench/RESULTS.md``), and then
-~5–12 ms of CPU per call inside litellm. Neither can be cut from outside
-litellm, so kb moves both off the main process: :class:`WorkerPool` starts
-its workers the moment a sweep begins; each imports litellm while the main
-process reads the spec, the store and git and plans the night, and each then
-makes calls for the engine. With more than one worker (a machine with
-cores), the per-call CPU is spread across them.
+A live sweep spends its first seconds importing litellm (~2 s of CPU on an
+idle 2-core machine with the collector paused: ~3,000 modules, the biggest
+the openai SDK's and litellm's own pydantic types, none dominant — see
+``bench/RESULTS.md``), and then ~4–7 ms of CPU per call inside litellm.
+Neither can be cut much from outside litellm, so workers can move both off
+the main process: :class:`WorkerPool` starts them the moment a sweep begins;
+they import litellm while the main process reads the spec, the store and git
+and plans the night, and then make calls for the engine. With more than one
+worker (a machine with cores), the per-call CPU is spread across them.
 
 The engine keeps everything a result depends on — plan order, envelope
 authorizations, cassette numbering, retries and back-off, the journal — and
@@ -18,12 +18,13 @@ which worker answered never changes a result. A worker that dies fails its
 calls as retryable and is not used again; when none is left, calls go
 in-process.
 
-The protocol is one JSON object per line over the worker's stdin/stdout:
-``{"id", "spec", "request", "occurrence", "timeout_s"}`` in, ``{"id",
-"reply"}`` or ``{"id", "failure"}`` out; the first line out is ``{"ready":
-true}`` once litellm is imported. Secrets travel in memory through the pipe
-only. The bundled ``local`` model stays in the main process (one copy of its
-weights).
+One parent process imports litellm and forks the workers from itself, so the
+import's CPU is paid once whatever their number. The protocol is one JSON
+object per line over each worker's own pair of pipes: ``{"id", "spec",
+"request", "occurrence", "timeout_s"}`` in, ``{"id", "reply"}`` or ``{"id",
+"failure"}`` out; the first line out is ``{"ready": true, "pid"}``. Secrets
+travel in memory through the pipes only. The bundled ``local`` model stays in
+the main process (one copy of its weights).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from kb.engine.requests import ModelSpec, ProviderRequest
 from kb.engine.runs import Usage
@@ -52,11 +53,12 @@ IN_PROCESS_PROVIDERS = frozenset({"local"})
 DEFAULT_WORKERS = 0
 """Workers when ``KB_WORKERS`` is not set: none, every call from the sweep's own process.
 
-Measured on 2 cores: a 4-call sweep takes ~4.8-5.0 s whatever the count (the import
-is 4.0 s of it); an 88-call night 6.3 s in-process, 6.2 s with one worker, 7.6 s with
-two; a 480-call night (``bench/peers.py``) 9.6 s in-process, 10.2 s with one, 8.7 s
-with two. Two workers win only on long nights and each costs an import's CPU, so
-they are for a user who asks (``KB_WORKERS=2``), not the default."""
+Measured on 2 cores (``bench/peers.py``, workers forked from one import): a 4-call
+sweep takes 2.8 s in-process, 3.1 s with one or two workers; a 480-call night 6.5-6.8 s
+in-process, 7.1-7.5 s with one worker, 6.5-6.6 s with two. Workers do not pay for
+themselves on this machine (the main process's planning is too short to hide the
+import behind, and the hand-offs eat what two cores win), so they are for a user
+with more cores or longer nights who measures and asks (``KB_WORKERS=N``)."""
 
 
 def _spec_json(spec: ModelSpec) -> dict[str, Any]:
@@ -112,9 +114,14 @@ def _settle(future: Future[dict[str, Any]], message: dict[str, Any]) -> None:
 class _Worker:
     """One worker process; a thread reads its replies and settles the calls waiting on them."""
 
-    popen: subprocess.Popen[bytes]
+    requests: BinaryIO
+    """The pipe its calls go down (its stdin, in effect)."""
+    replies: BinaryIO
+    """The pipe its answers come up."""
+    pid: int | None = None
+    """Known once it says it is ready."""
     ready: threading.Event = field(default_factory=threading.Event)
-    """Set once it has imported litellm (or died)."""
+    """Set once it is ready for calls (or died)."""
     alive: bool = True
     pending: dict[int, Future[dict[str, Any]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -143,11 +150,10 @@ class _Worker:
 
     def read_replies(self) -> None:
         """The reader thread: each reply line settles its call; EOF fails the rest."""
-        stdout = self.popen.stdout
-        assert stdout is not None
-        for line in stdout:
+        for line in self.replies:
             message = json.loads(line)
             if message.get("ready"):
+                self.pid = int(message["pid"])
                 self._wake()
                 continue
             with self.lock:
@@ -168,23 +174,47 @@ class WorkerPool:
 
     count: int = 1
     _workers: list[_Worker] = field(default_factory=list)
+    _parent: subprocess.Popen[bytes] | None = None
     _next_id: itertools.count[int] = field(default_factory=itertools.count)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
     def start(self) -> None:
-        """Spawn the workers now (they import litellm while the caller plans)."""
+        """Start the workers now (litellm is imported while the caller plans).
+
+        One parent process imports litellm and forks the workers from itself:
+        one import's CPU however many workers (an import is ~2 s of CPU, as much
+        as a few hundred calls), and on a machine of few cores the workers do
+        not fight each other and the planning sweep for them while importing.
+        Each worker talks over its own pair of pipes, handed to the parent.
+        """
         from kb.engine.adapter import OFFLINE_ENV
 
         env = {**OFFLINE_ENV, **os.environ}
+        theirs: list[int] = []
+        ours: list[tuple[int, int]] = []
         for _ in range(self.count):
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "kb.engine.workers"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+            calls_in, calls_out = os.pipe()
+            replies_in, replies_out = os.pipe()
+            theirs += [calls_in, replies_out]
+            ours.append((calls_out, replies_in))
+        try:
+            self._parent = subprocess.Popen(
+                [sys.executable, "-m", "kb.engine.workers"]
+                + [f"{theirs[2 * k]},{theirs[2 * k + 1]}" for k in range(self.count)],
+                stdin=subprocess.DEVNULL,
                 env=env,
+                pass_fds=theirs,
                 start_new_session=True,  # Ctrl-C reaches kb, which stops its workers
             )
-            worker = _Worker(popen)
+        except BaseException:
+            for fd in [fd for pair in ours for fd in pair]:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)  # the workers hold these now; a dead one's replies then end
+        for calls_out, replies_in in ours:
+            worker = _Worker(os.fdopen(calls_out, "wb"), os.fdopen(replies_in, "rb"))
             worker.thread = threading.Thread(target=worker.read_replies, daemon=True)
             worker.thread.start()
             self._workers.append(worker)
@@ -223,15 +253,13 @@ class WorkerPool:
             "occurrence": occurrence,
             "timeout_s": timeout_s,
         }
-        stdin = worker.popen.stdin
-        assert stdin is not None
         try:
             with worker.lock:
                 if not worker.alive:
                     raise BrokenPipeError
                 worker.pending[call_id] = future
-                stdin.write((json.dumps(line) + "\n").encode())
-                stdin.flush()
+                worker.requests.write((json.dumps(line) + "\n").encode())
+                worker.requests.flush()
         except (BrokenPipeError, ConnectionResetError, ValueError):
             with worker.lock:
                 worker.pending.pop(call_id, None)
@@ -262,8 +290,13 @@ class WorkerPool:
         )
 
     def pids(self) -> list[int]:
-        """The workers' process ids (tests, diagnostics)."""
-        return [w.popen.pid for w in self._workers]
+        """The ready workers' process ids (tests, diagnostics)."""
+        return [w.pid for w in self._workers if w.pid is not None]
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until every worker is ready for calls or dead."""
+        for worker in self._workers:
+            worker.ready.wait(timeout_s)
 
     def wait_all(self, timeout_s: float = 30.0) -> None:
         """Wait until every worker has exited (its reader saw the end of its output)."""
@@ -271,46 +304,57 @@ class WorkerPool:
             if worker.thread is not None:
                 worker.thread.join(timeout=timeout_s)
 
+    def _kill_all(self) -> None:
+        if self._parent is None:
+            return
+        try:
+            os.killpg(self._parent.pid, signal.SIGKILL)  # the parent and every worker it forked
+        except (ProcessLookupError, PermissionError):
+            pass  # all gone already
+
     def stop(self) -> None:
         """End the workers: close their input, then make sure they are gone.
 
-        A worker still importing is killed at once (a sweep refused on bad input
+        Workers still importing are killed at once (a sweep refused on bad input
         must not wait seconds for an import it will never use).
         """
+        importing = any(not w.ready.is_set() for w in self._workers)
         for worker in self._workers:
-            stdin = worker.popen.stdin
             with worker.lock:
-                if stdin is not None and not stdin.closed:
+                if not worker.requests.closed:
                     try:
-                        stdin.close()
+                        worker.requests.close()
                     except OSError:
                         pass
-            if not worker.ready.is_set():
-                worker.popen.kill()
-        for worker in self._workers:
+        if importing:
+            self._kill_all()
+        if self._parent is not None:
             try:
-                worker.popen.wait(timeout=10)
+                self._parent.wait(timeout=10)  # it waits for its workers
             except subprocess.TimeoutExpired:
-                worker.popen.kill()
-                worker.popen.wait()
+                self._kill_all()
+                self._parent.wait()
+        for worker in self._workers:
             if worker.thread is not None:
                 worker.thread.join(timeout=10)
-            if worker.popen.stdout is not None:
-                worker.popen.stdout.close()
+            worker.replies.close()
         self._workers.clear()
+        self._parent = None
 
 
 # -- the worker side ---------------------------------------------------------------------------
 
 
-async def _serve() -> None:
+async def _serve(calls: int, replies: int) -> None:
     from kb.engine.adapter import LiteLLMAdapter
 
     adapter = LiteLLMAdapter()
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=2**24)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-    out = sys.stdout.buffer
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(calls, "rb")
+    )
+    out = os.fdopen(replies, "wb")
 
     def send(message: Mapping[str, Any]) -> None:
         out.write((json.dumps(message) + "\n").encode())
@@ -358,7 +402,7 @@ async def _serve() -> None:
                 }
             )
 
-    send({"ready": True})
+    send({"ready": True, "pid": os.getpid()})
     tasks: set[asyncio.Task[None]] = set()
     while True:
         line = await reader.readline()
@@ -373,9 +417,39 @@ async def _serve() -> None:
 
 
 def main() -> None:
-    """``python -m kb.engine.workers``: serve calls until stdin closes."""
+    """``python -m kb.engine.workers IN,OUT …``: import litellm once, fork a worker per pipe pair.
+
+    Each worker serves the calls read from its ``IN`` descriptor until it ends,
+    answering on ``OUT``; this process waits for them. A failed import ends it
+    at once, quietly: every pipe closes, and the sweep makes its calls itself
+    (and reports the import's error as it would without workers).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process decides when to stop
-    asyncio.run(_serve())
+    pairs = [tuple(int(fd) for fd in arg.split(",")) for arg in sys.argv[1:]]
+    try:
+        from kb.engine.adapter import load_litellm
+
+        load_litellm()  # once, before the forks: the workers share its pages
+    except Exception:  # noqa: BLE001 - see above: the sweep reports it in-process
+        os._exit(1)
+    forked: list[int] = []
+    for k, (calls, replies) in enumerate(pairs):
+        pid = os.fork()
+        if pid == 0:
+            for later_calls, later_replies in pairs[k + 1 :]:
+                os.close(later_calls)  # another worker's: held here, its death would go unseen
+                os.close(later_replies)
+            code = 0
+            try:
+                asyncio.run(_serve(calls, replies))
+            except BaseException:  # noqa: BLE001 - a worker ends; the main process sees EOF
+                code = 1
+            os._exit(code)
+        forked.append(pid)
+        os.close(calls)
+        os.close(replies)
+    for pid in forked:
+        os.waitpid(pid, 0)
 
 
 if __name__ == "__main__":
