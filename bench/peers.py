@@ -7,7 +7,8 @@ from a fresh process, in alternating rounds (kb, inspect_ai, promptfoo, kb,
 …), so a machine that gets busier mid-run slows all of them alike. Printed:
 each tool's median wall time and CPU (user + system of the whole process
 tree), the latency-bound ideal (ceil(480 / 16) × 0.1 s), and kb's ratios to
-each peer; then the fixed start-up of a 4-call sweep.
+each peer; then the fixed start-up: the same tools on 1 model × 4 cases, and
+a bare ``import litellm``.
 
 The peers are optional: ``--inspect-python`` names a Python with inspect_ai
 installed (default: this one), ``--promptfoo`` a promptfoo executable
@@ -31,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,60 +247,38 @@ def main() -> None:
     print(f"command: python bench/peers.py {' '.join(sys.argv[1:])}".rstrip())
     with server_process(args.latency_ms / 1000) as base, tempfile.TemporaryDirectory() as tmp:
         env["OPENAI_BASE_URL"] = base
-        tools: dict[str, list[str] | None] = {}
-        workdirs: dict[str, Path] = {}
-        setups: dict[str, Callable[[Path], list[str] | None]] = {
-            "kb": lambda w: kb_setup(w, base, args.models, args.cases, args.concurrency),
-            "inspect_ai": lambda w: inspect_setup(
-                w, base, args.models, args.cases, args.concurrency, args.inspect_python
-            ),
-            "promptfoo": lambda w: promptfoo_setup(
-                w, base, args.models, args.cases, args.concurrency, promptfoo
-            ),
-        }
-        for name, setup in setups.items():
-            workdirs[name] = Path(tmp) / name
-            tools[name] = setup(workdirs[name])
-        envs = {name: env for name in tools}
-        kb_command = tools.pop("kb")
-        kb_dir = workdirs.pop("kb")
-        envs.pop("kb")
-        variants = {}
-        for count in args.kb_workers:  # kb's variants first in each round
-            name = (
-                "kb (in-process)"
-                if count == "0"
-                else f"kb ({count} worker" + ("s)" if count != "1" else ")")
-            )
-            variants[name] = kb_command
-            workdirs[name] = kb_dir
-            envs[name] = {**env, "KB_WORKERS": count}
-        tools = {**variants, **tools}
-        first_variant = next(iter(variants))
-        missing = {
-            "inspect_ai": "pip install inspect_ai (or pass --inspect-python PYTHON)",
-            "promptfoo": "npm install promptfoo (or pass --promptfoo PATH)",
-        }
-        for name, command in tools.items():
-            if command is None:
-                print(f"skipped {name}: not installed here; {missing[name]}")
-        runnable = {n: c for n, c in tools.items() if c is not None}
-        found: dict[str, list[Timing]] = {name: [] for name in runnable}
-        for name, command in runnable.items():  # a warm-up round: caches, compiled bytecode
-            timed(command, workdirs[name], envs[name])
-        for _ in range(args.rounds):
-            for name, command in runnable.items():
-                found[name].append(timed(command, workdirs[name], envs[name]))
-        small = Path(tmp) / "kb-small"
-        small_command = kb_setup(small, base, 1, 4, args.concurrency)
-        small_runs: dict[str, list[Timing]] = {}
-        for count in args.kb_workers:
-            small_env = {**env, "KB_WORKERS": count}
-            timed(small_command, small, small_env)
-            small_runs[count] = [timed(small_command, small, small_env) for _ in range(args.rounds)]
+
+        def line_up(models: int, cases: int, where: Path) -> dict[str, Runnable | None]:
+            """Every tool set up for ``models`` x ``cases``: kb's variants first, then peers."""
+            kb_dir = where / "kb"
+            kb_command = kb_setup(kb_dir, base, models, cases, args.concurrency)
+            lined: dict[str, Runnable | None] = {
+                variant_name(count): Runnable(kb_command, kb_dir, {**env, "KB_WORKERS": count})
+                for count in args.kb_workers
+            }
+            peers = {
+                "inspect_ai": inspect_setup(
+                    where / "inspect_ai", base, models, cases, args.concurrency, args.inspect_python
+                ),
+                "promptfoo": promptfoo_setup(
+                    where / "promptfoo", base, models, cases, args.concurrency, promptfoo
+                ),
+            }
+            for name, command in peers.items():
+                lined[name] = Runnable(command, where / name, env) if command else None
+            return lined
+
+        night = line_up(args.models, args.cases, Path(tmp) / "night")
+        for name, runnable in night.items():
+            if runnable is None:
+                print(f"skipped {name}: not installed here; {MISSING[name]}")
+        found = alternate(night, args.rounds)
+        small = alternate(line_up(1, 4, Path(tmp) / "small"), args.rounds)
         bare = [
-            timed([sys.executable, "-c", "import litellm"], small, env) for _ in range(args.rounds)
+            timed([sys.executable, "-c", "import litellm"], Path(tmp), env)
+            for _ in range(args.rounds)
         ]
+    default = variant_name(args.kb_workers[0])
     print()
     print(
         f"### {args.models} models × {args.cases} cases = {calls} calls, "
@@ -308,12 +286,11 @@ def main() -> None:
         f"(median of {args.rounds} alternating rounds)"
     )
     print()
+    print(f"Ratios: {default} against each.")
+    print()
     print("| tool | wall s | CPU s | wall / ideal | kb wall / tool wall | kb CPU / tool CPU |")
     print("|---|---:|---:|---:|---:|---:|")
-    default = first_variant
     kb = medians(found[default])
-    print(f"(ratios: {default} against each)")
-    print()
     for name, timings in found.items():
         m = medians(timings)
         print(
@@ -322,16 +299,49 @@ def main() -> None:
         )
     print(f"| ideal (latency-bound) | {ideal:.2f} | — | 1.00x | — | — |")
     print()
-    print(f"### the fixed start-up: a 4-call kb sweep (median of {args.rounds})")
+    print(f"### the fixed start-up: the same tools on 1 model × 4 cases (median of {args.rounds})")
     print()
-    print("| kb | wall s | CPU s (all processes) |")
-    print("|---|---:|---:|")
-    for count, runs in small_runs.items():
-        s = medians(runs)
-        label = "in-process" if count == "0" else f"{count} worker{'s' if count != '1' else ''}"
-        print(f"| {label} | {s.wall_s:.2f} | {s.cpu_s:.2f} |")
+    print("| tool | wall s | CPU s (all processes) | kb CPU / tool CPU |")
+    print("|---|---:|---:|---:|")
+    kb_small = medians(small[default])
+    for name, timings in small.items():
+        m = medians(timings)
+        print(f"| {name} | {m.wall_s:.2f} | {m.cpu_s:.2f} | {kb_small.cpu_s / m.cpu_s:.2f}x |")
     b = medians(bare)
-    print(f"| `python -c 'import litellm'` alone | {b.wall_s:.2f} | {b.cpu_s:.2f} |")
+    print(f"| `python -c 'import litellm'` alone | {b.wall_s:.2f} | {b.cpu_s:.2f} | — |")
+
+
+@dataclass(frozen=True)
+class Runnable:
+    """One tool's command, where it runs and with what environment."""
+
+    command: list[str]
+    cwd: Path
+    env: dict[str, str]
+
+
+MISSING = {
+    "inspect_ai": "pip install inspect_ai (or pass --inspect-python PYTHON)",
+    "promptfoo": "npm install promptfoo (or pass --promptfoo PATH)",
+}
+
+
+def variant_name(count: str) -> str:
+    if count == "0":
+        return "kb (in-process)"
+    return f"kb ({count} worker{'s' if count != '1' else ''})"
+
+
+def alternate(tools: dict[str, Runnable | None], rounds: int) -> dict[str, list[Timing]]:
+    """A warm-up of each (caches, compiled bytecode), then ``rounds`` rounds in turn."""
+    ready = {name: tool for name, tool in tools.items() if tool is not None}
+    for tool in ready.values():
+        timed(tool.command, tool.cwd, tool.env)
+    found: dict[str, list[Timing]] = {name: [] for name in ready}
+    for _ in range(rounds):
+        for name, tool in ready.items():
+            found[name].append(timed(tool.command, tool.cwd, tool.env))
+    return found
 
 
 if __name__ == "__main__":

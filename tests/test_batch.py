@@ -178,14 +178,15 @@ def batch_spec(path: Path, base: str, batch: bool) -> Path:
 
 
 def costless(value: Any) -> Any:
-    """A report or claim without what batching changes on purpose: costs and timings."""
+    """A report or claim without what batching changes on purpose: costs, timings, the
+    batch that answered."""
     if isinstance(value, dict):
         return {
             k: costless(v)
             for k, v in value.items()
             if "cost" not in k.lower()
             and "spent" not in k.lower()
-            and k not in ("latencyMs", "priceSource")
+            and k not in ("latencyMs", "priceSource", "batch")
         }
     if isinstance(value, list):
         return [costless(v) for v in value]
@@ -321,3 +322,56 @@ def test_a_replay_says_batch_mode_is_off(runner: CliRunner, isolated: Path) -> N
     assert result.exit_code == 0, result.stderr
     assert "batch mode: off for --replay (no provider is called)" in result.stdout
     assert "go through the provider's batch API" not in result.stdout
+
+
+def test_each_batched_runs_evidence_names_its_batch(runner: CliRunner, isolated: Path) -> None:
+    with fake_batch_server(BatchSeen(answer=answers)) as (base, _):
+        spec = batch_spec(isolated / "s.toml", base, True)
+        result = runner.invoke(cli, ["sweep", str(spec), "--quiet", "--observed-at", NIGHT])
+    assert result.exit_code == 0, result.stderr
+    lines = (isolated / "kb-evidence" / f"{REPORT}.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    targets = [r for r in records if r["kind"] == "target"]
+    assert {r["batch"] for r in targets if r["model"] == "openai:gpt-4o-mini"} == {"batch_1"}
+    assert all("batch" not in r for r in records if r["model"] == "scripted:here")  # live
+    site = isolated / "public"
+    built = runner.invoke(cli, ["--as-of", "2026-11-28T03:00:00Z", "site", str(site)])
+    assert built.exit_code == 0, built.stderr
+    night = "".join(p.read_text() for p in site.glob("*.html") if REPORT[9:19] in p.name)
+    assert night.count("batch batch_1") == 10  # beside each batched answer's cost
+
+
+def test_a_journaled_batched_run_keeps_its_batch_when_reused(tmp_path: Path) -> None:
+    path = tmp_path / "night.journal.jsonl"
+    with fake_batch_server() as (base, _):
+        journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
+        first = Engine(BATCH, journal=journal).run(plan(openai(base), PROMPTS), SpendEnvelope(None))
+        journal.close()
+    assert {r.batch_id for r in first} == {"batch_1"}
+    state = read_journal(path)
+    assert state is not None
+    reused = [state.reusable(r.label, r.request.key) for r in first if r.request is not None]
+    assert [r.batch_id for r in reused if r is not None] == ["batch_1"] * 4
+
+
+def test_a_live_run_names_no_batch() -> None:
+    with fake_batch_server() as (base, _):
+        (live,) = Engine(EngineConfig()).run(plan(openai(base), ["one"]), SpendEnvelope(None))
+    assert live.status == "ok" and live.batch_id is None
+
+
+def test_the_dry_run_json_counts_the_batched_runs(runner: CliRunner, isolated: Path) -> None:
+    spec = batch_spec(isolated / "s.toml", "http://127.0.0.1:9/v1", True)
+    dry = ["sweep", str(spec), "--dry-run", "--json", "--observed-at", NIGHT]
+    planned = json.loads(runner.invoke(cli, dry).stdout)
+    assert planned["batch"] == {"targetRuns": 20, "batched": 10, "live": 10, "reused": 0}
+    assert json.loads(runner.invoke(cli, [*dry, "--no-batch"]).stdout)["batch"] is None
+
+
+def test_a_poll_interval_without_batch_mode_is_told(runner: CliRunner, isolated: Path) -> None:
+    spec = batch_spec(isolated / "s.toml", "http://127.0.0.1:9/v1", False)  # batch_poll_s set
+    told = "warning: [sweep] batch_poll_s has no effect: batch mode is off"
+    off = runner.invoke(cli, ["sweep", str(spec), "--dry-run", "--observed-at", NIGHT])
+    assert off.exit_code == 0 and told in unwrapped(off.stderr)
+    on = runner.invoke(cli, ["sweep", str(spec), "--dry-run", "--batch", "--observed-at", NIGHT])
+    assert on.exit_code == 0 and "batch_poll_s" not in on.stderr

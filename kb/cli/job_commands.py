@@ -193,9 +193,9 @@ def sweep(
     # first: the workers import litellm while the spec, the store and git are read
     workers = start_workers(dry_run=dry_run, replay=engine_flags.replay)
     spec = load_job_spec(spec_path, engine_flags)
-    for warning in spec.warnings:
-        click.echo(f"warning: {warning}", err=True)
     config = sweep_engine_config(spec, engine_flags.concurrency, batch=batch)
+    for warning in spec.warnings + spec.sweep.unused_settings(batch=config.batch):
+        click.echo(f"warning: {warning}", err=True)
     engine = build_engine(app, config, engine_flags)
     engine.workers = workers
     stopped = None
@@ -217,26 +217,27 @@ def sweep(
         epochs=read_epochs(app.store.home.epochs_file),
         new_epoch=new_epoch,
     )
+    batches = None  # what batch mode will do (None: off, or --replay calls no provider)
+    if config.batch and engine_flags.replay is None:
+        from kb.engine.batch import batch_forecast
+
+        journal = stopped.journal if stopped is not None else None
+        batches = batch_forecast(
+            plan.job.phase("targets").runs,
+            lambda run: (
+                journal is not None and journal.reusable(run.label, run.request.key) is not None
+            ),
+        )
     if dry_run and as_json:
-        echo_json(plan_json(plan))
+        echo_json({**plan_json(plan), "batch": batches.to_json() if batches else None})
     elif as_json and not quiet:  # a refused plan is one line on stderr, not the plan block
         plan.check_budget(allow_partial=allow_partial)
         click.echo(plan_text(plan, list_runs=False), err=True)
     elif not quiet or dry_run:
         click.echo(plan_text(plan, list_runs=dry_run))
     if config.batch and (not quiet or dry_run) and not as_json:
-        from kb.engine.batch import batch_line_text
-
-        journal = stopped.journal if stopped is not None else None
         click.echo(
-            "batch mode: off for --replay (no provider is called)"
-            if engine_flags.replay is not None
-            else batch_line_text(
-                plan.job.phase("targets").runs,
-                lambda run: (
-                    journal is not None and journal.reusable(run.label, run.request.key) is not None
-                ),
-            )
+            batches.text if batches else "batch mode: off for --replay (no provider is called)"
         )
     plan.check_budget(allow_partial=allow_partial)
     again = restart_warning(plan, app.store, commit=not no_commit)

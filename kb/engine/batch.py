@@ -71,20 +71,49 @@ def batchable(spec: ModelSpec) -> bool:
     return spec.provider in BATCH_PROVIDERS
 
 
-def batch_line_text(runs: Sequence[Any], reused: Callable[[Any], bool] = lambda run: False) -> str:
-    """The plan's line: how many target runs go as batches.
+@dataclass(frozen=True)
+class BatchForecast:
+    """What batch mode will do with a night's target runs (the plan's line, ``--dry-run``)."""
+
+    asked: int
+    """Target runs that will be sent (a resume's journaled runs are not)."""
+    batched: int
+    """Of those, the runs that go in a batch (the rest run live)."""
+    reused: int
+    """Runs served from the journal of a stopped sweep (sent nowhere)."""
+
+    def to_json(self) -> dict[str, int]:
+        """``--dry-run --json``'s ``batch``."""
+        return {
+            "targetRuns": self.asked,
+            "batched": self.batched,
+            "live": self.asked - self.batched,
+            "reused": self.reused,
+        }
+
+    @property
+    def text(self) -> str:
+        """The plan's line."""
+        again = f" ({self.reused} journaled runs reused)" if self.reused else ""
+        return (
+            f"batch mode: {self.batched} of {self.asked} target runs go through the provider's "
+            f"batch API at the batch price (OpenAI models), the others run live{again}; "
+            "judges likewise"
+            if self.batched
+            else "batch mode: no model here has a batch API kb reaches (OpenAI); every run is live"
+        )
+
+
+def batch_forecast(
+    runs: Sequence[Any], reused: Callable[[Any], bool] = lambda run: False
+) -> BatchForecast:
+    """How many of ``runs`` (target runs) go as batches.
 
     ``reused`` tells a run served from the journal of a stopped sweep (sent nowhere).
     """
     asked = [run for run in runs if not reused(run)]
     batched = sum(1 for run in asked if batchable(run.spec))
-    again = f" ({len(runs) - len(asked)} journaled runs reused)" if len(asked) < len(runs) else ""
-    return (
-        f"batch mode: {batched} of {len(asked)} target runs go through the provider's batch "
-        f"API at the batch price (OpenAI models), the others run live{again}; judges likewise"
-        if batched
-        else "batch mode: no model here has a batch API kb reaches (OpenAI); every run is live"
-    )
+    return BatchForecast(len(asked), batched, len(runs) - len(asked))
 
 
 def group_key(spec: ModelSpec, request: ProviderRequest) -> tuple[str, str, str]:

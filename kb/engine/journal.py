@@ -133,6 +133,7 @@ class RunJournal:
                 },
                 "costUsd": result.cost_usd,
                 "priceSource": result.price_source,
+                **({"batchId": result.batch_id} if result.batch_id else {}),
                 "attempts": result.attempts,
                 "error": self._cut(result.error) if result.error else result.error,
                 "latencyMs": latency,
@@ -209,6 +210,7 @@ def _result(entry: Mapping[str, Any]) -> RunResult:
         error=entry.get("error"),
         attempts=int(entry["attempts"]),
         price_source=entry.get("priceSource"),
+        batch_id=entry.get("batchId"),
         reused=True,
     )
     if isinstance(latency, int | float):

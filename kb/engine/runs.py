@@ -60,6 +60,8 @@ class RunResult:
     """What was asked (``None`` for a run refused before it was built into a call)."""
     price_source: PriceSource | None = None
     """Where ``cost_usd`` came from (``None``: the run made no call, or an old cassette)."""
+    batch_id: str | None = None
+    """The provider's batch the run went in (batch mode); ``None`` for a live call."""
 
     @property
     def latency_ms(self) -> float | None:

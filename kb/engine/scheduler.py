@@ -426,11 +426,12 @@ class Engine:
         names = BatchMembers(tuple((run.label, run.request.key) for run in runs))
         spec, request = runs[0].spec, runs[0].request
         started = time.monotonic()
+        sent: str | None = None  # the batch id, once the provider has it
 
         def settle_all(answer: Callable[[int, PlannedRun], RunResult]) -> None:
             for index, (run, future) in enumerate(zip(runs, futures, strict=True)):
                 if not future.done():
-                    future.set_result(answer(index, run))
+                    future.set_result(replace(answer(index, run), batch_id=sent))
 
         def failed(run: PlannedRun, message: str) -> RunResult:
             return RunResult(
@@ -454,6 +455,7 @@ class Engine:
                 )
                 if self.journal is not None:
                     self.journal.record_batch(names.key, batch_id)
+            sent = batch_id
             self.open_batches.add(batch_id)
             delays = poll_delays(self.config.batch_poll_s, self.config.batch_poll_max_s)
             while True:

@@ -149,6 +149,9 @@ class RunRecord(WireModel):
     expected: str | None = None
     """Format 2, since v3: what the case's graders take as a pass, in words (target runs;
     secrets cut, at most 4,000 characters). Older files lack it."""
+    batch: str | None = None
+    """Format 2, since v3: the provider's batch id when the run went in a batch (batch
+    mode); absent for a live call."""
 
     @field_validator("cost_usd")
     @classmethod
@@ -172,6 +175,7 @@ class RunRecord(WireModel):
                 ("usage", self.usage),
                 ("priceSource", self.price_source),
                 ("caseFingerprint", self.case_fingerprint),
+                ("batch", self.batch),
             )
             if value is not None
         ]

@@ -132,6 +132,7 @@ def run_record(
         price_source=run.price_source,
         case_fingerprint=fingerprint,
         expected=cut_text(context.cut(expected))[0] if expected else None,
+        batch=run.batch_id,
     )
 
 

@@ -124,6 +124,18 @@ class SweepSection(StrictModel):
             raise ValueError("must be a finite number in [0, 0.5)")
         return value
 
+    def unused_settings(self, *, batch: bool) -> list[str]:
+        """Settings written in the spec that this sweep will not use.
+
+        ``batch``: whether batch mode is on (``[sweep] batch`` or ``--batch``).
+        """
+        if not batch and "batch_poll_s" in self.model_fields_set:
+            return [
+                "[sweep] batch_poll_s has no effect: batch mode is off "
+                "(set [sweep] batch = true or pass --batch)"
+            ]
+        return []
+
     @property
     def gate_policy(self) -> GatePolicy:
         """The gate, its bands and tolerance."""

@@ -384,13 +384,16 @@ def _case_section(
             )
             params = json.dumps(run.params, sort_keys=True) if run.params else "—"
             repeat = f" #{run.repeat + 1}" if len(mine) > 1 else ""
+            batched = (
+                f'<br><small class="meta name">batch {esc(run.batch)}</small>' if run.batch else ""
+            )
             rows.append(
                 f'<tr><td class="name" data-label="model">{esc(model)}{repeat}</td>'
                 f'<td data-label="verdict">{status}</td>'
                 f'<td data-label="graders">{reasons}</td>'
                 f'<td data-label="output"><pre>{esc(run.output)}</pre></td>'
                 f'<td class="num" data-label="tokens">{tokens}</td>'
-                f'<td class="num" data-label="cost">${run.cost_usd:.4f}</td>'
+                f'<td class="num" data-label="cost">${run.cost_usd:.4f}{batched}</td>'
                 f'<td data-label="params"><pre class="params">{esc(params)}</pre></td></tr>'
             )
     system_line = f'<p class="prompt"><b>system</b> {esc(system)}</p>' if system else ""
