@@ -59,6 +59,8 @@ def test_init_creates_and_commits_an_empty_store(runner: CliRunner, repo: Path) 
     result = kb(runner, "init")
     assert result.exit_code == 0
     assert "store v0, committed to git" in result.stdout
+    assert "merge driver installed" in result.stdout
+    assert all(len(line) <= 80 for line in result.stdout.splitlines()[1:])  # the path may be long
     assert json.loads((repo / STORE).read_text())["version"] == 0
     assert git(repo, "log", "-1", "--format=%s") == "kb: init: empty store (store v0)\n"
     again = kb(runner, "init")

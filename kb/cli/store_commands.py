@@ -57,10 +57,13 @@ def init(app: App, committer: str) -> None:
         CommitContext(action="init", committer=committer), files=lambda: driver_files(store)
     )
     register_merge_driver(store.git, merge_driver_command())
-    click.echo(
-        f"initialized {store.path} (store v0, committed to git; merge driver installed: "
-        "git merges of the store re-apply the other branch's changes)"
+    from kb.textwidth import wrapped
+
+    lines = [f"initialized {store.path} (store v0, committed to git)"]
+    lines += wrapped(
+        "merge driver installed: git merges of the store re-apply the other branch's changes"
     )
+    click.echo("\n".join(lines))
 
 
 def merge_driver_command() -> str:
