@@ -236,3 +236,69 @@ def test_the_paused_collector_is_restored_as_it_was_even_on_failure() -> None:
     finally:
         gc.enable()
         gc.unfreeze()  # this test process's objects go back to being collected
+
+
+class _Clock:
+    """A monotonic clock that only moves when told (the import, the call)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_runs_latency_leaves_out_litellms_import(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kb.engine.adapter
+    import kb.engine.scheduler
+    from kb.engine.adapter import ProviderReply
+    from kb.engine.runs import Usage
+
+    clock = _Clock()
+
+    class SlowToImport:
+        def __init__(self) -> None:
+            clock.now += 100.0  # the import: long, and not the provider's doing
+
+        async def complete(self, *args: object, **kwargs: object) -> ProviderReply:
+            clock.now += 0.25  # the call itself
+            return ProviderReply("y", Usage(1, 1), 0.0, "declared")
+
+        async def aclose(self) -> None:
+            pass
+
+    monkeypatch.setattr(kb.engine.adapter, "LiteLLMAdapter", SlowToImport)
+    monkeypatch.setattr(kb.engine.scheduler, "time", clock)
+    (result,) = Engine(FAST).run(plan(scripted("s"), ["x"]), SpendEnvelope(cap=None))
+    assert result.status == "ok" and result.latency_ms == pytest.approx(250.0)
+
+
+def test_a_runs_latency_leaves_out_the_wait_for_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kb.engine.scheduler
+    from kb.engine.adapter import ProviderReply
+    from kb.engine.runs import Usage
+
+    clock = _Clock()
+
+    class StartingWorkers:
+        """As a pool does: a call waits for a worker to be ready."""
+
+        ready = False
+
+        def usable(self, spec: object) -> bool:
+            return True
+
+        async def when_ready(self) -> None:
+            if not self.ready:
+                clock.now += 100.0  # the workers' import
+                self.ready = True
+
+        async def complete(self, *args: object, **kwargs: object) -> ProviderReply:
+            await self.when_ready()
+            clock.now += 0.25
+            return ProviderReply("y", Usage(1, 1), 0.0, "declared")
+
+    monkeypatch.setattr(kb.engine.scheduler, "time", clock)
+    engine = Engine(FAST, workers=StartingWorkers())  # type: ignore[arg-type]
+    (result,) = engine.run(plan(scripted("s"), ["x"]), SpendEnvelope(cap=None))
+    assert result.status == "ok" and result.latency_ms == pytest.approx(250.0)

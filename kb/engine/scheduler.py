@@ -344,6 +344,7 @@ class Engine:
             # sit on a global slot that another provider's run could use.
             async with provider_limit, limit:
                 if started is None:
+                    await self._ready_to_call(run)  # not the provider's time: kept out of latency
                     started = time.monotonic()
                 timeout_s = float(run.spec.params.get("timeout_s", self.config.timeout_s))
                 try:
@@ -539,6 +540,14 @@ class Engine:
                 )
         except TimeoutError:
             raise ProviderFailure("the worker process did not answer", retryable=True) from None
+
+    async def _ready_to_call(self, run: PlannedRun) -> None:
+        """Until a call can be sent: litellm imported here, or a worker ready for it."""
+        workers = self.workers
+        if workers is not None and workers.usable(run.spec):
+            await workers.when_ready()
+        else:
+            self._live_adapter()
 
     def _live_adapter(self) -> LiteLLMAdapter:
         if self._adapter is None:

@@ -223,19 +223,24 @@ class WorkerPool:
         """Whether a worker makes this model's calls (else the engine calls in-process)."""
         return spec.provider not in IN_PROCESS_PROVIDERS and any(w.alive for w in self._workers)
 
-    async def _choose(self) -> _Worker:
-        """The next ready worker in turn; waits for one to be ready when none is yet."""
+    async def when_ready(self) -> None:
+        """Until a worker is ready for calls, or none is left."""
         while True:
             alive = [w for w in self._workers if w.alive]
-            if not alive:
-                raise ProviderFailure("no worker process is left", retryable=True)
-            ready = [w for w in alive if w.ready.is_set()]
-            if ready:
-                return ready[next(self._turn) % len(ready)]
+            if not alive or any(w.ready.is_set() for w in alive):
+                return
             await asyncio.wait(
                 [asyncio.ensure_future(w.when_ready()) for w in alive],
                 return_when=asyncio.FIRST_COMPLETED,
             )
+
+    async def _choose(self) -> _Worker:
+        """The next ready worker in turn; waits for one to be ready when none is yet."""
+        await self.when_ready()
+        ready = [w for w in self._workers if w.alive and w.ready.is_set()]
+        if not ready:
+            raise ProviderFailure("no worker process is left", retryable=True)
+        return ready[next(self._turn) % len(ready)]
 
     async def complete(
         self, spec: ModelSpec, request: ProviderRequest, *, occurrence: int, timeout_s: float
