@@ -232,7 +232,7 @@ def main() -> None:
     parser.add_argument(
         "--kb-workers",
         type=lambda text: text.split(","),
-        default=["1", "0"],
+        default=["0", "2"],
         help="KB_WORKERS values to run kb with (the first is the one the ratios use)",
     )
     args = parser.parse_args()

@@ -142,8 +142,9 @@ def main() -> None:
     parser.add_argument("--no-compaction", action="store_true")
     args = parser.parse_args()
     compaction = not args.no_compaction
+    title = "a year of nightly sweeps" + ("" if compaction else ", without compaction")
     print(
-        f"# a year of nightly sweeps\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"# {title}\n\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}\ncommand: python bench/store_year.py --nights "
         f"{args.nights} --cells {args.cells}{'' if compaction else ' --no-compaction'}\n"
     )

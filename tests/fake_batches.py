@@ -44,6 +44,8 @@ class BatchSeen:
     answer: Callable[[str, str], str] = echo
     polls_to_finish: int = 2
     """Polls a batch takes: the first says ``validating``, then ``in_progress`` …"""
+    id_prefix: str = "batch_"
+    """Batch ids are this and a count (OpenAI's are ``batch_`` and 32 hex digits)."""
     requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -189,7 +191,7 @@ def fake_batch_server(seen: BatchSeen | None = None) -> Iterator[tuple[str, Batc
                     )
                 elif self.path == "/v1/batches":
                     request = json.loads(body)
-                    batch_id = f"batch_{len(state.batches) + 1}"
+                    batch_id = f"{state.id_prefix}{len(state.batches) + 1}"
                     batch = {
                         "id": batch_id,
                         "object": "batch",

@@ -375,3 +375,43 @@ def test_a_poll_interval_without_batch_mode_is_told(runner: CliRunner, isolated:
     assert off.exit_code == 0 and told in unwrapped(off.stderr)
     on = runner.invoke(cli, ["sweep", str(spec), "--dry-run", "--batch", "--observed-at", NIGHT])
     assert on.exit_code == 0 and "batch_poll_s" not in on.stderr
+    batching = batch_spec(isolated / "b.toml", "http://127.0.0.1:9/v1", True)
+    tonight_off = ["sweep", str(batching), "--dry-run", "--no-batch", "--observed-at", NIGHT]
+    chosen = runner.invoke(cli, tonight_off)  # the spec batches; this night the user said no
+    assert chosen.exit_code == 0 and "batch_poll_s" not in chosen.stderr
+
+
+def test_a_long_batch_id_wraps_on_the_night_page_at_both_widths(
+    runner: CliRunner, isolated: Path
+) -> None:
+    from tests.test_html_report import chromium
+
+    long_id = "batch_" + "6743f0a2b1c94e5d8f7a" * 3  # longer than OpenAI's 38 characters
+    seen = BatchSeen(scenario="fail", answer=answers, id_prefix=long_id)
+    with fake_batch_server(seen) as (base, _):
+        spec = batch_spec(isolated / "s.toml", base, True)
+        runner.invoke(cli, ["sweep", str(spec), "--quiet", "--observed-at", NIGHT])
+    site = isolated / "public"
+    built = runner.invoke(cli, ["--as-of", "2026-11-28T03:00:00Z", "site", str(site)])
+    assert built.exit_code == 0, built.stderr
+    (night,) = [p for p in site.glob("*.html") if REPORT[9:19] in p.name]
+    text = night.read_text()
+    assert f"batch {long_id}1" in text  # beside the cost and in the error
+    # the failed cell says why, never a bare 0.00
+    assert '<td class="incomplete breakable"><b>no result</b> · incomplete' in text
+    assert "0.00 n=0" not in text
+    with chromium() as browser:
+        for width in (1280, 390):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(night.as_uri())
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            overflowing = page.eval_on_selector_all(
+                ".scroll",
+                "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).length",
+            )
+            assert overflowing == 0, f"a case table scrolls sideways at {width} px"
+            cost = page.eval_on_selector_all(
+                "td[data-label=cost]", "els => Math.max(...els.map(e => e.offsetWidth))"
+            )
+            assert cost <= (width if width < 640 else 200), (width, cost)
+            page.screenshot(path=str(isolated / f"night-{width}.png"), full_page=True)

@@ -129,7 +129,8 @@ class SweepSection(StrictModel):
 
         ``batch``: whether batch mode is on (``[sweep] batch`` or ``--batch``).
         """
-        if not batch and "batch_poll_s" in self.model_fields_set:
+        # a spec that batches, run with --no-batch, is the user's choice for one night
+        if not batch and not self.batch and "batch_poll_s" in self.model_fields_set:
             return [
                 "[sweep] batch_poll_s has no effect: batch mode is off "
                 "(set [sweep] batch = true or pass --batch)"

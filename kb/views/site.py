@@ -71,6 +71,12 @@ section.case { border-top: 1px solid #d0d7de; padding-top: 0.4em; }
 .filters label { margin-right: 1em; white-space: nowrap; }
 .prompt { background: #f6f8fa; padding: 0.4em; white-space: pre-wrap; }
 .prose { overflow-wrap: break-word; }
+/* ids and errors quoting them (a batch id, a provider's message) wrap anywhere rather
+   than widen their column past the screen */
+.breakable { overflow-wrap: anywhere; white-space: normal; }
+small.batch { display: block; text-align: left; }
+td.incomplete { background: repeating-linear-gradient(45deg, #f6f8fa, #f6f8fa 6px,
+  #eaeef2 6px, #eaeef2 12px); max-width: 22em; }
 ol.timeline { display: flex; flex-wrap: wrap; gap: 6px; list-style: none; padding: 0; }
 ol.timeline li { width: 11em; border-left: 3px solid #d0d7de; padding: 2px 6px; }
 ol.timeline li.new-epoch { border-left-color: #0550ae; }
@@ -275,6 +281,13 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
             if cell is None:
                 tds.append("<td>·</td>")
                 continue
+            if cell.outcome == "incomplete":  # its cause, never a bare 0.00 (as kb report --html)
+                counted = f"on {cell.n} of {cell.planned_n} cases" if cell.n else "no result"
+                tds.append(
+                    f'<td class="incomplete breakable"><b>{counted}</b> · incomplete<br>'
+                    f"<small>{esc(cell.incomplete_reason or '')}</small></td>"
+                )
+                continue
             rate = shown_rate(cell)
             tonight = _tonight(cell)
             pooled = (
@@ -385,12 +398,14 @@ def _case_section(
             params = json.dumps(run.params, sort_keys=True) if run.params else "—"
             repeat = f" #{run.repeat + 1}" if len(mine) > 1 else ""
             batched = (
-                f'<br><small class="meta name">batch {esc(run.batch)}</small>' if run.batch else ""
+                f'<small class="meta batch breakable">batch {esc(run.batch)}</small>'
+                if run.batch
+                else ""
             )
             rows.append(
                 f'<tr><td class="name" data-label="model">{esc(model)}{repeat}</td>'
                 f'<td data-label="verdict">{status}</td>'
-                f'<td data-label="graders">{reasons}</td>'
+                f'<td class="breakable" data-label="graders">{reasons}</td>'
                 f'<td data-label="output"><pre>{esc(run.output)}</pre></td>'
                 f'<td class="num" data-label="tokens">{tokens}</td>'
                 f'<td class="num" data-label="cost">${run.cost_usd:.4f}{batched}</td>'
