@@ -92,8 +92,9 @@ def test_an_expired_batch_keeps_what_it_answered() -> None:
         results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
     assert [r.status for r in results] == ["ok", "ok", "error", "error"]
     assert results[0].output == "echo: one"
-    assert (results[2].error or "").startswith("batch batch_1: the batch did not answer it")
-    assert "batch_expired" in (results[2].error or "")
+    assert (results[2].error or "").startswith(
+        "batch batch_1: expired (its 24 h window) before this request ran ("
+    )
 
 
 def test_partial_results_fail_only_the_rejected_requests() -> None:
@@ -283,9 +284,9 @@ def test_the_dry_run_says_which_runs_go_as_batches(runner: CliRunner, isolated: 
     spec = batch_spec(isolated / "s.toml", "http://127.0.0.1:9/v1", True)
     result = runner.invoke(cli, ["sweep", str(spec), "--dry-run", "--observed-at", NIGHT])
     assert result.exit_code == 0, result.stderr
-    assert "batch mode: 10 of 20 target runs go through the provider's batch API" in unwrapped(
-        result.stdout
-    )
+    said = unwrapped(result.stdout)
+    assert "batch mode: 10 of the 20 target runs go through the provider's batch API" in said
+    assert "judges" not in said  # this night has no judge to send
     live = runner.invoke(
         cli, ["sweep", str(spec), "--dry-run", "--no-batch", "--observed-at", NIGHT]
     )
@@ -329,6 +330,9 @@ def test_each_batched_runs_evidence_names_its_batch(runner: CliRunner, isolated:
         spec = batch_spec(isolated / "s.toml", base, True)
         result = runner.invoke(cli, ["sweep", str(spec), "--quiet", "--observed-at", NIGHT])
     assert result.exit_code == 0, result.stderr
+    # half the declared $1/$2 per Mtok on 5 + 2 tokens, ten times
+    said = "batched: 10 runs in 1 batch (batch_1), 10 answered; $0.000045 at the batch price"
+    assert said in unwrapped(result.stdout)
     lines = (isolated / "kb-evidence" / f"{REPORT}.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
     targets = [r for r in records if r["kind"] == "target"]
@@ -415,3 +419,15 @@ def test_a_long_batch_id_wraps_on_the_night_page_at_both_widths(
             )
             assert cost <= (width if width < 640 else 200), (width, cost)
             page.screenshot(path=str(isolated / f"night-{width}.png"), full_page=True)
+
+
+def test_the_batch_line_of_a_resumed_night_counts_what_is_still_to_send() -> None:
+    from kb.engine.batch import BatchForecast
+
+    line = BatchForecast(asked=1, batched=1, reused=1, judged=True).text
+    assert line == (
+        "batch mode: 1 of the 1 target runs still to send go through the provider's batch API "
+        "at the batch price (OpenAI models), the others run live (1 more served from the "
+        "journal); judges likewise"
+    )
+    assert BatchForecast(2, 0, 0).text.endswith("every run is live")

@@ -227,6 +227,7 @@ def sweep(
             lambda run: (
                 journal is not None and journal.reusable(run.label, run.request.key) is not None
             ),
+            judged=plan.job.phase("judges").later > 0,
         )
     if dry_run and as_json:
         echo_json({**plan_json(plan), "batch": batches.to_json() if batches else None})

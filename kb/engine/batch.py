@@ -81,6 +81,8 @@ class BatchForecast:
     """Of those, the runs that go in a batch (the rest run live)."""
     reused: int
     """Runs served from the journal of a stopped sweep (sent nowhere)."""
+    judged: bool = False
+    """The night may have judge runs (they go the same way as their model's)."""
 
     def to_json(self) -> dict[str, int]:
         """``--dry-run --json``'s ``batch``."""
@@ -94,26 +96,28 @@ class BatchForecast:
     @property
     def text(self) -> str:
         """The plan's line."""
-        again = f" ({self.reused} journaled runs reused)" if self.reused else ""
+        sent = f"{self.asked} target runs" + (" still to send" if self.reused else "")
+        again = f" ({self.reused} more served from the journal)" if self.reused else ""
+        judges = "; judges likewise" if self.judged else ""
         return (
-            f"batch mode: {self.batched} of {self.asked} target runs go through the provider's "
-            f"batch API at the batch price (OpenAI models), the others run live{again}; "
-            "judges likewise"
+            f"batch mode: {self.batched} of the {sent} go through the provider's batch API "
+            f"at the batch price (OpenAI models), the others run live{again}{judges}"
             if self.batched
             else "batch mode: no model here has a batch API kb reaches (OpenAI); every run is live"
         )
 
 
 def batch_forecast(
-    runs: Sequence[Any], reused: Callable[[Any], bool] = lambda run: False
+    runs: Sequence[Any], reused: Callable[[Any], bool] = lambda run: False, *, judged: bool = False
 ) -> BatchForecast:
     """How many of ``runs`` (target runs) go as batches.
 
-    ``reused`` tells a run served from the journal of a stopped sweep (sent nowhere).
+    ``reused`` tells a run served from the journal of a stopped sweep (sent
+    nowhere); ``judged``: the night may have judge runs.
     """
     asked = [run for run in runs if not reused(run)]
     batched = sum(1 for run in asked if batchable(run.spec))
-    return BatchForecast(len(asked), batched, len(runs) - len(asked))
+    return BatchForecast(len(asked), batched, len(runs) - len(asked), judged)
 
 
 def group_key(spec: ModelSpec, request: ProviderRequest) -> tuple[str, str, str]:
@@ -249,6 +253,10 @@ def _answer(entry: Mapping[str, Any]) -> BatchAnswer:
     if error:
         message = error.get("message") if isinstance(error, Mapping) else str(error)
         code = error.get("code") if isinstance(error, Mapping) else None
+        if code == "batch_expired":  # said as when the request has no line at all
+            return BatchAnswer(
+                None, none, f"expired (its 24 h window) before this request ran ({message})"
+            )
         return BatchAnswer(
             None, none, f"the batch did not answer it ({code or 'error'}: {message})"
         )

@@ -161,6 +161,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
             f"reused {report.reused_runs} journaled run{'s' if report.reused_runs != 1 else ''} "
             "(paid by the stopped sweep of this night)"
         )
+    lines += _batched_lines(report)
     lines.append(f"claims: {len(claims)}")
     for claim in claims:
         lines += wrapped(f"+\xa0{claim['id']}: {claim['statement']}", "  ", "      ")
@@ -192,6 +193,27 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         + f"; worst case authorized {_money(report.worst_case_usd)}"
     )
     return fit("\n".join(lines))
+
+
+def _batched_lines(report: ReportFile) -> list[str]:
+    """What went in batches tonight (batch mode): how many runs, which batches, at what cost.
+
+    The cost has six decimals: a batched night of a small model often costs less than
+    the $0.0001 the spend line shows.
+    """
+    batched = [run for run in report.runs or () if run.batch]
+    if not batched:
+        return []
+    ids = list(dict.fromkeys(run.batch for run in batched if run.batch))
+    answered = sum(1 for run in batched if run.status == "ok")
+    runs = f"{len(batched)} run{'s' if len(batched) != 1 else ''}"
+    batches = f"{len(ids)} batch{'es' if len(ids) != 1 else ''}"
+    cost = sum(run.cost_usd for run in batched)
+    return wrapped(
+        f"batched: {runs} in {batches} ({', '.join(ids)}), {answered} answered; "
+        f"${cost:.6f} at the batch price",
+        more="  ",
+    )
 
 
 def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
