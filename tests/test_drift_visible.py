@@ -51,6 +51,7 @@ def test_fail_on_drift_exits_1_after_committing(runner: CliRunner, repo: Path) -
     assert "**Drift:** the canary saw the provider change the model behind `scripted:m`" in summary
     assert "| scripted:m | DRIFT | 1 |" in summary
     assert "Flipped stale (canary drift)" in summary
+    assert "~1` (night 2026-11-01) → `" in summary  # the base named by the night it stood on
     page = (repo / "r.html").read_text()
     assert '<p class="drift-banner"' in page and '<th scope="row" class="drifted">' in page
     assert "drift · 1 claim stale" in page

@@ -30,7 +30,13 @@ from kb.store.baselines import BaselinesFile
 from kb.store.diff import Side, StoreDiff, diff_snapshots
 from kb.store.epochs import EpochsAt, EpochsFile, cell_key, read_epochs
 from kb.store.evidence import evidence_paths
-from kb.store.filestore import CommitContext, CommitResult, KnowledgeStore, validate_attempts
+from kb.store.filestore import (
+    REPORT_TRAILER,
+    CommitContext,
+    CommitResult,
+    KnowledgeStore,
+    validate_attempts,
+)
 from kb.store.merge import driver_files
 from kb.store.models import ModelClaim
 from kb.store.ops import ArchiveClaim, EvalCommitterGate, MarkStale
@@ -405,16 +411,34 @@ def _report(
             if result is not None and writes is not None
             else ()
         ),
-        store_diff=commit_diff(result, plan) if result is not None else None,
+        store_diff=(
+            commit_diff(result, plan, night_before(store, result)) if result is not None else None
+        ),
         history_dir=target.directory,
     )
 
 
-def commit_diff(result: CommitResult, plan: SweepPlan) -> StoreDiff:
-    """``kb diff`` of the sweep's own commit, from the commit's base, result and ops."""
+def night_before(store: KnowledgeStore, result: CommitResult) -> str | None:
+    """The night (report id) the store stood on before the sweep's commit, when git says."""
+    git = store.git
+    if git is None or not result.git_commit:
+        return None
+    parent = git.resolve(f"{result.git_commit}~1")
+    return git.newest_trailer(REPORT_TRAILER, parent) if parent else None
+
+
+def commit_diff(
+    result: CommitResult, plan: SweepPlan, before_night: str | None = None
+) -> StoreDiff:
+    """``kb diff`` of the sweep's own commit, from the commit's base, result and ops.
+
+    ``before_night``: the night the base stood on (:func:`night_before`).
+    """
     assert result.base is not None
     commit = result.git_commit[:12] if result.git_commit else None
-    before = Side(f"{commit}~1" if commit else "before", result.base.version, plan.observed_at)
+    before = Side(
+        f"{commit}~1" if commit else "before", result.base.version, plan.observed_at, before_night
+    )
     after = Side(
         commit or plan.report_id, result.snapshot.version, plan.observed_at, plan.report_id
     )
