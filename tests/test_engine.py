@@ -302,3 +302,31 @@ def test_a_runs_latency_leaves_out_the_wait_for_a_worker(monkeypatch: pytest.Mon
     engine = Engine(FAST, workers=StartingWorkers())  # type: ignore[arg-type]
     (result,) = engine.run(plan(scripted("s"), ["x"]), SpendEnvelope(cap=None))
     assert result.status == "ok" and result.latency_ms == pytest.approx(250.0)
+
+
+def test_litellms_first_call_imports_are_done_before_any_run_starts() -> None:
+    """litellm loads ~40 more modules on its first completion; the adapter does that up
+    front (a completion litellm answers itself), so a first run's latency is the call's."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import asyncio, sys\n"
+        "from kb.engine.adapter import LiteLLMAdapter\n"
+        "from kb.engine.requests import ModelSpec, build_request\n"
+        "from tests.fake_openai import fake_openai_server\n"
+        "with fake_openai_server() as (base, seen):\n"
+        "    spec = ModelSpec('openai:m', params={'api_base': base, 'api_key': 'sk-12345678'})\n"
+        "    adapter = LiteLLMAdapter()\n"
+        "    before = set(sys.modules)\n"
+        "    reply = asyncio.run(adapter.complete(spec, build_request(spec, 'q'),"
+        " occurrence=0, timeout_s=10))\n"
+        "    print(reply.text, len(seen.requests), len(set(sys.modules) - before))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
+    )
+    text, requests, loaded = done.stdout.rsplit(maxsplit=2)
+    assert text == "echo: q" and requests == "1"  # the warm-up sent nothing
+    assert int(loaded) < 20, f"the first call still imported {loaded} modules"

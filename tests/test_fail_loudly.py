@@ -87,7 +87,7 @@ def test_provider_failures_exit_one_with_the_first_error(runner: CliRunner, repo
         "Error: 1 of 2 cells incomplete, e.g. scripted:broken extraction: 10 target runs "
         "failed at the provider; first error: ServiceUnavailableError"
     )
-    assert "the 1 complete cells are committed (store v1)" in result.stderr
+    assert "the complete cell is committed (store v1)" in result.stderr
     again = kb(
         runner,
         "sweep",

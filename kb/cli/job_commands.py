@@ -31,6 +31,7 @@ from kb.cli.options import (
     spec_argument,
 )
 from kb.errors import ConfigError, JobFailedError
+from kb.textwidth import wrapped
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -237,9 +238,8 @@ def sweep(
     elif not quiet or dry_run:
         click.echo(plan_text(plan, list_runs=dry_run))
     if config.batch and (not quiet or dry_run) and not as_json:
-        click.echo(
-            batches.text if batches else "batch mode: off for --replay (no provider is called)"
-        )
+        said = batches.text if batches else "batch mode: off for --replay (no provider is called)"
+        click.echo("\n".join(wrapped(said, more="  ")))
     plan.check_budget(allow_partial=allow_partial)
     again = restart_warning(plan, app.store, commit=not no_commit)
     if again is not None:  # before the first call (and in a dry run: what a run would pay)

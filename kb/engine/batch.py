@@ -96,14 +96,25 @@ class BatchForecast:
     @property
     def text(self) -> str:
         """The plan's line."""
-        sent = f"{self.asked} target runs" + (" still to send" if self.reused else "")
+        runs = "target run" if self.asked == 1 else "target runs"
+        sent = f"{self.asked} {runs}" + (" still to send" if self.reused else "")
         again = f" ({self.reused} more served from the journal)" if self.reused else ""
-        judges = "; judges likewise" if self.judged else ""
+        judges = "; judges of OpenAI models likewise" if self.judged else ""
+        if not self.batched:
+            return (
+                "batch mode: no model here has a batch API kb reaches (OpenAI); every run is live"
+            )
+        which = (
+            f"the {sent} goes"
+            if self.asked == 1
+            else f"all {sent} go"
+            if self.batched == self.asked
+            else f"{self.batched} of the {sent} go"
+        )
+        live = "" if self.batched == self.asked else ", the others run live"
         return (
-            f"batch mode: {self.batched} of the {sent} go through the provider's batch API "
-            f"at the batch price (OpenAI models), the others run live{again}{judges}"
-            if self.batched
-            else "batch mode: no model here has a batch API kb reaches (OpenAI); every run is live"
+            f"batch mode: {which} through the provider's batch API at the batch price "
+            f"(OpenAI models){live}{again}{judges}"
         )
 
 
@@ -282,8 +293,8 @@ def missing_reason(state: BatchState) -> str:
     """Why a request has no line in either file, from how the batch ended."""
     if state.status == "failed":
         return f"the batch {state.batch_id} failed: {state.errors or 'no reason given'}"
-    if state.status == "expired":
-        return f"the batch {state.batch_id} expired (its 24 h window) before this request ran"
+    if state.status == "expired":  # as when the provider lists the request as expired
+        return f"batch {state.batch_id}: expired (its 24 h window) before this request ran"
     if state.status == "cancelled":
         return f"the batch {state.batch_id} was cancelled before this request ran"
     return f"the batch {state.batch_id} ended ({state.status}) without an answer for it"

@@ -101,9 +101,13 @@ def incomplete_summary(report: ReportFile) -> str | None:
     cause = first.incomplete_reason or "nothing measured"
     if first.first_error:
         cause += f"; first error: {first.first_error}"
+    complete = len(cells) - len(broken)
     committed = (
-        f"the {len(cells) - len(broken)} complete cells are committed (store "
-        f"v{report.committed_version})"
+        (
+            f"the complete cell is committed (store v{report.committed_version})"
+            if complete == 1
+            else f"the {complete} complete cells are committed (store v{report.committed_version})"
+        )
         if report.committed_version is not None
         else "nothing was committed"
     )
@@ -159,7 +163,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
     if report.reused_runs:
         lines.append(
             f"reused {report.reused_runs} journaled run{'s' if report.reused_runs != 1 else ''} "
-            "(paid by the stopped sweep of this night)"
+            "(paid by an earlier, unfinished sweep of this night)"
         )
     lines += _batched_lines(report)
     lines.append(f"claims: {len(claims)}")
