@@ -53,9 +53,9 @@ IN_PROCESS_PROVIDERS = frozenset({"local"})
 DEFAULT_WORKERS = 0
 """Workers when ``KB_WORKERS`` is not set: none, every call from the sweep's own process.
 
-Measured on 2 cores (``bench/peers.py``, 0.1 s loopback latency): a 4-call sweep
-takes 2.9 s in-process, 3.2 s with one or two workers; a 480-call night 6.9 s
-in-process, 7.1 s with one worker, 6.5 s with two, for 13 % more CPU. Against a
+Measured on 2 cores (``bench/peers.py``, 0.1 s loopback latency, two runs): a 4-call
+sweep takes 2.9-3.3 s whatever the count; a 480-call night 6.7-6.9 s in-process,
+7.1-7.8 s with one worker, 6.5-6.6 s with two, for 13-23 % more CPU. Against a
 real provider (a second or more a call) the per-call CPU hides in the latency and
 workers win nothing, so they are for a user with cores, long nights and a fast
 endpoint who measures and asks (``KB_WORKERS=N``)."""
