@@ -43,6 +43,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from kb.money import usd
+
 
 class KbError(Exception):
     """Base of every error kb raises on purpose."""
@@ -174,7 +176,7 @@ class JobInterrupted(KbError):
         )
         super().__init__(
             f"interrupted by {signal_name}: nothing committed, the store is unchanged; "
-            f"${spent_usd:.4f} spent on the runs that finished{batches}"
+            f"{usd(spent_usd)} spent on the runs that finished{batches}"
         )
 
 

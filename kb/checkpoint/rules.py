@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kb.money import usd
 from kb.store.canonical import to_fixed_2
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class ValueRule:
             return f"{which.name} arm contaminated: {which.contamination}"
         if self.zero_fails and treat.pass_rate <= TOLERANCE:
             return f"the {treat.name} arm passed nothing (a pass rate of 0 fails outright)"
-        rate, cost = to_fixed_2(treat.pass_rate), f"${treat.cost_usd:.4f}"
+        rate, cost = to_fixed_2(treat.pass_rate), usd(treat.cost_usd)
         return (
             f"{treat.name} {rate} at {cost} needs >= {to_fixed_2(base.pass_rate)} at <= "
             f"${self.cheaper * base.cost_usd:.4f} ({self.cheaper:.2f}x) or >= "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kb.checkpoint.arms import Arm, CheckpointReport, StartRungCell
 from kb.checkpoint.rules import PROFILE, START_RUNG
+from kb.money import usd
 from kb.store.canonical import to_fixed_2
 
 
@@ -12,7 +13,7 @@ def checkpoint_table(report: CheckpointReport) -> str:
 
     def arm_text(arm: Arm) -> str:
         tail = f"  CONTAMINATED: {arm.contamination}" if arm.contamination else ""
-        return f"{to_fixed_2(arm.pass_rate)} ${arm.cost_usd:.4f}{tail}"
+        return f"{to_fixed_2(arm.pass_rate)} {usd(arm.cost_usd)}{tail}"
 
     def verdict(cell: StartRungCell) -> str:
         if cell.passed is None:
@@ -54,6 +55,6 @@ def checkpoint_table(report: CheckpointReport) -> str:
         lines.append(
             f"  criterion 2: does not hold ({PROFILE.failure(report.informed, report.blind)})"
         )
-    lines.append(f"spent ${report.spent_usd:.4f}")
+    lines.append(f"spent {usd(report.spent_usd)}")
     lines.append(f"checkpoint: {'PASSED' if report.passed else 'NOT PASSED'}")
     return "\n".join(lines)

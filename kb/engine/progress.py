@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kb.engine.runs import RunKind, RunResult
+from kb.money import usd
 
 if TYPE_CHECKING:
     from kb.engine.batch import BatchState
@@ -79,7 +80,7 @@ class RunTally:
         errors = sum(self.failed.values())
         if errors:
             parts.append(f"{errors} error{'s' if errors != 1 else ''}")
-        money = f"${self.spent_usd:.4f}"
+        money = usd(self.spent_usd)
         if self.unpriced:
             money += f" + {self.unpriced} unpriced"
         parts.append(money)

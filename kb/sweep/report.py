@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kb.engine.phases import Phase
+from kb.money import usd
 from kb.store.models import claim_to_wire
 from kb.store.ops import Op
 from kb.store.records import (
@@ -178,7 +179,7 @@ def sweep_report(
 
 
 def _money(value: float | None) -> str:
-    return "unbounded" if value is None else f"${value:.4f}"
+    return "unbounded" if value is None else usd(value)
 
 
 def _phase_lines(phase: Phase) -> list[str]:
@@ -212,7 +213,7 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
         lines.append(epochs_line(plan))
     forecast = job.forecast
     cap = plan.spec.budgets.max_total_usd
-    line = f"worst-case authorized spend: ${forecast.worst_usd:.4f} (cap {_money(cap)})"
+    line = f"worst-case authorized spend: {usd(forecast.worst_usd)} (cap {_money(cap)})"
     if forecast.exceeds:
         line += f": EXCEEDS the cap, {forecast.refused} of {forecast.runs} runs would be refused"
     lines.append(line)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kb.money import usd
 from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
 from kb.store.canonical import js_stringify, to_fixed_2
@@ -80,7 +81,7 @@ def metrics_line(claim: ModelClaim) -> str | None:
         f"wilson95 [{to_fixed_2(low)}, {to_fixed_2(high)}] grader {metrics['graderId']}"
     )
     if "cost" in metrics:
-        line += f" cost ${metrics['cost']:.4f}"
+        line += f" cost {usd(metrics['cost'])}"
     if "baseline" in metrics:
         baseline = metrics["baseline"]
         line += f" baseline {baseline['model']} {to_fixed_2(baseline['passRate'])}"

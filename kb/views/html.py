@@ -15,6 +15,7 @@ import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CellRecord, ReportFile, RunRecord
 
@@ -395,7 +396,7 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
 <title>kb sweep {esc(report.report_id)}</title>
 <style>{STYLE}</style></head><body>
 <h1>kb sweep <code>{esc(report.report_id)}</code></h1>
-<p class="meta">observed {esc(report.observed_at)} · spent ${report.spent_usd:.4f}{unpriced}
+<p class="meta">observed {esc(report.observed_at)} · spent {esc(usd(report.spent_usd))}{unpriced}
 · {esc(committed)}</p>
 {_drift_banner(report)}{_alarm_banner(report)}
 <h2>Pass rate by model and task class</h2>

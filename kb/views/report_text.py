@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CellRecord, EpochRecord, ReportFile
 from kb.textwidth import fit, wrapped
@@ -24,7 +25,7 @@ CANARY_WORDS = {
 
 
 def _money(value: float | None) -> str:
-    return "unbounded" if value is None else f"${value:.4f}"
+    return "unbounded" if value is None else usd(value)
 
 
 def _count(cell: CellRecord) -> str:
@@ -145,7 +146,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
             counted = _count(cell)
             rate = f"passRate {to_fixed_2(shown)} {interval}  " if cell.n and cell.complete else ""
         total = cell.total_cost_usd
-        cost = "unpriced" if cell.unpriced_runs or total is None else f"${total:.4f}"
+        cost = "unpriced" if cell.unpriced_runs or total is None else usd(total)
         # the cell's name, then its numbers, each wrapped to 80 columns: a model id of 30
         # characters and a task class of 20 would push one long line past any terminal
         head = f"{cell.subject_key} · {cell.task_class}: {cell.outcome}"
@@ -188,7 +189,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         lines.append("nothing to commit")
     unpriced = sum(cell.unpriced_runs or 0 for cell in report.cells)
     lines.append(
-        f"spend: ${report.spent_usd:.4f} debited"
+        f"spend: {usd(report.spent_usd)} debited"
         + (
             f" (+ {unpriced} unpriced run{'s' if unpriced != 1 else ''}, cost unknown)"
             if unpriced
@@ -233,7 +234,7 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
     for line in alarm_lines(report):
         lines += [f"> **Alarm:** {line}", ""]
     lines += [
-        f"Observed {report.observed_at}; spent ${report.spent_usd:.4f}.",
+        f"Observed {report.observed_at}; spent {usd(report.spent_usd)}.",
         "",
         "| model | task class | pass rate | 95% interval | n | outcome |",
         "|---|---|---:|---|---:|---|",

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from kb.card import usable_claims
 from kb.errors import ConfigError
+from kb.money import usd
 from kb.schema import subject_key
 from kb.store.canonical import to_fixed_2
 from kb.store.epochs import EpochsFile
@@ -213,7 +214,7 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
             f'<tr><td class="name"><a href="{esc(night.page)}">{esc(r.report_id)}</a>{mark}</td>'
             f'<td class="name">{esc(r.observed_at[:16])}</td><td class="num">{len(r.cells)}</td>'
             f'<td class="num">{len(r.claims)}</td><td class="num">{len(r.retired)}</td>'
-            f'<td class="num">${r.spent_usd:.4f}</td></tr>'
+            f'<td class="num">{esc(usd(r.spent_usd))}</td></tr>'
         )
     live = newest_first(usable_claims(claims, as_of))
     claim_rows = []
@@ -322,7 +323,7 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
     body = (
         f'<p><a href="index.html">← all nights</a></p><h1>Night <span class="name">'
         f"{esc(r.report_id)}</span></h1>"
-        f'<p class="meta">observed {esc(r.observed_at)} · spent ${r.spent_usd:.4f} · '
+        f'<p class="meta">observed {esc(r.observed_at)} · spent {esc(usd(r.spent_usd))} · '
         f"{len(r.claims)} claims · {len(r.retired)} retired</p>{banner}"
         '<h2>Pass rate by model and task class</h2><p class="meta">What the gate judged: '
         "the epoch's pooled rate over its n cases (several nights), then tonight's own count."
@@ -408,7 +409,7 @@ def _case_section(
                 f'<td class="breakable" data-label="graders">{reasons}</td>'
                 f'<td data-label="output"><pre>{esc(run.output)}</pre></td>'
                 f'<td class="num" data-label="tokens">{tokens}</td>'
-                f'<td class="num" data-label="cost">${run.cost_usd:.4f}{batched}</td>'
+                f'<td class="num" data-label="cost">{esc(usd(run.cost_usd))}{batched}</td>'
                 f'<td data-label="params"><pre class="params">{esc(params)}</pre></td></tr>'
             )
     system_line = f'<p class="prompt"><b>system</b> {esc(system)}</p>' if system else ""
