@@ -198,23 +198,28 @@ def test_a_models_own_timeout_s_bounds_its_calls() -> None:
     assert result.status == "error" and "timed out" in (result.error or "")
 
 
-def test_litellm_is_imported_with_the_collector_paused_then_frozen() -> None:
-    """A fresh interpreter: the collector is on again afterwards and the import's objects
-    sit in the permanent generation (later collections do not rescan them)."""
+def fresh_interpreter(probe: str) -> str:
+    """What ``probe`` prints in a new Python (litellm not yet imported), run from the repo."""
     import subprocess
     import sys
 
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def test_litellm_is_imported_with_the_collector_paused_then_frozen() -> None:
+    """A fresh interpreter: the collector is on again afterwards and the import's objects
+    sit in the permanent generation (later collections do not rescan them)."""
     probe = (
         "import gc\n"
         "from kb.engine.adapter import load_litellm\n"
         "load_litellm()\n"
         "print(gc.isenabled(), gc.get_freeze_count())\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
-    )
-    enabled, frozen = done.stdout.split()
+    enabled, frozen = fresh_interpreter(probe).split()
     assert enabled == "True"
     assert int(frozen) > 100_000  # litellm's import builds ~500,000 tracked objects
 
@@ -307,9 +312,6 @@ def test_a_runs_latency_leaves_out_the_wait_for_a_worker(monkeypatch: pytest.Mon
 def test_litellms_first_call_imports_are_done_before_any_run_starts() -> None:
     """litellm loads ~40 more modules on its first completion; the adapter does that up
     front (a completion litellm answers itself), so a first run's latency is the call's."""
-    import subprocess
-    import sys
-
     probe = (
         "import asyncio, sys\n"
         "from kb.engine.adapter import LiteLLMAdapter\n"
@@ -323,10 +325,6 @@ def test_litellms_first_call_imports_are_done_before_any_run_starts() -> None:
         " occurrence=0, timeout_s=10))\n"
         "    print(reply.text, len(seen.requests), len(set(sys.modules) - before))\n"
     )
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True
-    )
-    text, requests, loaded = done.stdout.rsplit(maxsplit=2)
+    text, requests, loaded = fresh_interpreter(probe).rsplit(maxsplit=2)
     assert text == "echo: q" and requests == "1"  # the warm-up sent nothing
     assert int(loaded) < 20, f"the first call still imported {loaded} modules"
