@@ -78,3 +78,16 @@ def scripted_model(name: str, correct: int, **params: Any) -> dict[str, Any]:
         "model": f"scripted:{name}",
         "params": {"responses": responses(correct), "default": "a steady answer", **params},
     }
+
+
+def loopback_model(model: str, base: str) -> dict[str, Any]:
+    """An OpenAI model on a loopback fake server, at a declared $1/$2 per Mtok (the key in
+    ``KB_TEST_KEY``, which the tests set)."""
+    return {
+        "model": model,
+        "params": {
+            "api_base": base,
+            "api_key_env": "KB_TEST_KEY",
+            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+        },
+    }

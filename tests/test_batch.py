@@ -19,7 +19,7 @@ from kb.engine.scheduler import Engine, EngineConfig
 from tests.cli_helpers import unwrapped
 from tests.engine_helpers import plan, scripted
 from tests.fake_batches import BatchSeen, fake_batch_server
-from tests.sweep_helpers import responses, scripted_model, write_spec
+from tests.sweep_helpers import loopback_model, responses, scripted_model, write_spec
 
 pytestmark = pytest.mark.usefixtures("initialized_store")
 
@@ -163,17 +163,9 @@ def answers(model: str, prompt: str) -> str:
 
 
 def batch_spec(path: Path, base: str, batch: bool) -> Path:
-    openai_model = {
-        "model": "openai:gpt-4o-mini",
-        "params": {
-            "api_base": base,
-            "api_key_env": "KB_TEST_KEY",
-            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
-        },
-    }
     return write_spec(
         path,
-        [openai_model, scripted_model("here", 9)],
+        [loopback_model("openai:gpt-4o-mini", base), scripted_model("here", 9)],
         extra_sweep=f"batch = {'true' if batch else 'false'}\nbatch_poll_s = 0.01",
     )
 

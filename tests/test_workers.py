@@ -18,7 +18,7 @@ from kb.engine.scheduler import Engine, EngineConfig
 from kb.engine.workers import DEFAULT_WORKERS, WorkerPool
 from tests.engine_helpers import FAST, plan, scripted
 from tests.fake_openai import fake_openai_server
-from tests.sweep_helpers import scripted_model, write_spec
+from tests.sweep_helpers import loopback_model, scripted_model, write_spec
 
 NIGHT = "2026-11-28T02:00:00Z"
 
@@ -175,16 +175,10 @@ def test_the_engine_without_workers_is_unchanged() -> None:
 
 
 def loopback_spec(path: Path, base: str) -> Path:
-    model = {
-        "model": "openai:fake-model",
-        "params": {
-            "api_base": base,
-            "api_key_env": "KB_TEST_KEY",
-            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
-        },
-    }
     cases = [(f"case-{i:02d}", f"Question {i}?", f"echo: Question {i}?") for i in range(10)]
-    return write_spec(path, [model, scripted_model("here", 9)], cases=cases)
+    return write_spec(
+        path, [loopback_model("openai:fake-model", base), scripted_model("here", 9)], cases=cases
+    )
 
 
 def without_timings(text: str) -> Any:

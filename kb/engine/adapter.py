@@ -361,8 +361,10 @@ class LiteLLMAdapter:
         collected; a batch is polled a few times a minute at most, so kb asks
         for ``Connection: close`` instead and leaves nothing open.
         """
+        from kb.engine.batch import endpoint
+
         kwargs: dict[str, Any] = {"custom_llm_provider": spec.provider}
-        where = request.call_params.get("api_base") or request.call_params.get("base_url")
+        where = endpoint(request)
         if where:
             kwargs["api_base"] = where
         api_key = _api_key(spec)

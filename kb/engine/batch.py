@@ -131,10 +131,15 @@ def batch_forecast(
     return BatchForecast(len(asked), batched, len(runs) - len(asked), judged)
 
 
+def endpoint(request: ProviderRequest) -> str | None:
+    """The server a request goes to when the spec names one (``api_base``/``base_url``)."""
+    where = request.call_params.get("api_base") or request.call_params.get("base_url")
+    return str(where) if where else None
+
+
 def group_key(spec: ModelSpec, request: ProviderRequest) -> tuple[str, str, str]:
     """Runs that may share one batch: the same provider, endpoint and model."""
-    where = request.call_params.get("api_base") or request.call_params.get("base_url") or ""
-    return spec.provider, str(where), request.model
+    return spec.provider, endpoint(request) or "", request.model
 
 
 @dataclass(frozen=True)

@@ -447,6 +447,9 @@ class Engine:
                 ended_at=time.monotonic(),
             )
 
+        def cancelled(_: int, run: PlannedRun) -> RunResult:
+            return replace(failed(run, "cancelled"), status="cancelled")
+
         adapter = self._live_adapter()
         try:
             batch_id = self.settled.batches.get(names.key) if self.settled else None
@@ -467,7 +470,7 @@ class Engine:
                     self.open_batches.discard(batch_id)
                     break
                 if self._cancelled:  # kb stops waiting; the batch stays journaled for --resume
-                    settle_all(lambda _, run: replace(failed(run, "cancelled"), status="cancelled"))
+                    settle_all(cancelled)
                     return
                 await asyncio.sleep(next(delays))
             output = (
@@ -485,7 +488,7 @@ class Engine:
             settle_all(lambda _, run: failed(run, said))
             return
         except asyncio.CancelledError:
-            settle_all(lambda _, run: replace(failed(run, "cancelled"), status="cancelled"))
+            settle_all(cancelled)
             raise
         if self.journal is not None and state.status != "completed":
             self.journal.record_batch_end(batch_id, state.status)
@@ -527,8 +530,8 @@ class Engine:
         """One attempt at the call: in a worker process when there is one, else here."""
         from kb.errors import ProviderFailure
 
-        workers = self.workers
-        if workers is None or not workers.usable(run.spec):
+        workers = self._workers_for(run)
+        if workers is None:
             return await self._live_adapter().complete(
                 run.spec, run.request, occurrence=occurrence, timeout_s=timeout_s
             )
@@ -541,10 +544,15 @@ class Engine:
         except TimeoutError:
             raise ProviderFailure("the worker process did not answer", retryable=True) from None
 
+    def _workers_for(self, run: PlannedRun) -> WorkerPool | None:
+        """The pool that makes this run's calls; ``None``: this process makes them."""
+        workers = self.workers
+        return workers if workers is not None and workers.usable(run.spec) else None
+
     async def _ready_to_call(self, run: PlannedRun) -> None:
         """Until a call can be sent: litellm imported here, or a worker ready for it."""
-        workers = self.workers
-        if workers is not None and workers.usable(run.spec):
+        workers = self._workers_for(run)
+        if workers is not None:
             await workers.when_ready()
         else:
             self._live_adapter()
