@@ -10,6 +10,12 @@ tree), the latency-bound ideal (ceil(480 / 16) × 0.1 s), and kb's ratios to
 each peer; then the fixed start-up: the same tools on 1 model × 4 cases, and
 a bare ``import litellm``.
 
+Beside the peers run two floors: "litellm alone", a script that imports
+litellm, makes the same calls at the same concurrency and compares the
+answers, nothing else; and the same script importing litellm as kb does (the
+collector paused). No tool that calls through litellm can beat the second,
+so a goal below it cannot be met by anything built on litellm.
+
 The peers are optional: ``--inspect-python`` names a Python with inspect_ai
 installed (default: this one), ``--promptfoo`` a promptfoo executable
 (default: ``promptfoo`` on PATH, else ``node_modules/.bin/promptfoo``). A
@@ -123,6 +129,70 @@ def kb_setup(work: Path, base: str, models: int, cases: int, concurrency: int) -
     ]
 
 
+# -- litellm alone: the floor of any tool built on it -------------------------------------------
+
+LITELLM_ALONE = """
+import asyncio, gc, sys
+
+PAUSED = {paused}
+if PAUSED:  # kb's import: the cyclic collector paused, what the import built frozen
+    gc.disable()
+import litellm
+if PAUSED:
+    gc.freeze()
+    gc.enable()
+litellm.suppress_debug_info = True
+
+
+async def main():
+    limit = asyncio.Semaphore({concurrency})
+
+    async def one(m, i):
+        async with limit:
+            reply = await litellm.acompletion(
+                model=f"openai/bench-{{m}}",
+                api_base="{base}",
+                api_key="sk-bench-not-a-key",
+                messages=[{{"role": "user", "content": f"question {{i}}"}}],
+                num_retries=0,
+                max_retries=0,
+                input_cost_per_token={input_cost},
+                output_cost_per_token={output_cost},
+            )
+            return reply.choices[0].message.content == f"echo: question {{i}}"
+
+    graded = await asyncio.gather(*(one(m, i) for m in range({models}) for i in range({cases})))
+    assert all(graded), graded.count(False)
+
+
+asyncio.run(main())
+"""
+
+
+def litellm_alone_setup(
+    work: Path, base: str, models: int, cases: int, concurrency: int, *, paused: bool
+) -> list[str]:
+    """The least a litellm-based tool can do: import it, make the calls, compare the answers.
+
+    No spec, store, plan, journal or report. Its wall time is the floor under
+    any tool that makes these calls through litellm; ``paused`` imports it the
+    way kb does (the collector paused, then frozen).
+    """
+    work.mkdir(parents=True)
+    (work / "alone.py").write_text(
+        LITELLM_ALONE.format(
+            paused=paused,
+            concurrency=concurrency,
+            base=base,
+            models=models,
+            cases=cases,
+            input_cost=PRICE[0] / 1e6,
+            output_cost=PRICE[1] / 1e6,
+        )
+    )
+    return [sys.executable, "alone.py"]
+
+
 # -- inspect_ai -------------------------------------------------------------------------------
 
 INSPECT_TASK = """
@@ -160,7 +230,10 @@ if __name__ == "__main__":
 def inspect_setup(
     work: Path, base: str, models: int, cases: int, concurrency: int, python: str
 ) -> list[str] | None:
-    probe = subprocess.run([python, "-c", "import inspect_ai"], capture_output=True)
+    try:
+        probe = subprocess.run([python, "-c", "import inspect_ai"], capture_output=True)
+    except OSError:  # no such Python: skipped like a Python without inspect_ai
+        return None
     if probe.returncode != 0:
         return None
     work.mkdir(parents=True)
@@ -266,6 +339,12 @@ def main() -> None:
             }
             for name, command in peers.items():
                 lined[name] = Runnable(command, where / name, env) if command else None
+            for name, paused in ALONE.items():
+                folder = where / ("alone-paused" if paused else "alone")
+                command = litellm_alone_setup(
+                    folder, base, models, cases, args.concurrency, paused=paused
+                )
+                lined[name] = Runnable(command, folder, env)
             return lined
 
         night = line_up(args.models, args.cases, Path(tmp) / "night")
@@ -298,6 +377,19 @@ def main() -> None:
             f"{kb.wall_s / m.wall_s:.2f}x | {kb.cpu_s / m.cpu_s:.2f}x |"
         )
     print(f"| ideal (latency-bound) | {ideal:.2f} | — | 1.00x | — | — |")
+    floor = medians(found["litellm alone, kb's import"]).wall_s
+    print()
+    print(
+        f"The floor through litellm (litellm alone, kb's import): {floor:.2f} s; "
+        f"kb is {kb.wall_s / floor:.2f}x it."
+    )
+    for name, share in (("promptfoo", 0.8), ("inspect_ai", 0.5)):
+        if name in found:
+            goal = share * medians(found[name]).wall_s
+            print(
+                f"Goal {share:g}x {name}: {goal:.2f} s, "
+                f"{'below' if goal < floor else 'above'} the floor."
+            )
     print()
     print(f"### the fixed start-up: the same tools on 1 model × 4 cases (median of {args.rounds})")
     print()
@@ -319,6 +411,9 @@ class Runnable:
     cwd: Path
     env: dict[str, str]
 
+
+ALONE = {"litellm alone": False, "litellm alone, kb's import": True}
+"""The floor rows: litellm imported as is, and as kb imports it."""
 
 MISSING = {
     "inspect_ai": "pip install inspect_ai (or pass --inspect-python PYTHON)",
