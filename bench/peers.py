@@ -293,18 +293,46 @@ def medians(found: list[Timing]) -> Timing:
     )
 
 
+def at_least(low: int):
+    def whole(text: str) -> int:
+        if not text.strip().isdigit() or int(text) < low:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {low}, got {text!r}")
+        return int(text)
+
+    return whole
+
+
+def milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 60_000:
+        raise argparse.ArgumentTypeError(f"must be milliseconds from 0 to 60000, got {text!r}")
+    return value
+
+
+def worker_counts(text: str) -> list[str]:
+    counts = [part.strip() for part in text.split(",")]
+    if not all(c.isdigit() and int(c) <= 64 for c in counts):
+        raise argparse.ArgumentTypeError(
+            f"must be KB_WORKERS values 0-64, comma-separated: {text!r}"
+        )
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--cases", type=int, default=120)
-    parser.add_argument("--models", type=int, default=4)
-    parser.add_argument("--latency-ms", type=float, default=100.0)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=at_least(1), default=3)
+    parser.add_argument("--cases", type=at_least(1), default=120)
+    parser.add_argument("--models", type=at_least(1), default=4)
+    parser.add_argument("--latency-ms", type=milliseconds, default=100.0)
+    parser.add_argument("--concurrency", type=at_least(1), default=16)
     parser.add_argument("--inspect-python", default=sys.executable)
     parser.add_argument("--promptfoo", default=None)
     parser.add_argument(
         "--kb-workers",
-        type=lambda text: text.split(","),
+        type=worker_counts,
         default=["0", "2"],
         help="KB_WORKERS values to run kb with (the first is the one the ratios use)",
     )
