@@ -67,9 +67,11 @@ def test_matrix_text_shows_each_model_on_each_task_class(runner: CliRunner, isol
     # b's extraction strength was flipped stale by a drift; its arithmetic is a note
     assert lines[2].split() == "openai:b W note 10d ! stale (drift)".split()
     assert len([line for line in lines if line.startswith("openai:")]) == 2  # c expired
-    assert lines[-2].startswith("S strength, W weakness")
-    legend = "· no claim; x every claim retired; ! stale: the canary saw the model change"
-    assert lines[-1] == legend
+    assert lines[-3].startswith("S strength, W weakness")
+    assert lines[-2:] == [  # the legend wraps between its items, never inside one
+        "· no claim; x retired (reason): every claim here archived;",
+        "! stale: the canary saw the model change",
+    ]
 
 
 def test_matrix_json_and_markdown(runner: CliRunner, isolated: Path) -> None:
@@ -134,7 +136,55 @@ def test_a_model_whose_claims_were_all_retired_keeps_its_row(
         CommitContext("t", "t"),
     )
     lines = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
+    # a plain file: no commit holds the reason, so none is claimed
     assert lines[1].split() == "openai:a x retired x retired".split()
+
+
+def test_a_retired_cell_says_why_from_its_archive_commit(
+    runner: CliRunner, repo: Path, initialized_store: Path
+) -> None:
+    from kb.store.ops import ArchiveClaim
+
+    seed()
+    store = KnowledgeStore(Path(STORE))
+    version = store.read().version
+    store.commit([ArchiveClaim("a-math", "deprecated")], version, CommitContext("t", "t"))
+    store.commit([ArchiveClaim("a-ext", "falsified")], version + 1, CommitContext("t", "t"))
+    lines = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
+    assert lines[1].split() == "openai:a x retired (deprecated) x retired (falsified)".split()
+    found = json.loads(kb(runner, "--as-of", AT, "matrix", "--json").stdout)
+    cells = {(c["model"], c["taskClass"]): c for c in found["cells"]}
+    assert cells["openai:a", "extraction"]["claims"] == []
+    assert cells["openai:a", "extraction"]["retired"] == {
+        "id": "a-ext",
+        "polarity": "strength",
+        "observedAt": "2026-07-01T00:00:00.000Z",
+        "reason": "falsified",
+    }
+    assert cells["openai:b", "extraction"]["retired"] is None  # stale, not retired
+    markdown = kb(runner, "--as-of", AT, "matrix", "--markdown").stdout
+    assert "| `openai:a` | x retired (deprecated) | x retired (falsified) |" in markdown
+
+
+def test_a_retirement_made_on_a_merged_branch_keeps_its_reason(
+    runner: CliRunner, repo: Path, initialized_store: Path
+) -> None:
+    from kb.store.ops import ArchiveClaim
+    from tests.conftest import git
+
+    seed()
+    git(repo, "checkout", "-q", "-b", "review")
+    store = KnowledgeStore(Path(STORE))
+    version = store.read().version
+    store.commit([ArchiveClaim("a-ext", "rejected")], version, CommitContext("t", "t"))
+    git(repo, "checkout", "-q", "main")
+    (repo / "other.txt").write_text("meanwhile\n")
+    git(repo, "add", "other.txt")
+    git(repo, "commit", "-q", "-m", "user: meanwhile")
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge review", "review")
+    lines = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
+    row = next(line for line in lines if line.startswith("openai:a"))
+    assert "x retired (rejected)" in row
 
 
 def long_names_seed() -> None:

@@ -198,9 +198,19 @@ Examples:
 @pass_app
 def matrix(app: App, markdown: bool, as_json: bool) -> None:
     """Model × task class: each live claim's polarity, pass rate, interval, n and age."""
-    from kb.views.decision import claim_matrix, matrix_json, matrix_markdown, matrix_text
+    from kb.store.audit import archive_reasons
+    from kb.views.decision import (
+        claim_matrix,
+        matrix_json,
+        matrix_markdown,
+        matrix_text,
+        retired_cells,
+    )
 
-    found = claim_matrix(app.store.read(), app.as_of)
+    snapshot = app.store.read()
+    found = claim_matrix(snapshot, app.as_of)
+    if retired_cells(found):  # the history is read only when a cell needs its reason
+        found = claim_matrix(snapshot, app.as_of, archive_reasons(app.store))
     if as_json:
         echo_json(matrix_json(found))
     elif markdown:

@@ -210,6 +210,21 @@ def _version_of(data: bytes) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def archive_reasons(store: KnowledgeStore) -> dict[str, str]:
+    """Claim id → the reason its archive gave (``Kb-Archived``), from the store's history.
+
+    Empty outside git: the reason is a trailer of the commit, not a claim field.
+    """
+    if store.git is None:
+        return {}
+    reasons: dict[str, str] = {}
+    for value in store.git.store_trailer_values(ARCHIVED_TRAILER):  # newest first
+        claim_id, _, reason = value.rpartition(" ")
+        if claim_id:
+            reasons.setdefault(claim_id, reason)
+    return reasons
+
+
 def _archive_reason(body: str, claim_id: str) -> str | None:
     """The reason a commit's ``Kb-Archived`` trailer gives for ``claim_id``."""
     return _trailer_for(body, ARCHIVED_TRAILER, claim_id)

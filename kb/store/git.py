@@ -224,6 +224,22 @@ class GitStoreRepo:
             if line.startswith(prefix)
         ]
 
+    def store_trailer_values(self, key: str) -> list[str]:
+        """Every ``key:`` trailer value of the commits that changed the store file, newest first.
+
+        ``--full-history``: a commit made on a branch and merged later counts,
+        even where the merge's result matches the main line's file.
+        """
+        status, out, _ = self.call(
+            "log", "--full-history", "--format=%(trailers:only,unfold)", "HEAD", "--", self.rel
+        )
+        prefix = f"{key}: "
+        return [
+            line[len(prefix) :].strip()
+            for line in (out.splitlines() if status == 0 else [])
+            if line.startswith(prefix)
+        ]
+
     def is_ancestor(self, older: str, newer: str) -> bool:
         """``older`` is an ancestor of ``newer`` (or the same commit)."""
         status, _, _ = self.call("merge-base", "--is-ancestor", older, newer)

@@ -167,6 +167,10 @@ class MatrixCell:
     """The live claims (at most one per polarity, the newest), or the stale ones."""
     stale: bool
     """No live claim, and the newest claim here was flipped stale by a drift."""
+    retired: ModelClaim | None = None
+    """No live or stale claim: the newest of the archived ones (every claim here retired)."""
+    retired_reason: str | None = None
+    """Why it was archived (``falsified``, ``deprecated``, …), when the history says."""
 
 
 @dataclass(frozen=True)
@@ -179,8 +183,15 @@ class ClaimMatrix:
     cells: dict[tuple[str, str], MatrixCell]
 
 
-def claim_matrix(snapshot: Snapshot, as_of: int) -> ClaimMatrix:
-    """The newest live claim of each polarity per (model, task class); stale cells marked."""
+def claim_matrix(
+    snapshot: Snapshot, as_of: int, archive_reasons: Mapping[str, str] | None = None
+) -> ClaimMatrix:
+    """The newest live claim of each polarity per (model, task class); stale cells marked.
+
+    A cell whose every claim was retired names the newest of them, and why it
+    was archived when ``archive_reasons`` (claim id → reason,
+    :func:`kb.store.audit.archive_reasons`) knows.
+    """
     models: dict[str, None] = {}
     classes: dict[str, None] = {}
     live: dict[tuple[str, str], dict[str, ModelClaim]] = {}
@@ -200,7 +211,11 @@ def claim_matrix(snapshot: Snapshot, as_of: int) -> ClaimMatrix:
         elif claim.status == "archived" and claim.claim_class == "eval-measured":
             # a model whose claims were all retired (a drift, a falsified strength) keeps its
             # row: an empty cell says "nothing steers here", a vanished row says nothing
-            retired.setdefault(key, claim)
+            prior_retired = retired.get(key)
+            if prior_retired is None or stored_instant(claim.observed_at) > stored_instant(
+                prior_retired.observed_at
+            ):
+                retired[key] = claim
         else:
             continue
         models.setdefault(claim.subject_key, None)
@@ -214,11 +229,18 @@ def claim_matrix(snapshot: Snapshot, as_of: int) -> ClaimMatrix:
         elif key in stale:
             cells[key] = MatrixCell(key[0], key[1], (stale[key],), True)
         else:
-            cells[key] = MatrixCell(key[0], key[1], (), False)  # every claim here retired
+            last = retired[key]  # every claim here retired
+            reason = (archive_reasons or {}).get(last.id)
+            cells[key] = MatrixCell(key[0], key[1], (), False, last, reason)
     return ClaimMatrix(as_of, tuple(sorted(models)), tuple(sorted(classes)), cells)
 
 
 _SIGN = {"strength": "S", "weakness": "W"}
+
+
+def retired_cells(matrix: ClaimMatrix) -> list[MatrixCell]:
+    """The cells whose every claim was retired (worth reading the history for, when any)."""
+    return [cell for cell in matrix.cells.values() if cell.retired is not None]
 
 
 def _cell_text(cell: MatrixCell | None, as_of: int) -> str:
@@ -227,7 +249,7 @@ def _cell_text(cell: MatrixCell | None, as_of: int) -> str:
     if cell.stale:
         return "! stale (drift)"
     if not cell.claims:
-        return "x retired"
+        return f"x retired ({cell.retired_reason})" if cell.retired_reason else "x retired"
     parts = []
     for claim in cell.claims:
         rate, interval, n = _rate(claim)
@@ -272,7 +294,7 @@ def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
     legend = [
         "S strength, W weakness: pass rate [95% interval] n=cases, age since observed",
         "· no claim",
-        "x every claim retired",
+        "x retired (reason): every claim here archived",
         "! stale: the canary saw the model change",
     ]
     return "\n".join([*grid, "", *wrapped_items(legend, width=width)])
@@ -295,7 +317,8 @@ def matrix_markdown(matrix: ClaimMatrix) -> str:
     lines += [
         "",
         "S strength, W weakness: pass rate [95% interval] n=cases, age; · no claim; "
-        "x every claim retired; ! stale: the canary saw the model change.",
+        "x retired (reason): every claim here archived; "
+        "! stale: the canary saw the model change.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -325,8 +348,22 @@ def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
                         "ageDays": (matrix.as_of - stored_instant(claim.observed_at)) // DAY_MS,
                     }
                 )
+            retired = cell.retired
             cells.append(
-                {"model": model, "taskClass": task_class, "stale": cell.stale, "claims": claims}
+                {
+                    "model": model,
+                    "taskClass": task_class,
+                    "stale": cell.stale,
+                    "claims": claims,
+                    "retired": None
+                    if retired is None
+                    else {
+                        "id": retired.id,
+                        "polarity": retired.polarity,
+                        "observedAt": retired.observed_at,
+                        "reason": cell.retired_reason,
+                    },
+                }
             )
     return {
         "asOf": format_instant(matrix.as_of),
