@@ -216,13 +216,7 @@ class GitStoreRepo:
         """Every ``key:`` trailer value in commits after ``since`` up to ``until``."""
         span = f"{since}..{until}" if since else until
         # Not --first-parent: an archive made on a merged branch counts too.
-        status, out, _ = self.call("log", "--format=%(trailers:only,unfold)", span)
-        prefix = f"{key}: "
-        return [
-            line[len(prefix) :].strip()
-            for line in (out.splitlines() if status == 0 else [])
-            if line.startswith(prefix)
-        ]
+        return self._trailers(key, span)
 
     def store_trailer_values(self, key: str) -> list[str]:
         """Every ``key:`` trailer value of the commits that changed the store file, newest first.
@@ -230,9 +224,10 @@ class GitStoreRepo:
         ``--full-history``: a commit made on a branch and merged later counts,
         even where the merge's result matches the main line's file.
         """
-        status, out, _ = self.call(
-            "log", "--full-history", "--format=%(trailers:only,unfold)", "HEAD", "--", self.rel
-        )
+        return self._trailers(key, "--full-history", "HEAD", "--", self.rel)
+
+    def _trailers(self, key: str, *log_args: str) -> list[str]:
+        status, out, _ = self.call("log", "--format=%(trailers:only,unfold)", *log_args)
         prefix = f"{key}: "
         return [
             line[len(prefix) :].strip()
