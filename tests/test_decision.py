@@ -66,10 +66,13 @@ def test_matrix_text_shows_each_model_on_each_task_class(runner: CliRunner, isol
     )
     # b's extraction strength was flipped stale by a drift; its arithmetic is a note
     assert lines[2].split() == "openai:b W note 10d ! stale (drift)".split()
-    assert len([line for line in lines if line.startswith("openai:")]) == 2  # c expired
-    assert lines[-3].startswith("S strength, W weakness")
-    assert lines[-2:] == [  # the legend wraps between its items, never inside one
-        "· no claim; x retired (reason): every claim here archived;",
+    # c's only claim expired long ago: shown as expired (when), never as a belief
+    assert lines[3].split() == "openai:c · - S expired 101d ago".split()
+    assert lines[-5:] == [  # the legend wraps between its items, never inside one
+        "S strength, W weakness: pass rate [95% interval] n=cases, age since observed;",
+        "note: a person's claim; · no claim;",
+        "- expired: the newest claim here is past its expiry (kb queue);",
+        "x retired (why, from git): the newest claim here was archived;",
         "! stale: the canary saw the model change",
     ]
 
@@ -77,7 +80,7 @@ def test_matrix_text_shows_each_model_on_each_task_class(runner: CliRunner, isol
 def test_matrix_json_and_markdown(runner: CliRunner, isolated: Path) -> None:
     seed()
     found = json.loads(kb(runner, "--as-of", AT, "matrix", "--json").stdout)
-    assert found["models"] == ["openai:a", "openai:b"]
+    assert found["models"] == ["openai:a", "openai:b", "openai:c"]
     assert found["taskClasses"] == ["arithmetic", "extraction"]
     cell = next(
         c for c in found["cells"] if c["model"] == "openai:a" and c["taskClass"] == "extraction"
@@ -90,9 +93,15 @@ def test_matrix_json_and_markdown(runner: CliRunner, isolated: Path) -> None:
         c for c in found["cells"] if c["model"] == "openai:b" and c["taskClass"] == "extraction"
     )
     assert stale["stale"] is True and stale["claims"][0]["status"] == "stale"
+    assert stale["state"] == "stale" and cell["state"] == "live"
+    expired = next(c for c in found["cells"] if c["model"] == "openai:c")
+    assert expired["state"] == "expired" and expired["claims"] == []
+    assert expired["expired"]["id"] == "old"
+    assert expired["expired"]["expiresAt"] == "2026-04-01T00:00:00.000Z"
     markdown = kb(runner, "--as-of", AT, "matrix", "--markdown").stdout
     assert markdown.splitlines()[:2] == ["| model | arithmetic | extraction |", "|---|---|---|"]
     assert "| `openai:b` | W note 10d | ! stale (drift) |" in markdown
+    assert "| `openai:c` | · | - S expired 101d ago |" in markdown
 
 
 def test_matrix_of_an_empty_store_says_so(runner: CliRunner, isolated: Path) -> None:
@@ -185,6 +194,50 @@ def test_a_retirement_made_on_a_merged_branch_keeps_its_reason(
     lines = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
     row = next(line for line in lines if line.startswith("openai:a"))
     assert "x retired (rejected)" in row
+
+
+def test_the_newest_claim_decides_a_cell_without_a_live_one(
+    runner: CliRunner, repo: Path, initialized_store: Path
+) -> None:
+    from kb.store.ops import ArchiveClaim
+
+    store = KnowledgeStore(Path(STORE))
+    metrics = {"passRate": 0.3, "n": 40, "graderId": "eval-suite"}
+    store.commit(
+        [
+            add(eval_claim("s-old", subject={"model": "openai:a"}, metrics=metrics)),
+            add(
+                eval_claim(
+                    "w-new",
+                    polarity="weakness",
+                    subject={"model": "openai:a"},
+                    observedAt="2026-07-05T00:00:00.000Z",
+                    metrics=metrics,
+                )
+            ),
+            add(
+                eval_claim(
+                    "w-only",
+                    polarity="weakness",
+                    taskClass="arithmetic",
+                    subject={"model": "openai:a"},
+                    observedAt="2026-07-05T00:00:00.000Z",
+                    metrics=metrics,
+                )
+            ),
+        ],
+        store.read().version,
+        CommitContext("seed", "t"),
+    )
+    store.commit(
+        [ArchiveClaim("s-old", "falsified")], store.read().version, CommitContext("t", "t")
+    )
+    # a month on both weaknesses expired (30 days): the falsified strength is older news
+    row = kb(runner, "--as-of", "2026-08-10", "matrix").stdout.splitlines()[1].split()
+    assert row == "openai:a - W expired 6d ago - W expired 6d ago".split()
+    # before the weakness expired it is the belief; the archive shows nowhere
+    row = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()[1]
+    assert "retired" not in row and row.split()[1:3] == ["W", "0.30"]
 
 
 def long_names_seed() -> None:

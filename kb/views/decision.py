@@ -1,9 +1,10 @@
 """The decision views: which model for which task, on one screen.
 
 ``kb list`` (one line per active claim, newest first) and ``kb matrix``
-(model × task class). Both read only live claims: active and unexpired at
-the instant given; a stale claim (its model drifted) is shown as such in the
-matrix and counted under the list, never as a belief. Views return strings
+(model × task class). Both show as beliefs only live claims: active and
+unexpired at the instant given. Where a cell has none, the matrix shows its
+newest claim's state (stale: its model drifted; retired; expired) and the
+list counts them, never as a belief. Views return strings
 or plain data; printing is the CLI's job.
 """
 
@@ -164,13 +165,26 @@ class MatrixCell:
     model: str
     task_class: str
     claims: tuple[ModelClaim, ...]
-    """The live claims (at most one per polarity, the newest), or the stale ones."""
+    """The live claims (at most one per polarity, the newest), or the stale one."""
     stale: bool
     """No live claim, and the newest claim here was flipped stale by a drift."""
     retired: ModelClaim | None = None
-    """No live or stale claim: the newest of the archived ones (every claim here retired)."""
+    """No live claim, and the newest claim here was archived (a falsification, by hand)."""
     retired_reason: str | None = None
     """Why it was archived (``falsified``, ``deprecated``, …), when the history says."""
+    expired: ModelClaim | None = None
+    """No live claim, and the newest claim here is active but past its expiry."""
+
+    @property
+    def state(self) -> str:
+        """``live``, ``stale``, ``retired`` or ``expired``: what the cell shows."""
+        if self.stale:
+            return "stale"
+        if self.retired is not None:
+            return "retired"
+        if self.expired is not None:
+            return "expired"
+        return "live"
 
 
 @dataclass(frozen=True)
@@ -186,17 +200,19 @@ class ClaimMatrix:
 def claim_matrix(
     snapshot: Snapshot, as_of: int, archive_reasons: Mapping[str, str] | None = None
 ) -> ClaimMatrix:
-    """The newest live claim of each polarity per (model, task class); stale cells marked.
+    """The newest live claim of each polarity per (model, task class).
 
-    A cell whose every claim was retired names the newest of them, and why it
-    was archived when ``archive_reasons`` (claim id → reason,
-    :func:`kb.store.audit.archive_reasons`) knows.
+    A cell with no live claim shows its newest claim's state instead: stale
+    (a drift), retired (archived; why, when ``archive_reasons`` — claim id →
+    reason, :func:`kb.store.audit.archive_reasons` — knows) or expired. The
+    newest decides, so a weakness that replaced a falsified strength and
+    then expired reads as expired, not as retired. Such a model keeps its
+    row: an empty cell says "nothing steers here", a vanished row says nothing.
     """
     models: dict[str, None] = {}
     classes: dict[str, None] = {}
     live: dict[tuple[str, str], dict[str, ModelClaim]] = {}
-    stale: dict[tuple[str, str], ModelClaim] = {}
-    retired: dict[tuple[str, str], ModelClaim] = {}
+    last: dict[tuple[str, str], ModelClaim] = {}
     for claim in snapshot.claims:
         key = (claim.subject_key, claim.task_class)
         if claim.status == "active" and not claim_expired(claim, as_of):
@@ -206,32 +222,33 @@ def claim_matrix(
                 prior.observed_at
             ):
                 held[claim.polarity] = claim
-        elif claim.status == "stale":
-            stale[key] = claim
-        elif claim.status == "archived" and claim.claim_class == "eval-measured":
-            # a model whose claims were all retired (a drift, a falsified strength) keeps its
-            # row: an empty cell says "nothing steers here", a vanished row says nothing
-            prior_retired = retired.get(key)
-            if prior_retired is None or stored_instant(claim.observed_at) > stored_instant(
-                prior_retired.observed_at
+        elif claim.status in ("active", "stale") or (
+            claim.status == "archived" and claim.claim_class == "eval-measured"
+        ):
+            prior = last.get(key)  # on a tie the later in the file, as the store orders them
+            if prior is None or stored_instant(claim.observed_at) >= stored_instant(
+                prior.observed_at
             ):
-                retired[key] = claim
+                last[key] = claim
         else:
             continue
         models.setdefault(claim.subject_key, None)
         classes.setdefault(claim.task_class, None)
     cells = {}
-    for key in {*live, *stale, *retired}:
+    for key in {*live, *last}:
         held = live.get(key, {})
         if held:
             chosen = tuple(held[p] for p in ("strength", "weakness") if p in held)
             cells[key] = MatrixCell(key[0], key[1], chosen, False)
-        elif key in stale:
-            cells[key] = MatrixCell(key[0], key[1], (stale[key],), True)
+            continue
+        newest = last[key]
+        if newest.status == "stale":
+            cells[key] = MatrixCell(key[0], key[1], (newest,), True)
+        elif newest.status == "archived":
+            reason = (archive_reasons or {}).get(newest.id)
+            cells[key] = MatrixCell(key[0], key[1], (), False, newest, reason)
         else:
-            last = retired[key]  # every claim here retired
-            reason = (archive_reasons or {}).get(last.id)
-            cells[key] = MatrixCell(key[0], key[1], (), False, last, reason)
+            cells[key] = MatrixCell(key[0], key[1], (), False, expired=newest)
     return ClaimMatrix(as_of, tuple(sorted(models)), tuple(sorted(classes)), cells)
 
 
@@ -239,7 +256,7 @@ _SIGN = {"strength": "S", "weakness": "W"}
 
 
 def retired_cells(matrix: ClaimMatrix) -> list[MatrixCell]:
-    """The cells whose every claim was retired (worth reading the history for, when any)."""
+    """The cells that show a retired claim (worth reading the history for, when any)."""
     return [cell for cell in matrix.cells.values() if cell.retired is not None]
 
 
@@ -248,8 +265,11 @@ def _cell_text(cell: MatrixCell | None, as_of: int) -> str:
         return "·"
     if cell.stale:
         return "! stale (drift)"
-    if not cell.claims:
+    if cell.retired is not None:
         return f"x retired ({cell.retired_reason})" if cell.retired_reason else "x retired"
+    if cell.expired is not None:
+        ago = _days(as_of - stored_instant(cell.expired.expires_at))
+        return f"- {_SIGN[cell.expired.polarity]} expired {ago if ago == 'today' else ago + ' ago'}"
     parts = []
     for claim in cell.claims:
         rate, interval, n = _rate(claim)
@@ -293,8 +313,10 @@ def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
         grid = _grouped(rows, ["task class", "what the store believes"], frozenset())
     legend = [
         "S strength, W weakness: pass rate [95% interval] n=cases, age since observed",
+        "note: a person's claim",
         "· no claim",
-        "x retired (reason): every claim here archived",
+        "- expired: the newest claim here is past its expiry (kb queue)",
+        "x retired (why, from git): the newest claim here was archived",
         "! stale: the canary saw the model change",
     ]
     return "\n".join([*grid, "", *wrapped_items(legend, width=width)])
@@ -316,8 +338,10 @@ def matrix_markdown(matrix: ClaimMatrix) -> str:
         lines.append(f"| `{model}` | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "S strength, W weakness: pass rate [95% interval] n=cases, age; · no claim; "
-        "x retired (reason): every claim here archived; "
+        "S strength, W weakness: pass rate [95% interval] n=cases, age since observed; "
+        "note: a person's claim; · no claim; "
+        "- expired: the newest claim here is past its expiry (kb queue); "
+        "x retired (why, from git): the newest claim here was archived; "
         "! stale: the canary saw the model change.",
     ]
     return "\n".join(lines) + "\n"
@@ -348,11 +372,12 @@ def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
                         "ageDays": (matrix.as_of - stored_instant(claim.observed_at)) // DAY_MS,
                     }
                 )
-            retired = cell.retired
+            retired, expired = cell.retired, cell.expired
             cells.append(
                 {
                     "model": model,
                     "taskClass": task_class,
+                    "state": cell.state,
                     "stale": cell.stale,
                     "claims": claims,
                     "retired": None
@@ -362,6 +387,14 @@ def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
                         "polarity": retired.polarity,
                         "observedAt": retired.observed_at,
                         "reason": cell.retired_reason,
+                    },
+                    "expired": None
+                    if expired is None
+                    else {
+                        "id": expired.id,
+                        "polarity": expired.polarity,
+                        "observedAt": expired.observed_at,
+                        "expiresAt": expired.expires_at,
                     },
                 }
             )
