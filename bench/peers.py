@@ -10,18 +10,21 @@ tree), the latency-bound ideal (ceil(480 / 16) × 0.1 s), and kb's ratios to
 each peer; then the fixed start-up: the same tools on 1 model × 4 cases, and
 a bare ``import litellm``.
 
-Beside the peers run two floors: "litellm alone", a script that imports
-litellm, makes the same calls at the same concurrency and compares the
-answers, nothing else; and the same script importing litellm as kb does (the
-collector paused). No tool that calls through litellm can beat the second,
-so a goal below it cannot be met by anything built on litellm.
+Beside the peers run two scripts that do nothing but import litellm, make the
+same calls at the same concurrency and compare the answers: "litellm alone"
+imports litellm as it comes, "litellm alone, kb's import" the way kb does
+(the collector paused, then frozen). The second is the floor: a tool that
+calls through litellm does all that and more, so a goal below it cannot be
+met by anything built on litellm (kb beats the first: its import is cheaper).
 
 The peers are optional: ``--inspect-python`` names a Python with inspect_ai
 installed (default: this one), ``--promptfoo`` a promptfoo executable
 (default: ``promptfoo`` on PATH, else ``node_modules/.bin/promptfoo``). A
-peer that is not there is skipped with a line saying how to install it.
+peer that is not there is skipped with a line saying how to install it; one
+named on the command line that is not there is an error.
 
 Usage: python bench/peers.py [--rounds 3] [--cases 120] [--models 4] [--latency-ms 100]
+       [--concurrency 16] [--inspect-python PY] [--promptfoo PATH] [--kb-workers 0,2]
 """
 
 from __future__ import annotations
@@ -172,11 +175,12 @@ asyncio.run(main())
 def litellm_alone_setup(
     work: Path, base: str, models: int, cases: int, concurrency: int, *, paused: bool
 ) -> list[str]:
-    """The least a litellm-based tool can do: import it, make the calls, compare the answers.
+    """A script that only imports litellm, makes the calls and compares the answers.
 
-    No spec, store, plan, journal or report. Its wall time is the floor under
-    any tool that makes these calls through litellm; ``paused`` imports it the
-    way kb does (the collector paused, then frozen).
+    No spec, store, plan, journal or report. ``paused`` imports litellm the
+    way kb does (the collector paused, then frozen): that one is the floor
+    under any tool that makes these calls through litellm. Without it, it is
+    litellm as it comes, which kb's cheaper import beats.
     """
     work.mkdir(parents=True)
     (work / "alone.py").write_text(
@@ -227,14 +231,18 @@ if __name__ == "__main__":
 """
 
 
+def has_inspect_ai(python: str) -> bool:
+    try:
+        probe = subprocess.run([python, "-c", "import inspect_ai"], capture_output=True)
+    except OSError:  # no such Python
+        return False
+    return probe.returncode == 0
+
+
 def inspect_setup(
     work: Path, base: str, models: int, cases: int, concurrency: int, python: str
 ) -> list[str] | None:
-    try:
-        probe = subprocess.run([python, "-c", "import inspect_ai"], capture_output=True)
-    except OSError:  # no such Python: skipped like a Python without inspect_ai
-        return None
-    if probe.returncode != 0:
+    if not has_inspect_ai(python):
         return None
     work.mkdir(parents=True)
     (work / "task.py").write_text(
@@ -293,10 +301,12 @@ def medians(found: list[Timing]) -> Timing:
     )
 
 
-def at_least(low: int):
+def between(low: int, high: int):
     def whole(text: str) -> int:
-        if not text.strip().isdigit() or int(text) < low:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= {low}, got {text!r}")
+        if not text.strip().isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number from {low} to {high}, got {text!r}"
+            )
         return int(text)
 
     return whole
@@ -323,20 +333,39 @@ def worker_counts(text: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=at_least(1), default=3)
-    parser.add_argument("--cases", type=at_least(1), default=120)
-    parser.add_argument("--models", type=at_least(1), default=4)
-    parser.add_argument("--latency-ms", type=milliseconds, default=100.0)
-    parser.add_argument("--concurrency", type=at_least(1), default=16)
-    parser.add_argument("--inspect-python", default=sys.executable)
-    parser.add_argument("--promptfoo", default=None)
+    parser.add_argument(
+        "--rounds", type=between(1, 100), default=3, help="alternating rounds, medians printed (3)"
+    )
+    parser.add_argument(
+        "--cases", type=between(1, 10_000), default=120, help="cases per model (120)"
+    )
+    parser.add_argument("--models", type=between(1, 64), default=4, help="models (4)")
+    parser.add_argument(
+        "--latency-ms", type=milliseconds, default=100.0, help="the server's latency per call (100)"
+    )
+    parser.add_argument(
+        "--concurrency", type=between(1, 1000), default=16, help="calls in flight, every tool (16)"
+    )
+    parser.add_argument(
+        "--inspect-python", default=None, help="a Python with inspect_ai (default: this one)"
+    )
+    parser.add_argument(
+        "--promptfoo",
+        default=None,
+        help="a promptfoo executable (default: promptfoo on PATH, else node_modules/.bin)",
+    )
     parser.add_argument(
         "--kb-workers",
         type=worker_counts,
         default=["0", "2"],
-        help="KB_WORKERS values to run kb with (the first is the one the ratios use)",
+        help="KB_WORKERS values to run kb with, the first for the ratios (0,2)",
     )
     args = parser.parse_args()
+    if args.inspect_python is not None and not has_inspect_ai(args.inspect_python):
+        parser.error(f"--inspect-python {args.inspect_python}: not a Python with inspect_ai")
+    if args.promptfoo is not None and find_promptfoo(args.promptfoo) is None:
+        parser.error(f"--promptfoo {args.promptfoo}: no such executable")
+    args.inspect_python = args.inspect_python or sys.executable
     calls = args.models * args.cases
     ideal = math.ceil(calls / args.concurrency) * args.latency_ms / 1000
     env = {**os.environ, **OFFLINE, "PYTHONPATH": str(ROOT)}
@@ -388,9 +417,9 @@ def main() -> None:
     default = variant_name(args.kb_workers[0])
     print()
     print(
-        f"### {args.models} models × {args.cases} cases = {calls} calls, "
-        f"{args.latency_ms:g} ms latency, concurrency {args.concurrency} "
-        f"(median of {args.rounds} alternating rounds)"
+        f"### {counted(args.models, 'model')} × {counted(args.cases, 'case')} = "
+        f"{counted(calls, 'call')}, {args.latency_ms:g} ms latency, concurrency "
+        f"{args.concurrency} (median of {counted(args.rounds, 'alternating round')})"
     )
     print()
     print(f"Ratios: {default} against each.")
@@ -410,6 +439,7 @@ def main() -> None:
     print(
         f"The floor through litellm (litellm alone, kb's import): {floor:.2f} s; "
         f"kb is {kb.wall_s / floor:.2f}x it."
+        + (" Below 1.00x is noise between runs: take more rounds." if kb.wall_s < floor else "")
     )
     for name, share in (("promptfoo", 0.8), ("inspect_ai", 0.5)):
         if name in found:
@@ -447,6 +477,10 @@ MISSING = {
     "inspect_ai": "pip install inspect_ai (or pass --inspect-python PYTHON)",
     "promptfoo": "npm install promptfoo (or pass --promptfoo PATH)",
 }
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def variant_name(count: str) -> str:

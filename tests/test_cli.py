@@ -304,6 +304,21 @@ def test_archive_and_deprecate(runner: CliRunner, repo: Path) -> None:
     assert KnowledgeStore(STORE).read().get("s2").status == "archived"  # type: ignore[union-attr]
     again = kb(runner, "deprecate", "openai:gpt-4o-mini")
     assert again.exit_code == 0 and "nothing committed" in again.stdout
+    assert "warning" not in result.stderr + dep.stderr  # in git the commit keeps the reason
+
+
+def test_archive_outside_git_warns_that_the_reason_is_kept_nowhere(
+    runner: CliRunner, isolated: Path
+) -> None:
+    seed()
+    result = kb(runner, "archive", "w1", "--reason", "rejected")
+    assert result.exit_code == 0 and "1 archived rejected" in result.stdout
+    assert result.stderr.strip() == (
+        "warning: the store is a plain file, not in git: the reason (rejected) is kept "
+        "nowhere (in git, the archive commit's Kb-Archived trailer holds it)"
+    )
+    dep = kb(runner, "deprecate", "openai:gpt-4o-mini")
+    assert dep.exit_code == 0 and "the reason (deprecated) is kept nowhere" in dep.stderr
 
 
 # -- bad input: one line on stderr, the documented exit code, the store byte-identical --------

@@ -473,6 +473,16 @@ def archive(
     )
     assert result is not None  # archive_ops refuses rather than returning nothing
     echo_commit(result, app)
+    _warn_reason_unkept(app, reason)
+
+
+def _warn_reason_unkept(app: App, reason: str) -> None:
+    if app.store.git is None:  # the reason is a commit trailer, not a claim field
+        click.echo(
+            f"warning: the store is a plain file, not in git: the reason ({reason}) is kept "
+            "nowhere (in git, the archive commit's Kb-Archived trailer holds it)",
+            err=True,
+        )
 
 
 @cli.command()
@@ -496,3 +506,4 @@ def deprecate(app: App, model: str, committer: str, attempts: int | None, push: 
         click.echo(f"no active or stale claims about {model}; nothing committed")
     else:
         echo_commit(result, app)
+        _warn_reason_unkept(app, "deprecated")
