@@ -130,6 +130,7 @@ def test_list_ids_adds_what_kb_show_takes(runner: CliRunner, isolated: Path) -> 
     lines = kb(runner, "--as-of", AT, "list", "--ids").stdout.splitlines()
     assert lines[0].split()[-1] == "id"
     assert lines[1].split()[-1] == "a-math" and lines[1].split()[0] == "openai:a"
+    assert "--ids for claim ids" not in "\n".join(lines)  # already asked for
 
 
 def test_a_model_whose_claims_were_all_retired_keeps_its_row(

@@ -154,7 +154,8 @@ def list_lines(
     if expired:
         footer.append(f"{expired} active but expired: kb queue")
     footer[-1] += ")"
-    footer += ["--ids for claim ids", "--long for the full view", "--all for every status"]
+    footer += [*([] if ids else ["--ids for claim ids"]), "--long for the full view"]
+    footer.append("--all for every status")
     return "\n".join([*lines, *wrapped_items(footer, width=width)])
 
 
