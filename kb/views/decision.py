@@ -348,6 +348,10 @@ def matrix_markdown(matrix: ClaimMatrix) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _brief(claim: ModelClaim) -> dict[str, Any]:
+    return {"id": claim.id, "polarity": claim.polarity, "observedAt": claim.observed_at}
+
+
 def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
     """The ``--json`` form: every cell, with each claim's numbers."""
     cells = []
@@ -383,20 +387,10 @@ def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
                     "claims": claims,
                     "retired": None
                     if retired is None
-                    else {
-                        "id": retired.id,
-                        "polarity": retired.polarity,
-                        "observedAt": retired.observed_at,
-                        "reason": cell.retired_reason,
-                    },
+                    else {**_brief(retired), "reason": cell.retired_reason},
                     "expired": None
                     if expired is None
-                    else {
-                        "id": expired.id,
-                        "polarity": expired.polarity,
-                        "observedAt": expired.observed_at,
-                        "expiresAt": expired.expires_at,
-                    },
+                    else {**_brief(expired), "expiresAt": expired.expires_at},
                 }
             )
     return {
