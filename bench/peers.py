@@ -287,7 +287,7 @@ def promptfoo_setup(
 
 def find_promptfoo(given: str | None) -> str | None:
     if given:
-        return given if Path(given).exists() or shutil.which(given) else None
+        return shutil.which(given)  # an executable file, by path or on PATH
     local = ROOT / "node_modules" / ".bin" / "promptfoo"
     return shutil.which("promptfoo") or (str(local) if local.exists() else None)
 

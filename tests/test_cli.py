@@ -314,8 +314,7 @@ def test_archive_outside_git_warns_that_the_reason_is_kept_nowhere(
     result = kb(runner, "archive", "w1", "--reason", "rejected")
     assert result.exit_code == 0 and "1 archived rejected" in result.stdout
     assert result.stderr.strip() == (
-        "warning: the store is a plain file, not in git: the reason (rejected) is kept "
-        "nowhere (in git, the archive commit's Kb-Archived trailer holds it)"
+        "warning: not in git: the reason (rejected) is kept nowhere (git keeps it in the commit)"
     )
     dep = kb(runner, "deprecate", "openai:gpt-4o-mini")
     assert dep.exit_code == 0 and "the reason (deprecated) is kept nowhere" in dep.stderr

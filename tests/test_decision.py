@@ -282,6 +282,27 @@ def test_list_and_matrix_fit_80_columns_with_long_names(runner: CliRunner, isola
     assert matrix[at + 2].split()[:2] == ["instruction-following", "S"]
 
 
+def test_matrix_puts_each_belief_under_a_task_class_too_long_for_a_column(
+    runner: CliRunner, isolated: Path
+) -> None:
+    long_class = "summarisation-of-long-legal-documents-in-german-x"
+    store = KnowledgeStore(Path(STORE))
+    metrics = {"passRate": 0.95, "n": 120, "graderId": "eval-suite"}
+    store.commit(
+        [
+            add(eval_claim("long", subject={"model": "openai:a"}, taskClass=long_class)),
+            add(eval_claim("short", subject={"model": "openai:a"}, metrics=metrics)),
+        ],
+        0,
+        CommitContext("seed", "t"),
+    )
+    matrix = kb(runner, "--as-of", AT, "matrix").stdout.splitlines()
+    assert all(len(line) <= 80 for line in matrix), max(matrix, key=len)
+    at = matrix.index(f"  {long_class}")
+    assert matrix[at + 1].split()[:3] == ["S", "0.95", "[0.76,"]  # n=20
+    assert matrix[matrix.index("  extraction") + 1].startswith("    S 0.95")
+
+
 def test_list_ids_too_long_for_a_column_go_under_their_claim(
     runner: CliRunner, isolated: Path
 ) -> None:

@@ -61,6 +61,16 @@ def test_without_the_flag_a_drift_exits_0_but_says_so(runner: CliRunner, repo: P
     result = drift_night(runner, repo)
     assert result.exit_code == 0, result.stderr
     assert "drift: the canary saw the provider change scripted:m" in result.stderr
+    assert "its claims were flipped stale (kb diff HEAD~1 HEAD)" in result.stderr
+
+
+def test_outside_git_the_drift_line_names_no_commit_to_diff(
+    runner: CliRunner, isolated: Path
+) -> None:
+    result = drift_night(runner, isolated)  # a plain file: no HEAD~1 to diff against
+    assert result.exit_code == 0, result.stderr
+    drift = next(line for line in result.stderr.splitlines() if line.startswith("drift:"))
+    assert drift.endswith("its claims were flipped stale") and "kb diff" not in result.stderr
 
 
 def test_diff_and_show_tell_the_stale_flip_the_same_commit_re_measured(

@@ -283,7 +283,9 @@ def sweep(
         click.echo(
             f"drift: the canary saw the provider change {', '.join(drifted)}; "
             + (
-                "its claims were flipped stale (kb diff HEAD~1 HEAD)"
+                "its claims were flipped stale"
+                # outside git there is no commit to diff against
+                + (" (kb diff HEAD~1 HEAD)" if app.store.git is not None else "")
                 if report.committed_version is not None
                 else "nothing was committed"
             ),

@@ -479,8 +479,8 @@ def archive(
 def _warn_reason_unkept(app: App, reason: str) -> None:
     if app.store.git is None:  # the reason is a commit trailer, not a claim field
         click.echo(
-            f"warning: the store is a plain file, not in git: the reason ({reason}) is kept "
-            "nowhere (in git, the archive commit's Kb-Archived trailer holds it)",
+            f"warning: not in git: the reason ({reason}) is kept nowhere "
+            "(git keeps it in the commit)",
             err=True,
         )
 

@@ -287,7 +287,9 @@ def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
 
     A grid of model rows and task-class columns when it fits ``width``
     columns; otherwise each model heads its own block, one line per task
-    class, so the table never runs past the terminal.
+    class, and when a task class is too long even for that, each belief goes
+    on its own line under it: the table never runs past the terminal (only
+    a single name longer than the terminal could).
     """
     if not matrix.models:
         return "no live claims: nothing to decide from yet (kb sweep SPEC.toml measures)"
@@ -312,6 +314,12 @@ def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
             for task_class in matrix.task_classes
         ]
         grid = _grouped(rows, ["task class", "what the store believes"], frozenset())
+    if not fits(grid, width):  # a task class too long for a column: each belief under it
+        grid = ["model / task class / what the store believes"]
+        for model in matrix.models:
+            grid.append(model)
+            for task_class in matrix.task_classes:
+                grid += [f"  {task_class}", f"    {texts[model, task_class]}"]
     legend = [
         "S strength, W weakness: pass rate [95% interval] n=cases, age since observed",
         "note: a person's claim",
