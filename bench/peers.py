@@ -324,9 +324,9 @@ def milliseconds(text: str) -> float:
 
 def worker_counts(text: str) -> list[str]:
     counts = [part.strip() for part in text.split(",")]
-    if not all(c.isdigit() and int(c) <= 64 for c in counts):
+    if not all(c.isdigit() and int(c) <= 64 for c in counts) or len(set(counts)) < len(counts):
         raise argparse.ArgumentTypeError(
-            f"must be KB_WORKERS values 0-64, comma-separated: {text!r}"
+            f"must be distinct KB_WORKERS values 0-64, comma-separated: {text!r}"
         )
     return counts
 
