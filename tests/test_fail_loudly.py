@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,92 @@ def test_replaying_needs_no_key(runner: CliRunner, repo: Path) -> None:
     assert recorded.exit_code == 0, recorded.stderr
     replayed = sweep(runner, spec, "--replay", "c.jsonl", "--no-commit", "--quiet")
     assert replayed.exit_code == 0, replayed.stderr  # same report id, key unset
+
+
+def test_a_model_left_to_an_unset_default_key_is_a_warning_before_the_plan(
+    runner: CliRunner, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    init(runner)
+    judge = '{ kind = "judge", model = "anthropic:claude-3-5-haiku-latest", instructions = "Ok?" }'
+    models = [
+        {"model": "openai:gpt-4o-mini", "params": {"cost_usd": 0.001}},
+        {"model": "openai:gpt-4o", "params": {"api_key_env": "KB_TEST_SET_KEY", "cost_usd": 0}},
+        {"model": "openai:local", "params": {"api_base": "http://127.0.0.1:9/v1", "cost_usd": 0}},
+    ]
+    spec = write_spec(
+        repo / "s.toml",
+        models,
+        graders=judge,
+        budgets={"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5.0},
+        extra_sweep="allow_unpriced = true",
+    )
+    before = state(repo)
+    result = kb(runner, "sweep", str(spec), "--dry-run", KB_TEST_SET_KEY="sk-set-0123456789")
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: openai:gpt-4o-mini: no api_key_env, and OPENAI_API_KEY is not set: its "
+        "calls will likely fail (name params.api_key_env and kb checks it before any call)",
+        "warning: judge anthropic:claude-3-5-haiku-latest: no api_key_env, and "
+        "ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN is not set: its calls will likely fail "
+        "(name params.api_key_env and kb checks it before any call)",
+    ]  # not the model naming its key variable, nor the one with its own endpoint
+    assert state(repo) == before
+    # either variable will do; set, there is nothing to warn of
+    quiet = kb(
+        runner,
+        "sweep",
+        str(spec),
+        "--dry-run",
+        KB_TEST_SET_KEY="sk-set-0123456789",
+        OPENAI_API_KEY="sk-openai-0123456789",
+        ANTHROPIC_AUTH_TOKEN="token-0123456789",
+    )
+    assert quiet.exit_code == 0 and "warning: " not in quiet.stderr
+
+
+def test_the_default_key_variables_are_the_pinned_litellms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The snapshot kb warns from (so a plan never imports litellm) must not go stale."""
+    from kb.engine.adapter import load_litellm
+    from kb.engine.known_providers import DEFAULT_KEY_ENV
+
+    litellm = load_litellm()
+    model = {
+        "anthropic": "claude-3-5-sonnet-20241022",
+        "cerebras": "llama3.1-8b",
+        "cohere": "command-r",
+        "deepseek": "deepseek-chat",
+        "gemini": "gemini-1.5-flash",
+        "groq": "llama3-8b-8192",
+        "mistral": "mistral-small",
+        "openai": "gpt-4o-mini",
+        "openrouter": "openai/gpt-4o",
+        "xai": "grok-2",
+    }
+    assert set(model) == set(DEFAULT_KEY_ENV)
+
+    def keys_found(ref: str) -> bool:
+        # litellm's lazy imports of a provider's types can raise pydantic's UserWarning, which
+        # pytest makes an error; validate_environment would swallow it and guess the provider
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            assert litellm.get_llm_provider(model=ref)[1] == ref.split("/")[0]
+            return bool(litellm.validate_environment(model=ref)["keys_in_environment"])
+
+    for provider, names in DEFAULT_KEY_ENV.items():
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+        ref = f"{provider}/{model[provider]}"
+        assert keys_found(ref) is False, provider
+        for name in names:  # any one of them is enough for litellm
+            monkeypatch.setenv(name, "k")
+            assert keys_found(ref) is True, (provider, name)
+            monkeypatch.delenv(name)
 
 
 def test_concurrency_and_timeouts_are_checked_first(runner: CliRunner, repo: Path) -> None:

@@ -65,9 +65,13 @@ def sweep_engine_config(
 
 def load_job_spec(spec_path: Path, flags: EngineFlags) -> SweepSpec:
     """The sweep spec, its keys checked unless replaying (a replay needs none)."""
-    from kb.sweep.spec import load_spec
+    from kb.sweep.spec import default_key_warnings, load_spec
 
-    return load_spec(spec_path, credentials=flags.replay is None)
+    spec = load_spec(spec_path, credentials=flags.replay is None)
+    if flags.replay is None:
+        for warning in default_key_warnings(spec):
+            click.echo(f"warning: {warning}", err=True)
+    return spec
 
 
 def _output_dir_exists(path: Path | None, flag: str) -> None:

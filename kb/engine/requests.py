@@ -268,6 +268,23 @@ def credential_issues(models: Sequence[ModelSpec]) -> list[str]:
     return issues
 
 
+def unset_default_key(spec: ModelSpec) -> tuple[str, ...] | None:
+    """The variables litellm would read this model's key from, when none of them is set.
+
+    ``None`` when the model names its own key (``api_key``, ``api_key_env``)
+    or endpoint (``api_base``: a local server may need no key), when its
+    provider can authenticate without a key variable, or when one is set.
+    """
+    from kb.engine.known_providers import DEFAULT_KEY_ENV
+
+    if any(name in spec.params for name in ("api_key", "api_key_env", "api_base", "base_url")):
+        return None
+    names = DEFAULT_KEY_ENV.get(spec.provider)
+    if names is None or any(os.environ.get(name) for name in names):
+        return None
+    return names
+
+
 _SECRET_ENV = re.compile(r"(_API_KEY|_KEY|_TOKEN|_SECRET|_PASSWORD)$")
 MIN_SECRET_LENGTH = 8
 """Shorter values are placeholders (``api_key = "none"`` for a local server), not secrets:

@@ -34,7 +34,12 @@ from pydantic import Field, field_validator, model_validator
 from kb.engine.params import param_issues
 from kb.engine.prices import DECLARE_HINT, price_param_issues, unpriced
 from kb.engine.providers.scripted import ScriptedModel
-from kb.engine.requests import ModelSpec, credential_issues, provider_issue
+from kb.engine.requests import (
+    ModelSpec,
+    credential_issues,
+    provider_issue,
+    unset_default_key,
+)
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, PythonGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, grouped_issues, load_dataset
@@ -288,6 +293,26 @@ def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
     if issues or sweep is None:
         raise ConfigError(str(path), issues)
     return SweepSpec(path, sweep, budgets or Budgets(), tuple(models), tuple(cases), canary)
+
+
+def default_key_warnings(spec: SweepSpec) -> list[str]:
+    """Models and judges left to a key variable litellm would read, none of them set.
+
+    A warning, not a refusal: the provider may take a credential kb cannot
+    see. Naming ``api_key_env`` turns it into a check before any call.
+    """
+    found = []
+    for who, model in [
+        *((model.key, model) for model in spec.models),
+        *((f"judge {judge.key}", judge) for judge in judge_models(spec.cases)),
+    ]:
+        names = unset_default_key(model)
+        if names is not None:
+            found.append(
+                f"{who}: no api_key_env, and {' or '.join(names)} is not set: its calls will "
+                "likely fail (name params.api_key_env and kb checks it before any call)"
+            )
+    return found
 
 
 def judge_models(cases: Sequence[Case]) -> list[ModelSpec]:
