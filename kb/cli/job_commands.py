@@ -63,13 +63,16 @@ def sweep_engine_config(
     )
 
 
-def load_job_spec(spec_path: Path, flags: EngineFlags) -> SweepSpec:
-    """The sweep spec, its keys checked unless replaying (a replay needs none)."""
+def load_job_spec(spec_path: Path, flags: EngineFlags, *, judges: bool = True) -> SweepSpec:
+    """The sweep spec, its keys checked unless replaying (a replay needs none).
+
+    ``judges``: whether the job calls the cases' judges (a canary does not).
+    """
     from kb.sweep.spec import default_key_warnings, load_spec
 
     spec = load_spec(spec_path, credentials=flags.replay is None)
     if flags.replay is None:
-        for warning in default_key_warnings(spec):
+        for warning in default_key_warnings(spec, judges=judges):
             click.echo(f"warning: {warning}", err=True)
     return spec
 
@@ -370,7 +373,7 @@ def canary(
     from kb.sweep.canary import canary_line, run_canary
 
     tries = resolve_attempts(attempts, push)
-    spec = load_job_spec(spec_path, engine_flags)
+    spec = load_job_spec(spec_path, engine_flags, judges=False)
     config = sweep_engine_config(spec, engine_flags.concurrency, max_retries)
     engine = build_engine(app, config, engine_flags)
     results = run_canary(

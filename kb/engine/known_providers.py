@@ -205,17 +205,18 @@ LITELLM_PROVIDERS: frozenset[str] = frozenset(
 DEFAULT_KEY_ENV: dict[str, tuple[str, ...]] = {
     "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
     "cerebras": ("CEREBRAS_API_KEY",),
-    "cohere": ("COHERE_API_KEY",),
+    "cohere": ("COHERE_API_KEY", "CO_API_KEY"),
     "deepseek": ("DEEPSEEK_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY", "PALM_API_KEY"),
     "groq": ("GROQ_API_KEY",),
     "mistral": ("MISTRAL_API_KEY",),
     "openai": ("OPENAI_API_KEY",),
-    "openrouter": ("OPENROUTER_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY", "OR_API_KEY"),
     "xai": ("XAI_API_KEY",),
 }
 """For providers a key alone authenticates: the variables litellm reads it from when a
-model names none (any one will do). A snapshot of ``litellm.validate_environment``;
-``tests/test_engine.py`` checks it against the pinned version. Providers that can
-authenticate otherwise (Azure AD, AWS roles, Google ADC) are left out: kb cannot tell
-from the environment whether their calls will be refused."""
+model names none (any one will do): those ``litellm.validate_environment`` accepts,
+and the older names its calls still read (``CO_API_KEY``, ``OR_API_KEY``,
+``PALM_API_KEY``). ``tests/test_fail_loudly.py`` checks both against the pinned
+version. Providers that can authenticate otherwise (Azure AD, AWS roles, Google ADC)
+are left out: kb cannot tell from the environment whether their calls will be refused."""

@@ -22,6 +22,7 @@ model's ``script``) resolve against the spec file's directory.
 from __future__ import annotations
 
 import glob
+import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -295,35 +296,53 @@ def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
     return SweepSpec(path, sweep, budgets or Budgets(), tuple(models), tuple(cases), canary)
 
 
-def default_key_warnings(spec: SweepSpec) -> list[str]:
-    """Models and judges left to a key variable litellm would read, none of them set.
+def default_key_warnings(spec: SweepSpec, *, judges: bool = True) -> list[str]:
+    """Models (and, with ``judges``, judges) left to an unset key variable litellm would read.
 
     A warning, not a refusal: the provider may take a credential kb cannot
     see. Naming ``api_key_env`` turns it into a check before any call.
     """
-    found = []
-    for who, model in [
-        *((model.key, model) for model in spec.models),
-        *((f"judge {judge.key}", judge) for judge in judge_models(spec.cases)),
-    ]:
-        names = unset_default_key(model)
-        if names is not None:
-            found.append(
-                f"{who}: no api_key_env, and {' or '.join(names)} is not set: its calls will "
-                "likely fail (name params.api_key_env and kb checks it before any call)"
+    found = [(model.key, model) for model in spec.models]
+    if judges:
+        for model, names in _judges_by_config(spec.cases).values():
+            more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+            found.append((f"judge {model.key} (case {names[0]!r}{more})", model))
+    lines = []
+    for who, model in found:
+        unset = unset_default_key(model)
+        if unset is not None:
+            variables = (
+                f"{unset[0]} is not set"
+                if len(unset) == 1
+                else f"none of {', '.join(unset)} is set"
             )
-    return found
+            lines.append(
+                f"{who}: no api_key_env and {variables}; its calls will likely fail "
+                "(set params.api_key_env and kb checks it before any call)"
+            )
+    return lines
 
 
-def judge_models(cases: Sequence[Case]) -> list[ModelSpec]:
-    """The judges the cases call, once each."""
-    found: dict[str, ModelSpec] = {}
+def _judges_by_config(cases: Sequence[Case]) -> dict[tuple[str, str], tuple[ModelSpec, list[str]]]:
+    """Each judge configuration (model, effort, params) and the cases that call it."""
+    found: dict[tuple[str, str], tuple[ModelSpec, list[str]]] = {}
     for case in cases:
         for grader in case.graders:
             if isinstance(grader, JudgeGrader):
                 spec = judge_spec(grader)
-                found.setdefault(spec.key, spec)
-    return list(found.values())
+                params = json.dumps(spec.params, sort_keys=True, default=str)
+                found.setdefault((spec.key, params), (spec, []))[1].append(case.name)
+    return found
+
+
+def judge_models(cases: Sequence[Case]) -> list[ModelSpec]:
+    """The judges the cases call, once per configuration (model, effort and params).
+
+    Two cases may judge with the same model under different params (a price,
+    a key, an endpoint): each is checked and priced as the case will call it,
+    whatever order the cases come in.
+    """
+    return [spec for spec, _ in _judges_by_config(cases).values()]
 
 
 def unpriced_issues(models: Sequence[ModelSpec], override: str | None) -> list[str]:
@@ -331,13 +350,12 @@ def unpriced_issues(models: Sequence[ModelSpec], override: str | None) -> list[s
 
     ``override`` names the setting that accepts them anyway (``None``: none does).
     """
-    keys = {spec.key: spec for spec in models}
+    keys = dict.fromkeys(spec.key for spec in models if unpriced(spec))  # any of its configs
     tail = f", or set {override} = true" if override else ""
     return [
         f"{key}: has no price (litellm's price table does not know it and the spec "
         f"declares none): {DECLARE_HINT}{tail}"
-        for key, spec in keys.items()
-        if unpriced(spec)
+        for key in keys
     ]
 
 
