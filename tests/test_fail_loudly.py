@@ -267,6 +267,34 @@ def test_two_cases_judging_with_one_model_are_each_checked_for_a_price(
         assert "openai:judge-x: has no price" in result.stderr
 
 
+def test_each_judge_configuration_brings_its_secret_to_the_evidence_cut(tmp_path: Path) -> None:
+    from kb.sweep.evidence import EvidenceContext
+    from kb.sweep.spec import judge_models, load_spec
+
+    def judge(key: str) -> str:
+        return (
+            f'{{ kind = "judge", model = "openai:judge-x", instructions = "Ok?", params = {{ '
+            f'api_key = "{key}", cost_usd = 0.001, api_base = "http://127.0.0.1:9/v1" }} }}'
+        )
+
+    spec = write_spec(
+        tmp_path / "s.toml",
+        [scripted_model("m", 10)],
+        budgets={"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5.0},
+    )
+    text = spec.read_text().split("\n")
+    graders = [i for i, line in enumerate(text) if line.startswith("graders = ")]
+    for index, at in enumerate(graders):
+        text[at] = (
+            f"graders = [{judge('sk-first-0123456789' if index < 5 else 'sk-later-0123456789')}]"
+        )
+    spec.write_text("\n".join(text))
+    judges = judge_models(load_spec(spec).cases)
+    assert len(judges) == 2  # one model, two configurations
+    secrets = EvidenceContext.of(judges).secrets
+    assert {"sk-first-0123456789", "sk-later-0123456789"} <= set(secrets)
+
+
 def test_the_default_key_variables_are_the_pinned_litellms(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
