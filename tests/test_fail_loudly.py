@@ -239,6 +239,15 @@ def test_a_canary_warns_of_its_models_keys_not_of_judges_it_never_calls(
     assert [w.split(":")[1:3] for w in warnings] == [[" openai", "gpt-4o-mini"]], warnings
 
 
+def regrade(spec: Path, first: str, rest: str, *, split: int = 1) -> None:
+    """Grade the spec's first ``split`` cases with ``first``, the others with ``rest``."""
+    lines = spec.read_text().split("\n")
+    at = [i for i, line in enumerate(lines) if line.startswith("graders = ")]
+    for index, line_no in enumerate(at):
+        lines[line_no] = f"graders = [{first if index < split else rest}]"
+    spec.write_text("\n".join(lines))
+
+
 def test_two_cases_judging_with_one_model_are_each_checked_for_a_price(
     runner: CliRunner, repo: Path
 ) -> None:
@@ -257,11 +266,7 @@ def test_two_cases_judging_with_one_model_are_each_checked_for_a_price(
             [scripted_model("m", 10)],
             budgets={"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5.0},
         )
-        text = spec.read_text().split("\n")
-        graders = [i for i, line in enumerate(text) if line.startswith("graders = ")]
-        for index, at in enumerate(graders):
-            text[at] = f"graders = [{first if index == 0 else second}]"
-        spec.write_text("\n".join(text))
+        regrade(spec, first, second)
         result = sweep(runner, spec, "--dry-run")
         assert result.exit_code == 2, (first, result.stderr)
         assert "openai:judge-x: has no price" in result.stderr
@@ -282,13 +287,9 @@ def test_each_judge_configuration_brings_its_secret_to_the_evidence_cut(tmp_path
         [scripted_model("m", 10)],
         budgets={"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5.0},
     )
-    text = spec.read_text().split("\n")
-    graders = [i for i, line in enumerate(text) if line.startswith("graders = ")]
-    for index, at in enumerate(graders):
-        text[at] = (
-            f"graders = [{judge('sk-first-0123456789' if index < 5 else 'sk-later-0123456789')}]"
-        )
-    spec.write_text("\n".join(text))
+    regrade(
+        spec, lambda index: judge("sk-first-0123456789" if index < 5 else "sk-later-0123456789")
+    )
     judges = judge_models(load_spec(spec).cases)
     assert len(judges) == 2  # one model, two configurations
     secrets = EvidenceContext.of(judges).secrets
