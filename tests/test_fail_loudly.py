@@ -287,9 +287,7 @@ def test_each_judge_configuration_brings_its_secret_to_the_evidence_cut(tmp_path
         [scripted_model("m", 10)],
         budgets={"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5.0},
     )
-    regrade(
-        spec, lambda index: judge("sk-first-0123456789" if index < 5 else "sk-later-0123456789")
-    )
+    regrade(spec, judge("sk-first-0123456789"), judge("sk-later-0123456789"), split=5)
     judges = judge_models(load_spec(spec).cases)
     assert len(judges) == 2  # one model, two configurations
     secrets = EvidenceContext.of(judges).secrets
