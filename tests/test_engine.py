@@ -158,6 +158,10 @@ def test_an_unknown_provider_gets_the_closest_name() -> None:
         "provider 'anthropc' is neither kb's own (scripted, local) nor known to litellm; "
         "did you mean 'anthropic'?"
     )
+    assert provider_issue("OpenAI:gpt-4o") == (  # refused (litellm would not route it), named
+        "provider 'OpenAI' is neither kb's own (scripted, local) nor known to litellm; "
+        "did you mean 'openai'?"
+    )
 
 
 def test_the_known_params_are_the_pinned_litellms() -> None:

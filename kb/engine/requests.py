@@ -244,7 +244,9 @@ def provider_issue(ref: str) -> str | None:
     provider = parse_ref(ref).provider
     if provider in KB_PROVIDERS or provider in LITELLM_PROVIDERS:
         return None
-    close = difflib.get_close_matches(provider, [*KB_PROVIDERS, *LITELLM_PROVIDERS], n=1)
+    known = [*KB_PROVIDERS, *LITELLM_PROVIDERS]
+    # provider names are lower case: "OpenAI" is a near miss of "openai", not a stranger
+    close = difflib.get_close_matches(provider.lower(), known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"provider {provider!r} is neither kb's own (scripted, local) nor known to litellm{hint}"
 
