@@ -15,3 +15,8 @@ def usd(value: float) -> str:
     if 0 < value < SMALLEST_SHOWN:
         return "<$0.0001"
     return f"${value:.4f}"
+
+
+def usd_or_unbounded(value: float | None) -> str:
+    """:func:`usd`, or ``unbounded`` for a cap or ceiling that is not set (``None``)."""
+    return "unbounded" if value is None else usd(value)

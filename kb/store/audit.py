@@ -217,12 +217,14 @@ def archive_reasons(store: KnowledgeStore) -> dict[str, str]:
     """
     if store.git is None:
         return {}
-    reasons: dict[str, str] = {}
-    for value in store.git.store_trailer_values(ARCHIVED_TRAILER):  # newest first
-        claim_id, _, reason = value.rpartition(" ")
-        if claim_id:
-            reasons.setdefault(claim_id, reason)
-    return reasons
+    # newest first in the log: where two branches archived one claim, the later word counts
+    return dict(reversed(claim_values(store.git.store_trailer_values(ARCHIVED_TRAILER))))
+
+
+def claim_values(trailers: Sequence[str]) -> list[tuple[str, str]]:
+    """``Kb-Archived``/``Kb-Staled`` trailer values (``<claim id> <reason>``) as pairs."""
+    pairs = [value.rpartition(" ") for value in trailers]
+    return [(claim_id, reason) for claim_id, _, reason in pairs if claim_id]
 
 
 def _archive_reason(body: str, claim_id: str) -> str | None:
@@ -511,11 +513,9 @@ def diff_revisions(
             f"{rev_b} is older than {rev_a or 'HEAD~1'}: give the earlier revision first "
             f"(kb diff {rev_b} {rev_a or 'HEAD~1'})",
         )
-    reasons = {}
-    for value in git.trailer_values(ARCHIVED_TRAILER, commit_a, commit_b):
-        claim_id, _, reason = value.rpartition(" ")
-        reasons[claim_id] = reason
+    reasons = dict(claim_values(git.trailer_values(ARCHIVED_TRAILER, commit_a, commit_b)))
     staled = [
-        value.rpartition(" ")[0] for value in git.trailer_values(STALED_TRAILER, commit_a, commit_b)
+        claim_id
+        for claim_id, _ in claim_values(git.trailer_values(STALED_TRAILER, commit_a, commit_b))
     ]
     return diff_snapshots(before, after, before_side, after_side, reasons, staled)

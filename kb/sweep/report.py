@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kb.engine.phases import Phase
-from kb.money import usd
+from kb.money import usd, usd_or_unbounded
 from kb.store.models import claim_to_wire
 from kb.store.ops import Op
 from kb.store.records import (
@@ -178,16 +178,12 @@ def sweep_report(
 # -- the plan ---------------------------------------------------------------------------------
 
 
-def _money(value: float | None) -> str:
-    return "unbounded" if value is None else usd(value)
-
-
 def _phase_lines(phase: Phase) -> list[str]:
-    lines = [f"  {run.label}  ceiling {_money(run.ceiling_usd)}" for run in phase.runs]
+    lines = [f"  {run.label}  ceiling {usd_or_unbounded(run.ceiling_usd)}" for run in phase.runs]
     if phase.later:
         lines.append(
             f"  (+ up to {phase.later} {phase.later_what}, ceiling "
-            f"{_money(phase.later_ceiling_usd)})"
+            f"{usd_or_unbounded(phase.later_ceiling_usd)})"
         )
     return lines
 
@@ -213,7 +209,7 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
         lines.append(epochs_line(plan))
     forecast = job.forecast
     cap = plan.spec.budgets.max_total_usd
-    line = f"worst-case authorized spend: {usd(forecast.worst_usd)} (cap {_money(cap)})"
+    line = f"worst-case authorized spend: {usd(forecast.worst_usd)} (cap {usd_or_unbounded(cap)})"
     if forecast.exceeds:
         line += f": EXCEEDS the cap, {forecast.refused} of {forecast.runs} runs would be refused"
     lines.append(line)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kb.money import usd
+from kb.money import usd, usd_or_unbounded
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CellRecord, EpochRecord, ReportFile
 from kb.textwidth import fit, wrapped
@@ -22,10 +22,6 @@ CANARY_WORDS = {
     "incomplete": "incomplete",
     "unstable": "unstable",
 }
-
-
-def _money(value: float | None) -> str:
-    return "unbounded" if value is None else usd(value)
 
 
 def _count(cell: CellRecord) -> str:
@@ -103,12 +99,9 @@ def incomplete_summary(report: ReportFile) -> str | None:
     if first.first_error:
         cause += f"; first error: {first.first_error}"
     complete = len(cells) - len(broken)
+    cells_are = "the complete cell is" if complete == 1 else f"the {complete} complete cells are"
     committed = (
-        (
-            f"the complete cell is committed (store v{report.committed_version})"
-            if complete == 1
-            else f"the {complete} complete cells are committed (store v{report.committed_version})"
-        )
+        f"{cells_are} committed (store v{report.committed_version})"
         if report.committed_version is not None
         else "nothing was committed"
     )
@@ -126,7 +119,7 @@ def report_header(report: ReportFile) -> str:
         + (f"  SKIPPED: {member.skipped}" if member.skipped else "")
         for member in report.pool
     ]
-    lines.append(f"worst-case authorized spend: {_money(report.worst_case_usd)}")
+    lines.append(f"worst-case authorized spend: {usd_or_unbounded(report.worst_case_usd)}")
     return fit("\n".join(lines))
 
 
@@ -195,7 +188,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
             if unpriced
             else ""
         )
-        + f"; worst case authorized {_money(report.worst_case_usd)}"
+        + f"; worst case authorized {usd_or_unbounded(report.worst_case_usd)}"
     )
     return fit("\n".join(lines))
 
