@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb.errors import CasAttemptsExhausted, ConfigError, KnowledgeCasError, StoreDirtyError
+from kb.store.commit_window import CommitWindow
 from kb.store.filestore import CommitContext, KnowledgeStore, ReadOnlyStore
 from kb.store.git import GitStoreRepo
 from kb.store.ops import Op
@@ -241,7 +242,7 @@ def test_an_untracked_existing_store_is_refused(repo: Path) -> None:
         KnowledgeStore(path).commit(adds("b"), 1, CTX)
 
 
-def test_a_crash_between_the_built_commit_and_its_files_is_rolled_forward(
+def test_a_crash_before_every_file_is_in_place_is_undone(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = KnowledgeStore("rulvar.models.json")
@@ -250,21 +251,44 @@ def test_a_crash_between_the_built_commit_and_its_files_is_rolled_forward(
     old_bytes = path.read_bytes()
 
     def killed(*args: object) -> None:
-        raise SystemExit("killed after the commit was built, before the file replace")
+        raise SystemExit("killed after the intent was written, before the file replace")
 
     with monkeypatch.context() as patch, pytest.raises(SystemExit):
-        patch.setattr("kb.atomicfile.os.replace", killed)
+        patch.setattr(CommitWindow, "swap", killed)
         store.commit(adds("b"), 1, CTX)
     assert path.read_bytes() == old_bytes  # the file is the previous valid store
     # HEAD never moves before the file is in place (SPEC 12.3): git still has v1.
     assert "store v1" in git(repo, "log", "-1", "--format=%s")
+    assert store.pending_commit() is not None  # the intent waits for the next writer
 
+    # Not every file of it was in place: the next writer undoes it (SPEC 13.1).
     fresh = KnowledgeStore("rulvar.models.json")
     result = fresh.commit_with_rebase(lambda s: adds(f"c-after-v{s.version}"), CTX)
     assert result is not None
-    assert [c.id for c in fresh.read().claims] == ["a", "b", "c-after-v2"]
-    assert git(repo, "status", "--porcelain", "rulvar.models.json") == ""
+    assert [c.id for c in fresh.read().claims] == ["a", "c-after-v1"]
+    assert any("undid an interrupted commit" in w for w in fresh.warnings)
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
     assert git(repo, "show", "HEAD:rulvar.models.json") == path.read_text()
+
+
+def test_a_crash_after_every_file_is_in_place_is_finished(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+
+    def killed(*args: object) -> None:
+        raise SystemExit("killed after the files, before the ref moved")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit):
+        patch.setattr(GitStoreRepo, "publish", killed)
+        store.commit(adds("b"), 1, CTX)
+    assert "store v1" in git(repo, "log", "-1", "--format=%s")
+    settled = KnowledgeStore("rulvar.models.json").settle()
+    assert settled.outcome == "finished" and "+1 claim (store v2)" in settled.label
+    assert "store v2" in git(repo, "log", "-1", "--format=%s")
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+    assert KnowledgeStore("rulvar.models.json").settle().outcome == "none"
 
 
 def test_a_crash_before_the_index_update_is_repaired(
@@ -335,8 +359,17 @@ def test_a_deliberate_revert_is_refused_not_rolled_forward(repo: Path) -> None:
 def test_a_stale_intent_from_an_unpublished_commit_is_discarded(repo: Path) -> None:
     store = KnowledgeStore("rulvar.models.json")
     store.commit(adds("a"), 0, CTX)
-    assert store.git is not None
-    store.git.write_intent("0" * 40)  # a writer died before its update-ref
+    store.intent_path.write_text("0" * 40 + "\n")  # kb 3's marker of a commit git never had
     result = store.commit_with_rebase(lambda s: adds("b"), CTX)
     assert result is not None and result.snapshot.version == 2
-    assert store.git.read_intent() == (None, [])
+    assert not store.intent_path.exists()
+
+
+def test_an_intent_kb_cannot_read_is_one_line_and_nothing_moves(repo: Path) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    store.intent_path.write_text("{not json")
+    before = (repo / "rulvar.models.json").read_bytes()
+    with pytest.raises(ConfigError, match="interrupted commit cannot be read"):
+        store.commit_with_rebase(lambda s: adds("b"), CTX)
+    assert (repo / "rulvar.models.json").read_bytes() == before

@@ -217,8 +217,8 @@ def test_an_immutable_store_is_refused_before_anything_moves(
 
 
 FAULTS = [
-    ("store temp", "kb.store.filestore.stream_temp_beside"),
-    ("evidence temp", "kb.store.filestore.write_temp_beside"),
+    ("store temp", STORE),
+    ("evidence temp", ".jsonl"),
     ("git objects", "kb.store.git.GitStoreRepo.prepare_commit"),
     ("evidence swap", ".jsonl"),
     ("baselines swap", ".canary.json"),
@@ -251,15 +251,28 @@ def test_every_write_of_a_commit_can_fail_and_nothing_is_half_done(
                 patch.setattr(where, lambda *a, **k: False)  # the index stays locked
             else:
                 patch.setattr(where, fail)
-        else:
-            real_put = atomicfile.Replacement.put
+        elif step.endswith("temp"):
+            from kb.store import filestore
 
-            def put(self: atomicfile.Replacement, temp: Path, path: Path) -> None:
+            real_temp = filestore.stream_temp_beside
+
+            def temp(path: Path, fill: Any) -> tuple[Path, str]:
                 if path.name.endswith(where):
                     fail()
-                real_put(self, temp, path)
+                return real_temp(path, fill)
 
-            patch.setattr(atomicfile.Replacement, "put", put)
+            patch.setattr(filestore, "stream_temp_beside", temp)
+        else:
+            import os
+
+            real_replace = os.replace
+
+            def replace(src: Any, dst: Any) -> None:
+                if str(dst).endswith(where) and ".kb-tmp" in str(src):
+                    fail()
+                real_replace(src, dst)
+
+            patch.setattr(os, "replace", replace)
         failed = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
     assert failed.exit_code == 1, failed.output
     assert "Traceback" not in failed.stderr
@@ -472,9 +485,9 @@ def test_resume_refuses_another_spec_and_a_night_already_complete(
     complete = loopback_spec(repo / "c.toml", base, cases=5)
     assert kb(runner, "sweep", str(complete), "--quiet", "--observed-at", NIGHT_2).exit_code == 0
     again = kb(runner, "sweep", str(complete), "--quiet", "--resume", "--observed-at", NIGHT_2)
-    assert again.exit_code == 2 and "is committed complete: nothing is left" in again.stderr, (
-        again.stderr
-    )
+    # SPEC 13.1: a resume of a committed night exits 0 and says so.
+    assert again.exit_code == 0, again.stderr
+    assert "is already committed (store v" in again.stdout and "nothing to resume" in again.stdout
 
 
 def test_an_empty_report_id_is_refused(

@@ -168,14 +168,50 @@ class App:
         except InstantError as exc:
             raise ConfigError(where, str(exc)) from None
 
+    writing: bool = False
+    """Set by a command that writes (:meth:`settle`): it settles, rather than reports,
+    a commit a kill interrupted."""
+    reports_pending: bool = False
+    """Set by ``kb verify``, which reports an interrupted commit as an issue itself."""
+
     @cached_property
     def store(self) -> KnowledgeStore:
-        """The writable store; a store that does not exist is refused (never created)."""
+        """The store; a store that does not exist is refused (never created).
+
+        A command that only reads says so when a commit a kill interrupted
+        waits to be settled, and what settles it.
+        """
         from kb.store.filestore import KnowledgeStore
 
         if not self.creating and not self.store_path.exists():
             raise StoreMissingError(self.store_path)
-        return KnowledgeStore(self.store_path)
+        store = KnowledgeStore(self.store_path)
+        if not (self.writing or self.creating or self.reports_pending):
+            pending = store.pending_commit()
+            if pending is not None:
+                click.echo(f"warning: {interrupted_commit_line(pending)}", err=True)
+        return store
+
+    def settle(self) -> KnowledgeStore:
+        """The store for a command that writes, after settling an interrupted commit.
+
+        Finished when every file of it was complete on disk, else undone; one
+        line on stderr says which.
+        """
+        self.writing = True
+        store = self.store
+        said = store.settle().describe()
+        if said is not None:
+            click.echo(f"kb: {said}", err=True)
+        return store
+
+
+def interrupted_commit_line(label: str) -> str:
+    """What a read-only command says while an interrupted commit waits to be settled."""
+    return (
+        f"a kb commit was interrupted ({label}); the next kb command that writes settles it "
+        "(kb settle does only that; kb sweep SPEC --resume finishes a night)"
+    )
 
 
 pass_app = click.make_pass_decorator(App)

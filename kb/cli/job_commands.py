@@ -206,6 +206,8 @@ def sweep(
         click.echo(f"warning: {warning}", err=True)
     engine = build_engine(app, config, engine_flags)
     engine.workers = workers
+    if not (dry_run or no_commit):
+        app.settle()  # before anything reads the store: a night a kill cut short is decided first
     stopped = None
     if resume:
         given = app.instant(observed_at, "--observed-at") if observed_at else None
@@ -272,6 +274,12 @@ def sweep(
             evidence=not no_evidence,
         )
     report = done.report
+    if done.already_committed:
+        version = (
+            f" (store v{report.committed_version})" if report.committed_version is not None else ""
+        )
+        click.echo(f"the night {report.report_id} is already committed{version}: nothing to resume")
+        return
     if html_path:
         assert done.history_dir is not None
         earlier = earlier_reports(done.history_dir, report.observed_at)
@@ -378,7 +386,7 @@ def canary(
     engine = build_engine(app, config, engine_flags)
     results = run_canary(
         spec,
-        app.store,
+        app.store if no_commit else app.settle(),
         engine,
         at=app.as_of,
         repeats=repeats,

@@ -98,7 +98,7 @@ def merge_driver(app: App, install: bool, sides: tuple[str, ...], committer: str
 
         if sides:
             raise ConfigError("merge-driver", "--install takes no BASE OURS THEIRS PATH")
-        changed = install_merge_driver(app.store, merge_driver_command(), committer)
+        changed = install_merge_driver(app.settle(), merge_driver_command(), committer)
         routed = "the store, its epochs and canary baselines"
         what = (
             f"committed .gitattributes (routes {routed})"
@@ -289,6 +289,7 @@ def verify(app: App) -> None:
     """Check the store and every version of it in git (exit 0 valid, 2 invalid)."""
     from kb.store.audit import verify_store
 
+    app.reports_pending = True
     report = verify_store(app.store)
     history = (
         f", {report.history_checked} versions in git checked"
@@ -299,6 +300,15 @@ def verify(app: App) -> None:
         click.echo(f"warning: {warning}", err=True)
     claims = f"{report.claims} claim{'s' if report.claims != 1 else ''}"
     click.echo(f"ok: store v{report.version}, {claims}{history}")
+
+
+@cli.command()
+@global_options
+@pass_app
+def settle(app: App) -> None:
+    """Finish or undo a kb commit a kill interrupted (every command that writes does it first)."""
+    app.settle()  # says what it did on stderr
+    click.echo("no kb commit is left interrupted")
 
 
 @cli.command()
@@ -388,7 +398,7 @@ def note(
     gate = human_gate(approver, app.as_of, ruled_out, contrast_evidence)
     trailer = ("Kb-Gate", f"human; ruled out {', '.join(gate.ruled_out)}")
     context = CommitContext("note", approver, label=claim.id, extra_trailers=(trailer,))
-    result = app.store.commit_with_rebase(
+    result = app.settle().commit_with_rebase(
         lambda _: [AddClaim(claim, gate)], context, attempts=tries, push=push
     )
     assert result is not None  # the batch always holds the note
@@ -432,7 +442,7 @@ def compact(
 
     tries = resolve_attempts(attempts, push)
     plan, result = compact_store(
-        app.store, keep_days, app.as_of, committer, evidence_dir, attempts=tries, push=push
+        app.settle(), keep_days, app.as_of, committer, evidence_dir, attempts=tries, push=push
     )
     if result is None:
         click.echo(
@@ -465,7 +475,7 @@ def archive(
 
     tries = resolve_attempts(attempts, push)
     context = CommitContext("archive", committer, label=claim_id)
-    result = app.store.commit_with_rebase(
+    result = app.settle().commit_with_rebase(
         lambda snapshot: archive_ops(snapshot, claim_id, reason),
         context,
         attempts=tries,
@@ -499,7 +509,7 @@ def deprecate(app: App, model: str, committer: str, attempts: int | None, push: 
 
     tries = resolve_attempts(attempts, push)
     context = CommitContext("deprecate", committer, label=model)
-    result = app.store.commit_with_rebase(
+    result = app.settle().commit_with_rebase(
         lambda snapshot: deprecate_ops(snapshot, model), context, attempts=tries, push=push
     )
     if result is None:

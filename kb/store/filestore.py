@@ -28,15 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-from kb.atomicfile import (
-    Replacement,
-    replace_problem,
-    stream_temp_beside,
-    temp_files_beside,
-    write_temp_beside,
-)
+from kb.atomicfile import replace_problem, stream_temp_beside
 from kb.errors import (
     CasAttemptsExhausted,
     ConfigError,
@@ -45,6 +39,17 @@ from kb.errors import (
     StoreDirtyError,
 )
 from kb.store import verified
+from kb.store.commit_window import (
+    HIDDEN_PATTERNS,
+    CommitIntent,
+    CommitWindow,
+    Decision,
+    PendingFile,
+    Settled,
+    drop_leftovers,
+    restore,
+    sweep_orphans,
+)
 from kb.store.home import StoreHome
 from kb.store.ops import (
     DEFAULT_ACTIVE_CLAIMS_CAP,
@@ -149,6 +154,10 @@ class CommitResult:
     def ops(self) -> tuple[Op, ...]:
         """The ops this commit applied."""
         return self.change.ops
+
+
+def _writer(content: bytes) -> Callable[[IO[bytes]], object]:
+    return lambda handle: handle.write(content)
 
 
 def check_replaceable(paths: Sequence[Path]) -> None:
@@ -485,18 +494,107 @@ class KnowledgeStore:
             self._lock.release()
 
     def _prepare(self) -> HeadRef | None:
-        """Clear crash leftovers, check git agrees with the file, and read HEAD.
+        """Settle an interrupted commit, check git agrees with the file, and read HEAD.
 
         HEAD must be read *before* the store file: a ``git pull`` that
         changes the store in between then moves the branch and fails the
         compare-and-swap instead of being silently overwritten.
         """
-        for orphan in temp_files_beside(self.path):
-            orphan.unlink(missing_ok=True)  # only lock holders write temp files
+        settled = self._settle_locked()
+        said = settled.describe()
+        if said is not None:
+            self.warnings.append(said)
         if self.git is None:
             return None
+        self.git.exclude_patterns(HIDDEN_PATTERNS)  # before any temp: git add -A never sees one
         self.git.reconcile()
         return self.git.head()
+
+    # -- the commit window ----------------------------------------------------------
+
+    @property
+    def intent_path(self) -> Path:
+        """Where a commit in its window records its intent."""
+        git = self.git
+        return self.home.intent_file(git.git_dir if git else None, git.rel if git else None)
+
+    def settle(self) -> Settled:
+        """Finish or undo a commit a kill interrupted (:mod:`kb.store.commit_window`).
+
+        What every command that writes does first, under the store lock:
+        the commit is finished when every one of its files is complete on
+        disk, otherwise undone (a sweep's night then stays resumable from
+        its journal). Returns what was done (``none`` when nothing was
+        interrupted).
+        """
+        with self._locked(None):
+            return self._settle_locked()
+
+    def _settle_locked(self) -> Settled:
+        path = self.intent_path
+        intent = self._read_intent(path)
+        if intent is None:
+            self._sweep_orphans()
+            return Settled("none")
+        for pending in intent.files:  # a temp still there never reached its target
+            if pending.temp is not None:
+                pending.temp.unlink(missing_ok=True)
+        found = (
+            self.git.settle_intent(intent)
+            if self.git is not None and intent.commit is not None
+            else Decision.on_disk(intent)
+        )
+        if found.outcome == "undone":
+            restore(intent.files, found.keep)
+        drop_leftovers(intent.files)
+        path.unlink(missing_ok=True)
+        self._sweep_orphans()
+        return Settled(found.outcome, intent.label, intent.report_id, found.commit, found.detail)
+
+    def _read_intent(self, path: Path) -> CommitIntent | None:
+        from kb.store.commit_window import looks_legacy, read_intent
+
+        try:
+            return read_intent(path)
+        except ConfigError:
+            if self.git is None or not looks_legacy(path):
+                raise
+        legacy = self.git.legacy_intent(path)  # written by kb 3
+        if legacy is None:  # its commit is not in git: nothing of it reached the branch
+            path.unlink(missing_ok=True)
+        return legacy
+
+    def _sweep_orphans(self) -> None:
+        """Temps and undo copies of writers killed before their intent: never needed."""
+        try:
+            evidence = self.home.evidence_dirs()
+        except ConfigError:
+            evidence = []
+        sweep_orphans([self.path.parent, *evidence])
+
+    def pending_commit(self) -> str | None:
+        """The subject of a commit a kill interrupted and no writer settled yet (else ``None``).
+
+        For commands that only read: they say so and name what settles it.
+        A commit another process is making right now (it holds the lock) is
+        not interrupted.
+        """
+        from filelock import Timeout
+
+        path = self.intent_path
+        if not path.exists():
+            return None
+        try:
+            self._lock.acquire(timeout=0)
+        except Timeout:
+            return None
+        try:
+            intent = self._read_intent(path)
+        except ConfigError as exc:
+            return str(exc)
+        finally:
+            self._lock.release()
+        return intent.label if intent is not None else None
 
     def _commit_locked(
         self,
@@ -543,7 +641,7 @@ class KnowledgeStore:
         trailers += [
             (COMPACTED_TRAILER, op.claim_id) for op in change.ops if isinstance(op, CompactClaim)
         ]
-        commit_oid = self._publish(snapshot, change, head, message, trailers)
+        commit_oid = self._publish(snapshot, change, head, message, trailers, context.report_id)
         return CommitResult(snapshot or base, counts, commit_oid, message, change, base=base)
 
     def _publish(
@@ -553,18 +651,19 @@ class KnowledgeStore:
         head: HeadRef | None,
         message: str,
         trailers: Sequence[tuple[str, str]],
+        report_id: str | None = None,
     ) -> str | None:
         """Make ``snapshot`` the store (``None``: unchanged); write and delete files beside it.
 
         The order is what keeps every claim: the new bytes go to temp files;
-        inside git the commit is built (objects only) and an intent marker
-        names it; every file is swapped into the work tree, the store last
-        (readers look at it); only then does the ref move, by compare-and-swap.
-        A failure at any step undoes the files already swapped and leaves the
-        ref where it was; a kill is finished by the next command
-        (:meth:`GitStoreRepo.reconcile`).
+        inside git the commit is built (objects only); an intent names every
+        file with its new bytes' hash and an undo copy of its old ones; every
+        file is swapped into the work tree, the store last (readers look at
+        it); only then does the ref move, by compare-and-swap. A failure at
+        any step undoes the files already swapped and leaves the ref where it
+        was; a kill is settled by the next writer (:meth:`settle`).
         """
-        temps: dict[Path, Path] = {}
+        temps: dict[Path, tuple[Path, str]] = {}
         deleted = [self.path.parent / name for name in change.deleted]
         targets = [self.path.parent / name for name in change.files]
         check_replaceable([*targets, *deleted, *([self.path] if snapshot is not None else [])])
@@ -572,26 +671,38 @@ class KnowledgeStore:
             for name, content in change.files.items():
                 target = self.path.parent / name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                temps[target] = write_temp_beside(target, content)
+                temps[target] = stream_temp_beside(target, _writer(content))
             if snapshot is not None:
-                temp, written = stream_temp_beside(
+                temps[self.path] = stream_temp_beside(
                     self.path, lambda handle: write_store(snapshot, handle)
                 )
-                temps[self.path] = temp
                 # Built from validated claims with a hash kb computed: as good as a full read.
-                verified.remember(written)
-            prepared = self._prepare_git_commit(temps, deleted, head, message, trailers)
+                verified.remember(temps[self.path][1])
+            prepared = self._prepare_git_commit(
+                {target: temp for target, (temp, _) in temps.items()},
+                deleted,
+                head,
+                message,
+                trailers,
+            )
+            window = CommitWindow.open(
+                self.intent_path,
+                CommitIntent(
+                    message,
+                    self._pending_files(temps, deleted, prepared),
+                    report_id,
+                    prepared.commit if prepared is not None else None,
+                    prepared.expected_head if prepared is not None else None,
+                    prepared.ref if prepared is not None else None,
+                ),
+            )
         except BaseException:
-            for temp in temps.values():
+            for temp, _ in temps.values():
                 temp.unlink(missing_ok=True)
             raise
-        swap = Replacement()
         published = False
         try:
-            for target in deleted:
-                swap.remove(target)
-            for target, temp in sorted(temps.items(), key=lambda item: item[0] == self.path):
-                swap.put(temp, target)
+            window.swap()
             if prepared is not None:
                 assert self.git is not None
                 self.git.publish(prepared)
@@ -607,17 +718,29 @@ class KnowledgeStore:
                         "reuses its journaled runs)"
                     )
         except Exception:
-            for temp in temps.values():
-                temp.unlink(missing_ok=True)
             if not published:
-                swap.undo()
-                if self.git is not None:
-                    self.git.clear_intent()
+                window.undo()
             raise
-        swap.keep()
-        if self.git is not None and prepared is not None:
-            self.git.clear_intent()
+        window.close()
         return prepared.commit if prepared is not None else None
+
+    def _pending_files(
+        self,
+        temps: Mapping[Path, tuple[Path, str]],
+        deleted: Sequence[Path],
+        prepared: PreparedCommit | None,
+    ) -> tuple[PendingFile, ...]:
+        """The commit's files in swap order: removals, then new files, the store last."""
+        committed = set(prepared.blobs) | set(prepared.removed) if prepared is not None else set()
+
+        def rel(path: Path) -> str | None:
+            found = self.git.rel_of(path) if self.git is not None else None
+            return found if found in committed else None
+
+        files = [PendingFile(path, None, rel=rel(path)) for path in deleted]
+        order = sorted(temps, key=lambda target: target == self.path)
+        files += [PendingFile(t, temps[t][1], temps[t][0], rel=rel(t)) for t in order]
+        return tuple(files)
 
     def _prepare_git_commit(
         self,

@@ -10,15 +10,14 @@ and surfaces as :class:`KnowledgeCasError`, which the rebase loop retries.
 
 Commit order: every file of a commit is written into the work tree
 before the branch ref moves. :meth:`prepare_commit` builds the commit in
-git's object database and writes an *intent marker* (``kb-intent-*`` in the
-git directory, naming the commit); the file store then swaps its files in
-and only then :meth:`publish` moves the ref by compare-and-swap — a ref
-that will not move puts the files back. The marker goes once the index
-caught up. A process killed anywhere leaves a state :meth:`reconcile`
-finishes (the commit is complete in git, so its files are written and the
-ref moved) or puts back; it never leaves ``HEAD`` ahead of the work-tree
-store, and a user who deliberately checks out an older store is never
-"rolled forward" (that is refused with :class:`StoreDirtyError`).
+git's object database (no ref moves); the file store then swaps its files
+in under an intent (:mod:`kb.store.commit_window`) and only then
+:meth:`publish` moves the ref by compare-and-swap — a ref that will not
+move puts the files back. A process killed anywhere in between leaves an
+intent the next writer settles (:meth:`settle_intent`): finished when every
+file is complete, else undone; it never leaves ``HEAD`` ahead of the
+work-tree store, and a user who deliberately checks out an older store is
+never "rolled forward" (that is refused with :class:`StoreDirtyError`).
 """
 
 from __future__ import annotations
@@ -36,8 +35,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kb.atomicfile import write_atomic
+from kb.atomicfile import BACKUP_SUFFIX, write_atomic
 from kb.errors import ConfigError, GitError, KnowledgeCasError, PushRejected, StoreDirtyError
+from kb.store.commit_window import CommitIntent, Decision, PendingFile
 from kb.store.layout import conflict_advice, conflict_lines
 
 if TYPE_CHECKING:
@@ -62,14 +62,6 @@ class StoreCommit:
     date: str
     subject: str
     body: str
-
-
-@dataclass(frozen=True)
-class Reconciled:
-    """What :meth:`GitStoreRepo.reconcile` found and fixed."""
-
-    action: str
-    """``clean``, ``index-refreshed`` or ``rolled-forward``."""
 
 
 class GitStoreRepo:
@@ -116,6 +108,12 @@ class GitStoreRepo:
     def git_dir(self) -> Path:
         """The repository's git directory (where kb keeps its lock and temp index)."""
         return Path(self.run("rev-parse", "--absolute-git-dir").strip())
+
+    @cached_property
+    def exclude_file(self) -> Path:
+        """The clone's own ``info/exclude`` (in the common git directory of a linked work tree)."""
+        found = Path(self.run("rev-parse", "--git-path", "info/exclude").strip())
+        return found if found.is_absolute() else self.top / found
 
     # -- running git (the one runner; the push and merge helpers below use it too) ----
 
@@ -287,13 +285,19 @@ class GitStoreRepo:
         status, out, _ = self.call("ls-files", "-z", "--", rel_dir)
         return [p for p in out.split("\0") if p] if status == 0 else []
 
-    def commits_with_trailer(self, key: str, value: str) -> list[StoreCommit]:
-        """First-parent commits whose message has the line ``key: value``, newest first."""
+    def commits_with_trailer(
+        self, key: str, value: str, *, first_parent: bool = True
+    ) -> list[StoreCommit]:
+        """Commits whose message has the line ``key: value``, newest first.
+
+        First-parent commits only, unless ``first_parent`` is false (then a
+        commit made on a branch that was merged counts too).
+        """
         if self.head()[1] is None:
             return []
         status, out, _ = self.call(
             "log",
-            "--first-parent",
+            *(["--first-parent"] if first_parent else []),
             "-z",
             "--fixed-strings",
             f"--grep={key}: {value}",
@@ -357,38 +361,33 @@ class GitStoreRepo:
         if rel is None:
             return
         folder = posixpath.dirname(rel)
-        pattern = f"/{folder}/*{suffix}" if folder else f"/*{suffix}"
-        exclude = Path(self.run("rev-parse", "--git-path", "info/exclude").strip())
-        if not exclude.is_absolute():
-            exclude = self.top / exclude
+        self.exclude_patterns([f"/{folder}/*{suffix}" if folder else f"/*{suffix}"])
+
+    def exclude_patterns(self, patterns: Sequence[str]) -> None:
+        """Add ``patterns`` to this clone's ``info/exclude`` (each once; never committed)."""
+        exclude = self.exclude_file
         existing = exclude.read_text("utf-8") if exclude.exists() else ""
-        if pattern in existing.splitlines():
+        missing = [p for p in patterns if p not in existing.splitlines()]
+        if not missing:
             return
         exclude.parent.mkdir(parents=True, exist_ok=True)
         prefix = existing if not existing or existing.endswith("\n") else existing + "\n"
-        write_atomic(exclude, (prefix + pattern + "\n").encode("utf-8"))
+        write_atomic(exclude, (prefix + "\n".join(missing) + "\n").encode("utf-8"))
 
     def unmerged(self, rel: str | None = None) -> bool:
         """Whether git's index holds ``rel`` (the store by default) as unmerged."""
         out = self.try_run("ls-files", "-u", "--", rel or self.rel)
         return bool(out and out.strip())
 
-    def reconcile(self) -> Reconciled:
-        """Check the store is committed; finish a commit a crash interrupted; else refuse.
+    def reconcile(self) -> None:
+        """Check the work-tree store is what ``HEAD`` holds before a commit; else refuse.
 
-        Call with the store lock held. A commit writes every file into the work
-        tree before its ref moves, under an intent marker naming the commit
-        (and the files beside the store it carries):
-
-        * the marker names ``HEAD``: the ref moved, the index may lag — it is
-          pointed at the commit's blobs;
-        * the marker names a child of ``HEAD``: the writer died between its
-          files and its ref — the commit (already in git's object database)
-          is finished: its files are written and the ref moves by CAS;
-        * any other marker is stale (the branch moved on): files that still
-          hold that commit's bytes are put back as ``HEAD`` has them.
-
-        Anything else that differs from ``HEAD`` is refused, never overwritten.
+        Call with the store lock held, after any interrupted commit was
+        settled (:mod:`kb.store.commit_window`). A store git holds unmerged,
+        a merge in progress, or a store file that differs from ``HEAD``'s
+        (edited, staged, deleted, older) is refused, never overwritten. An
+        index entry that only lags ``HEAD`` (the file is ``HEAD``'s) is
+        pointed at ``HEAD``'s blob.
         """
         if self.unmerged():
             text = self.store_path.read_text("utf-8", "replace") if self.store_path.exists() else ""
@@ -406,36 +405,16 @@ class GitStoreRepo:
                 "a git merge is in progress: finish it (git commit) or abort it (git merge "
                 "--abort) before kb commits (a kb commit now would land beside the merge)",
             )
-        ref, head = self.head()
-        intent, beside = self.read_intent()
-        action = "clean"
-        if intent is not None:
-            parent = self.try_run("rev-parse", "-q", "--verify", f"{intent}^1")
-            parent = parent.strip() if parent else None
-            if intent == head:
-                self._write_commit_files(head, beside)
-            elif parent == head and self._only_ours(intent, head, beside):
-                self._write_commit_files(intent, beside)
-                old = head or ZERO_OID
-                status, _, err = self.call("update-ref", "-m", "kb: finish", ref, intent, old)
-                if status != 0:
-                    raise KnowledgeCasError(f"finishing an interrupted commit: {err.strip()}")
-                head, action = intent, "rolled-forward"
-            elif intent != head:
-                self._put_back(intent, head, beside)
-                self.clear_intent()
-                intent = None
+        _, head = self.head()
         head_blob = self.blob_in(head)
         index_blob = self.blob_in_index()
         exists = self.store_path.exists()
         file_blob = self.hash_file(self.store_path) if exists else None
         if file_blob == head_blob and index_blob == head_blob:
-            self.clear_intent()
-            return Reconciled(action)
-        if intent is not None and file_blob == head_blob and head_blob is not None:
-            if self.set_index_blobs({self.rel: head_blob}):
-                self.clear_intent()
-            return Reconciled("index-refreshed" if action == "clean" else action)
+            return
+        if file_blob == head_blob and head_blob is not None:
+            self.set_index_blobs({self.rel: head_blob})
+            return
         where = "staged" if index_blob != head_blob else "unstaged"
         markers = conflict_lines(self.store_path.read_text("utf-8", "replace")) if exists else []
         if markers:
@@ -468,47 +447,116 @@ class GitStoreRepo:
             "the claims HEAD has"
         )
 
-    def _commit_blobs(self, commit: str | None, rels: Sequence[str]) -> dict[str, str | None]:
-        """Each path's blob in ``commit`` (``None``: absent there)."""
-        return {rel: self.blob_in_path(commit, rel) for rel in rels}
+    # -- settling a commit a kill interrupted -------------------------------------------
 
-    def _present_blob(self, rel: str) -> str | None:
-        target = self.top / rel
-        return self.hash_file(target) if target.exists() else None
+    def settle_intent(self, intent: CommitIntent) -> Decision:
+        """Finish or undo the git side of an interrupted commit (see :mod:`kb.store.commit_window`).
 
-    def _only_ours(self, intent: str, head: str | None, beside: Sequence[str]) -> bool:
-        """Every file still holds either ``HEAD``'s bytes or the interrupted commit's."""
-        rels = [self.rel, *beside]
-        new, old = self._commit_blobs(intent, rels), self._commit_blobs(head, rels)
-        return all(self._present_blob(rel) in (new[rel], old[rel]) for rel in rels)
+        * the branch points at the commit: it stands — the index is pointed at its blobs;
+        * the branch is where the commit was built: finished (the ref moves by CAS) when
+          every file is complete on disk, else undone;
+        * the branch moved meanwhile (the user committed what ``git status`` showed, a
+          pull): when every file is complete and the branch holds, for each of them, the
+          commit's bytes or its parent's, the same change is committed again on top of
+          the branch (same message and trailers); otherwise undone, keeping every file
+          whose new bytes the branch already holds.
+        """
+        assert intent.commit is not None
+        ref, head = self.head()
+        blobs = {f.rel: self.blob_in_path(intent.commit, f.rel) for f in intent.tracked if f.rel}
+        if head == intent.commit:
+            self._point_index(blobs)
+            return Decision("finished", intent.commit)
+        complete = intent.complete
+        if ref == intent.ref and head == intent.parent:
+            if not complete:
+                return Decision("undone", detail="not every file was in place")
+            self._move_ref(ref, intent.commit, head)
+            self._point_index(blobs)
+            return Decision("finished", intent.commit)
+        holds = {rel: self.blob_in_path(head, rel) for rel in blobs}
+        parents = {rel: self.blob_in_path(intent.parent, rel) for rel in blobs}
+        kept = tuple(f.path for f in intent.tracked if f.rel and holds[f.rel] == blobs[f.rel])
+        moved = f"{ref.removeprefix('refs/heads/')} moved to {(head or 'unborn')[:12]}"
+        if ref != intent.ref or head is None:
+            return Decision("undone", keep=kept, detail=f"{moved} meanwhile")
+        if not complete or any(holds[r] not in (blobs[r], parents[r]) for r in blobs):
+            why = "not every file was in place" if not complete else "it changed kb's files"
+            return Decision("undone", keep=kept, detail=f"{moved} meanwhile and {why}")
+        again = self._commit_again(intent.commit, head, blobs)
+        self._move_ref(ref, again, head)
+        self._point_index(blobs)
+        detail = f" (made again on top of {head[:12]}, which the branch moved to meanwhile)"
+        return Decision("finished", again, detail=detail)
 
-    def _write_commit_files(self, commit: str, beside: Sequence[str]) -> None:
-        """Make the work tree and the index hold ``commit``'s version of the store's files."""
-        blobs: dict[str, str] = {}
-        removed: list[str] = []
-        for rel, blob in self._commit_blobs(commit, [*beside, self.rel]).items():
+    def legacy_intent(self, path: Path) -> CommitIntent | None:
+        """An intent kb 3 wrote (its commit's oid, then the files beside the store), as today's.
+
+        kb 3 kept no undo copies in its intent: each file's old bytes are
+        taken from the commit's parent and kept as the undo copy now.
+        """
+        try:
+            lines = path.read_text("utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None
+        commit = lines[0].strip() if lines else ""
+        if re.fullmatch(r"[0-9a-f]{40}", commit) is None or self.resolve(commit) is None:
+            return None
+        parent = self.resolve(f"{commit}^1")
+        files = []
+        for rel in [*(x for x in lines[1:] if x), self.rel]:
             target = self.top / rel
-            if blob is None:  # the commit removed it (kb compact)
-                target.unlink(missing_ok=True)
-                removed.append(rel)
-                continue
-            if not target.exists() or self.hash_file(target) != blob:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(target, self.read_blob(blob))
-            blobs[rel] = blob
-        self.set_index_blobs(blobs, removed)
+            new, old = self.blob_in_path(commit, rel), self.blob_in_path(parent, rel)
+            sha = hashlib.sha256(self.read_blob(new)).hexdigest() if new else None
+            backup = None
+            if old is not None and target.parent.is_dir():
+                fd, name = tempfile.mkstemp(
+                    prefix=f".{target.name}.", suffix=BACKUP_SUFFIX, dir=target.parent
+                )
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(self.read_blob(old))
+                backup = Path(name)
+            files.append(PendingFile(target, sha, backup=backup, rel=rel))
+        subject = self.run("show", "-s", "--format=%s", commit).strip()
+        return CommitIntent(subject, tuple(files), None, commit, parent, self.head()[0])
 
-    def _put_back(self, intent: str, head: str | None, beside: Sequence[str]) -> None:
-        """Files that hold an unpublished commit's bytes return to ``HEAD``'s version."""
-        for rel, blob in self._commit_blobs(intent, [*beside, self.rel]).items():
-            target = self.top / rel
-            if blob is None or not target.exists() or self.hash_file(target) != blob:
-                continue
-            committed = self.blob_in_path(head, rel)
-            if committed is None:
-                target.unlink()
-            else:
-                write_atomic(target, self.read_blob(committed))
+    def _commit_again(self, commit: str, head: str, blobs: Mapping[str, str | None]) -> str:
+        """``commit``'s change to ``blobs``, with its message, as a new child of ``head``."""
+        fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
+        os.close(fd)
+        os.unlink(index_path)
+        env = {"GIT_INDEX_FILE": index_path}
+        try:
+            self.run("read-tree", head, env=env)
+            args = ["update-index", "--add", "--force-remove"]
+            args += [rel for rel, blob in blobs.items() if blob is None]
+            for rel, blob in blobs.items():
+                if blob is not None:
+                    args += ["--cacheinfo", f"100644,{blob},{rel}"]
+            self.run(*args, env=env)
+            tree = self.run("write-tree", env=env).strip()
+        finally:
+            Path(index_path).unlink(missing_ok=True)
+        message = self.run("show", "-s", "--format=%B", commit, strip=False).rstrip("\n")
+        return self.run(
+            "commit-tree", tree, "-p", head, "-m", message, env=self._identity()
+        ).strip()
+
+    def _move_ref(self, ref: str, new: str, old: str | None) -> None:
+        status, _, err = self.call(
+            "update-ref", "-m", "kb: finish an interrupted commit", ref, new, old or ZERO_OID
+        )
+        if status != 0:
+            raise KnowledgeCasError(f"finishing an interrupted commit: {err.strip()}")
+
+    def _point_index(self, blobs: Mapping[str, str | None]) -> None:
+        present = {rel: blob for rel, blob in blobs.items() if blob is not None}
+        removed = [rel for rel, blob in blobs.items() if blob is None]
+        if not self.set_index_blobs(present, removed):
+            raise GitError(
+                "git's index stayed locked (another git command running?) while kb finished "
+                "an interrupted commit; run the kb command again"
+            )
 
     def check_clean(self, rel: str) -> None:
         """Refuse to overwrite a file beside the store that differs from what git has."""
@@ -530,38 +578,13 @@ class GitStoreRepo:
         out = self.try_run("rev-parse", "-q", "--verify", f"{commit}:{rel}")
         return out.strip() if out else None
 
-    @cached_property
-    def intent_path(self) -> Path:
-        """The marker of a commit published to git but not yet to the work tree."""
-        tag = hashlib.sha256(self.rel.encode()).hexdigest()[:12]
-        return self.git_dir / f"kb-intent-{tag}"
-
-    def write_intent(self, commit: str, beside: Sequence[str] = ()) -> None:
-        """Record, durably, that ``commit`` (and the files ``beside`` the store) is next."""
-        with open(self.intent_path, "w", encoding="utf-8") as handle:
-            handle.write("\n".join([commit, *beside]) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-
-    def read_intent(self) -> tuple[str | None, list[str]]:
-        """The commit a crashed writer was publishing, if any, and its files beside the store."""
-        try:
-            lines = self.intent_path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return None, []
-        return (lines[0].strip() or None) if lines else None, [x for x in lines[1:] if x]
-
-    def clear_intent(self) -> None:
-        """The work tree and index caught up: no commit is half-published."""
-        self.intent_path.unlink(missing_ok=True)
-
     def set_index_blobs(self, blobs: Mapping[str, str], removed: Sequence[str] = ()) -> bool:
         """Point the user's index entries for these paths (and only them) at their blobs.
 
         Any git command the user runs meanwhile (even ``git status``) may
         hold ``index.lock`` for a moment, so contention is retried briefly.
         If the index stays locked it returns ``False``: the commit still
-        stands and the intent marker stays, so the next kb command repairs the
+        stands and the intent stays, so the next kb command repairs the
         entry (see ``reconcile``); the caller warns the user meanwhile.
         """
         if not blobs and not removed:
@@ -597,8 +620,8 @@ class GitStoreRepo:
 
         ``files`` maps work-tree-relative paths (the store's among them when it
         changes) to files holding the new bytes; ``removed`` paths leave the
-        tree. The commit is in git's object database, and the intent marker
-        names it, before the caller writes a single work-tree file.
+        tree. The commit is complete in git's object database before the
+        caller writes a single work-tree file.
         """
         blobs = {rel: self.hash_file(path, write=True) for rel, path in files.items()}
         fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
@@ -623,9 +646,7 @@ class GitStoreRepo:
             args += ["-p", expected_head]
         args += ["-m", message, "-m", trailer_text]
         commit = self.run(*args, env=self._identity()).strip()
-        prepared = PreparedCommit(commit, ref, expected_head, message, blobs, tuple(removed))
-        self.write_intent(commit, [rel for rel in [*files, *removed] if rel != self.rel])
-        return prepared
+        return PreparedCommit(commit, ref, expected_head, message, blobs, tuple(removed))
 
     def publish(self, prepared: PreparedCommit) -> None:
         """Advance the ref to the prepared commit by compare-and-swap.

@@ -109,6 +109,17 @@ class StoreHome:
             return git_dir / f"kb-store-{tag}.lock"
         return self.directory / f".{self.store_path.name}.lock"
 
+    def intent_file(self, git_dir: Path | None, rel: str | None) -> Path:
+        """Where a commit in its window records its intent (:mod:`kb.store.commit_window`).
+
+        In the git directory inside a work tree (git never sees it), else a
+        hidden file beside the store.
+        """
+        if git_dir is not None and rel is not None:
+            tag = hashlib.sha256(rel.encode()).hexdigest()[:12]
+            return git_dir / f"kb-intent-{tag}"
+        return self.directory / f".{self.store_path.name}.kb-intent"
+
     def lease_file(self, git_dir: Path | None, rel: str | None, report_id: str) -> Path:
         """The lease one sweep of ``report_id`` holds while it runs (beside the lock)."""
         tag = hashlib.sha256(f"{rel or self.store_path.name}\0{report_id}".encode()).hexdigest()

@@ -27,7 +27,7 @@ from pathlib import Path
 from kb.engine.journal import JournalState, read_journal
 from kb.errors import ConfigError
 from kb.store.evidence import evidence_stem, load_evidence
-from kb.store.filestore import KnowledgeStore
+from kb.store.filestore import REPORT_TRAILER, KnowledgeStore
 from kb.store.records import CellRecord, ReportFile, RunRecord
 
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -76,6 +76,21 @@ def newest_journal(directory: Path, spec: str | None = None) -> JournalState | N
     return max(journals, key=lambda j: j.observed_at) if journals else None
 
 
+def night_committed(store: KnowledgeStore, report_id: str) -> bool:
+    """Whether the store's history records a commit of the night ``report_id``.
+
+    In git: a commit on ``HEAD``'s history carries ``Kb-Report: <id>`` —
+    whatever claims it made, with or without evidence files; files the user
+    committed by hand from an interrupted commit do not count. Outside git
+    (no history) the night's evidence beside the store counts, which a
+    settled commit leaves only when it stood.
+    """
+    git = store.git
+    if git is not None:
+        return bool(git.commits_with_trailer(REPORT_TRAILER, report_id, first_parent=False))
+    return load_evidence(store, report_id) is not None
+
+
 def find_resume(
     store: KnowledgeStore, directory: Path, report_id: str | None, spec: str | None = None
 ) -> Resume:
@@ -96,7 +111,7 @@ def find_resume(
             )
         report_id = latest.report_id
     journal = read_journal(journal_path(directory, report_id))
-    evidence = load_evidence(store, report_id)
+    evidence = load_evidence(store, report_id) if night_committed(store, report_id) else None
     committed = evidence.report if evidence is not None else None
     if journal is None and committed is None:
         raise ConfigError(

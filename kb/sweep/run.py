@@ -189,6 +189,8 @@ class SweepReport:
     """What the sweep's commit changed in the store (``None``: nothing committed)."""
     history_dir: Path | None = None
     """Where this spec's sweeps keep their reports (earlier ones give deltas and trends)."""
+    already_committed: bool = False
+    """A ``--resume`` of a night the store already holds whole: nothing was measured."""
 
     @property
     def cells(self) -> Sequence[MeasuredCell]:
@@ -266,6 +268,8 @@ def execute_sweep(
     """
     target = evidence_target(plan.spec, store)
     writes = target if evidence and plan.spec.sweep.evidence else None
+    if commit and plan.resume is not None and plan.resume.committed and not plan.pairs:
+        return _already_committed(plan, target)
     if not commit:
         measured = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
         return _report(plan, measured, store, target, None, None)
@@ -323,6 +327,15 @@ def execute_sweep(
     return _report(plan, measurement, store, target, result, writes)
 
 
+def _already_committed(plan: SweepPlan, target: EvidenceTarget) -> SweepReport:
+    """A resumed night the store holds whole: its journal goes, its committed report stands."""
+    assert plan.resume is not None and plan.resume.committed is not None
+    journal_path(target.directory, plan.report_id).unlink(missing_ok=True)
+    empty = Measurement(canaries=(), cells=(), runs=(), spent_usd=0.0)
+    report = plan.resume.committed.with_runs(plan.resume.committed_runs)
+    return SweepReport(plan, empty, report, history_dir=target.directory, already_committed=True)
+
+
 def restart_warning(plan: SweepPlan, store: KnowledgeStore, *, commit: bool = True) -> str | None:
     """What a sweep that does not ``--resume`` a stopped night would pay again (say it first)."""
     if plan.resume is not None and plan.resume.journal is not None:
@@ -356,10 +369,7 @@ def _ready_to_spend(
 ) -> None:
     """Before the first call, under the lease: the night is free, and its commit can be made."""
     if plan.resume is not None and not plan.pairs:
-        raise ConfigError(
-            "--resume",
-            f"the night {plan.report_id!r} is committed complete: nothing is left to resume",
-        )
+        raise ConfigError("--resume", f"the night {plan.report_id!r} has nothing left to measure")
     refuse_used_report_id(store.read(), plan.report_id, plan.pairs)
     if writes is not None and plan.resume is None:
         _, report_file = evidence_paths(writes.directory, plan.report_id)

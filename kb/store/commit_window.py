@@ -1,0 +1,343 @@
+"""The commit window: the files of one store commit go in as one step that a kill cannot split.
+
+A commit writes several files — the night's evidence, the canary baselines,
+the epochs file, the settings, the store last — and, inside git, then moves
+the branch. Between the first rename and the ref move a kill leaves some
+files new and some old. The window makes that state recognizable and
+decidable:
+
+1. every new file is written to a temp file beside its target and fsynced
+   (and, inside git, the commit is built in the object database);
+2. every target that exists gets an undo copy (a hard link, O(1) whatever
+   its size) — the temps and undo copies are hidden files that git ignores
+   (``.git/info/exclude``), so ``git add -A`` never commits them;
+3. the **intent** is written atomically: each target with the sha256 of
+   its new bytes, its temp and its undo copy, and the git commit it
+   belongs to (in the git directory, or beside a plain store);
+4. the temps are renamed over their targets, the store last, each rename
+   made durable; inside git the ref then moves by compare-and-swap;
+5. the undo copies and the intent go.
+
+Whoever holds the store lock next **settles** a leftover intent before
+anything else (:func:`settle`): when every file of the commit is complete
+on disk the commit is finished (inside git: the ref moved to it, or — when
+the branch moved meanwhile, e.g. the user committed what ``git status``
+showed — the same commit made again on top of the branch); otherwise it is
+undone, every file put back as it was. A sweep undone this way loses
+nothing paid: its journal is still there, and ``kb sweep --resume``
+commits the night from it.
+
+Only :mod:`kb.store.git` talks to git; this module decides and moves files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from kb.atomicfile import BACKUP_SUFFIX, TEMP_SUFFIX, fsync_directory, write_atomic
+from kb.errors import ConfigError
+
+INTENT_FORMAT = 1
+INTENT_SUFFIX = ".kb-intent"
+HIDDEN_PATTERNS = (f".*{TEMP_SUFFIX}", f".*{BACKUP_SUFFIX}", f".*{INTENT_SUFFIX}")
+"""What ``.git/info/exclude`` lists so that ``git add -A`` never sees a commit's leftovers."""
+
+
+@dataclass(frozen=True)
+class PendingFile:
+    """One target of the commit: what it will hold, and how to put it back."""
+
+    path: Path
+    """The target (absolute)."""
+    sha256: str | None
+    """The sha256 of the bytes the commit puts there (``None``: the commit removes it)."""
+    temp: Path | None = None
+    """The fsynced temp file holding those bytes, until it is renamed in."""
+    backup: Path | None = None
+    """The undo copy of what the target held (``None``: it did not exist)."""
+    rel: str | None = None
+    """Its path in the git work tree (``None``: not part of the git commit)."""
+
+    def holds_new(self) -> bool:
+        """Whether the target holds what the commit puts there (is absent, for a removal)."""
+        if self.sha256 is None:
+            return not self.path.exists()
+        return file_sha256(self.path) == self.sha256
+
+
+@dataclass(frozen=True)
+class CommitIntent:
+    """What a commit in its window is doing; written before the first file moves."""
+
+    label: str
+    """What the commit is (its subject line), for the messages that name it."""
+    files: tuple[PendingFile, ...]
+    """In swap order: removals first, then the new files, the store last."""
+    report_id: str | None = None
+    commit: str | None = None
+    """The git commit built for it (``None``: outside git, or nothing git tracks)."""
+    parent: str | None = None
+    """The commit's parent: where the branch stood when the commit was built."""
+    ref: str | None = None
+    """The branch the commit advances."""
+
+    def render(self) -> bytes:
+        """The intent file's bytes."""
+        document: dict[str, Any] = {
+            "intent": INTENT_FORMAT,
+            "label": self.label,
+            "reportId": self.report_id,
+            "commit": self.commit,
+            "parent": self.parent,
+            "ref": self.ref,
+            "files": [
+                {
+                    "path": str(f.path),
+                    "sha256": f.sha256,
+                    "temp": str(f.temp) if f.temp else None,
+                    "backup": str(f.backup) if f.backup else None,
+                    "rel": f.rel,
+                }
+                for f in self.files
+            ],
+        }
+        return (json.dumps(document, indent=1) + "\n").encode("utf-8")
+
+    @classmethod
+    def parse(cls, data: bytes, where: str) -> CommitIntent:
+        """Read an intent file (``ConfigError`` naming ``where`` when it is not one)."""
+        try:
+            document = json.loads(data.decode("utf-8"))
+            if document.get("intent") != INTENT_FORMAT:
+                raise ValueError(f"format must be {INTENT_FORMAT}")
+            files = tuple(
+                PendingFile(
+                    Path(item["path"]),
+                    item["sha256"],
+                    Path(item["temp"]) if item.get("temp") else None,
+                    Path(item["backup"]) if item.get("backup") else None,
+                    item.get("rel"),
+                )
+                for item in document["files"]
+            )
+            return cls(
+                str(document["label"]),
+                files,
+                document.get("reportId"),
+                document.get("commit"),
+                document.get("parent"),
+                document.get("ref"),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                where,
+                f"kb's record of an interrupted commit cannot be read ({exc}); move it away "
+                "and check git status",
+            ) from None
+
+    @property
+    def complete(self) -> bool:
+        """Whether every file of the commit holds its new bytes (or is gone, when removed)."""
+        return all(f.holds_new() for f in self.files)
+
+    @property
+    def tracked(self) -> tuple[PendingFile, ...]:
+        """The files that are part of the git commit."""
+        return tuple(f for f in self.files if f.rel is not None)
+
+
+def file_sha256(path: Path) -> str | None:
+    """The sha256 of a file's bytes (``None``: there is no such file)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    return digest.hexdigest()
+
+
+def read_intent(path: Path) -> CommitIntent | None:
+    """The intent at ``path`` (``None``: no commit was interrupted)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return CommitIntent.parse(data, str(path))
+
+
+def looks_legacy(path: Path) -> bool:
+    """Whether ``path`` is kb 3's intent marker (a commit oid, then paths; no JSON)."""
+    try:
+        first = path.read_bytes()[:41]
+    except OSError:
+        return False
+    return len(first) >= 40 and all(chr(b) in "0123456789abcdef" for b in first[:40])
+
+
+def _undo_copy(path: Path) -> Path | None:
+    """A hidden hard link to ``path`` beside it (a copy where links are refused)."""
+    if not path.exists():
+        return None
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=BACKUP_SUFFIX, dir=path.parent)
+    os.close(fd)
+    backup = Path(name)
+    backup.unlink()
+    try:
+        os.link(path, backup)
+    except OSError:
+        try:
+            shutil.copy2(path, backup)
+        except OSError as exc:
+            backup.unlink(missing_ok=True)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+    return backup
+
+
+@dataclass
+class CommitWindow:
+    """One commit's files, swapped in under a durable intent (see the module docstring)."""
+
+    intent_path: Path
+    intent: CommitIntent
+    _moved: list[PendingFile] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, intent_path: Path, intent: CommitIntent) -> CommitWindow:
+        """Make each target's undo copy, then write the intent: nothing has moved yet."""
+        files: list[PendingFile] = []
+        try:
+            for pending in intent.files:
+                files.append(replace(pending, backup=_undo_copy(pending.path)))
+            opened = replace(intent, files=tuple(files))
+            write_atomic(intent_path, opened.render())
+        except BaseException:
+            for made in files:
+                if made.backup is not None:
+                    made.backup.unlink(missing_ok=True)
+            raise
+        return cls(intent_path, opened)
+
+    def swap(self) -> None:
+        """Move every file in, in the intent's order, each rename made durable."""
+        for pending in self.intent.files:
+            try:
+                if pending.temp is not None:
+                    os.replace(pending.temp, pending.path)
+                else:
+                    pending.path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(pending.path)) from None
+            self._moved.append(pending)
+            fsync_directory(pending.path.parent)
+
+    def undo(self) -> None:
+        """Put every file back as it was (the commit did not happen)."""
+        restore(self.intent.files)
+        drop_leftovers(self.intent.files)
+        self.intent_path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """The commit stands: drop the undo copies and the intent."""
+        drop_leftovers(self.intent.files)
+        self.intent_path.unlink(missing_ok=True)
+
+
+def restore(files: Sequence[PendingFile], keep: Iterable[Path] = ()) -> None:
+    """Undo: each target that holds the commit's bytes gets its old bytes back.
+
+    A target the commit never reached is left alone, and so is one in
+    ``keep`` (what git's branch holds already). A target that holds neither
+    the old nor the new bytes is someone else's edit and is never touched.
+    """
+    kept = set(keep)
+    for pending in reversed(files):
+        if pending.path in kept:
+            continue
+        moved = pending.holds_new() and (pending.sha256 is not None or pending.backup is not None)
+        if not moved:
+            continue
+        if pending.backup is not None and pending.backup.exists():
+            os.replace(pending.backup, pending.path)
+        elif pending.sha256 is not None:
+            pending.path.unlink(missing_ok=True)
+        fsync_directory(pending.path.parent)
+
+
+def drop_leftovers(files: Sequence[PendingFile]) -> None:
+    """Remove the temps and undo copies the commit made."""
+    for pending in files:
+        for leftover in (pending.temp, pending.backup):
+            if leftover is not None:
+                leftover.unlink(missing_ok=True)
+
+
+Outcome = Literal["none", "finished", "undone"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How an interrupted commit is settled."""
+
+    outcome: Literal["finished", "undone"]
+    commit: str | None = None
+    """The git commit that stands for it (finished inside git)."""
+    keep: tuple[Path, ...] = ()
+    """Files an undo leaves as they are: git's branch holds their new bytes already."""
+    detail: str = ""
+
+    @classmethod
+    def on_disk(cls, intent: CommitIntent) -> Decision:
+        """Outside git: finished when every file is complete, else undone."""
+        if intent.complete:
+            return cls("finished")
+        return cls("undone", detail="not every file was in place")
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What settling an interrupted commit did."""
+
+    outcome: Outcome
+    """``none`` (nothing was interrupted), ``finished`` or ``undone``."""
+    label: str = ""
+    """The interrupted commit's subject line."""
+    report_id: str | None = None
+    git_commit: str | None = None
+    """The commit that now stands for it (finished inside git)."""
+    detail: str = ""
+    """How it was finished or why it was undone."""
+
+    def describe(self) -> str | None:
+        """One line for the user (``None``: nothing was interrupted)."""
+        if self.outcome == "none":
+            return None
+        where = f" [git {self.git_commit[:12]}]" if self.git_commit else ""
+        if self.outcome == "finished":
+            return f"finished an interrupted commit: {self.label}{where}{self.detail}"
+        resume = (
+            f"; its runs are journaled: kb sweep SPEC --resume --report-id {self.report_id} "
+            "commits the night"
+            if self.report_id
+            else ""
+        )
+        return f"undid an interrupted commit ({self.detail}): {self.label}{resume}"
+
+
+def sweep_orphans(directories: Iterable[Path]) -> None:
+    """Remove temps and undo copies no intent names (a writer killed before its intent)."""
+    for directory in dict.fromkeys(directories):
+        if not directory.is_dir():
+            continue
+        for suffix in (TEMP_SUFFIX, BACKUP_SUFFIX):
+            for orphan in directory.glob(f".*{suffix}"):
+                orphan.unlink(missing_ok=True)
