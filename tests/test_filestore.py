@@ -242,7 +242,7 @@ def test_an_untracked_existing_store_is_refused(repo: Path) -> None:
         KnowledgeStore(path).commit(adds("b"), 1, CTX)
 
 
-def test_a_crash_before_every_file_is_in_place_is_undone(
+def test_a_crash_before_any_file_moved_is_finished_from_its_temps(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = KnowledgeStore("rulvar.models.json")
@@ -260,15 +260,40 @@ def test_a_crash_before_every_file_is_in_place_is_undone(
     # HEAD never moves before the file is in place (SPEC 12.3): git still has v1.
     assert "store v1" in git(repo, "log", "-1", "--format=%s")
     assert store.pending_commit() is not None  # the intent waits for the next writer
+    assert git(repo, "status", "--porcelain") == ""  # its temps are hidden from git add -A
 
-    # Not every file of it was in place: the next writer undoes it (SPEC 13.1).
+    # Every new file is whole on disk (its fsynced temp): the next writer finishes it.
     fresh = KnowledgeStore("rulvar.models.json")
     result = fresh.commit_with_rebase(lambda s: adds(f"c-after-v{s.version}"), CTX)
     assert result is not None
-    assert [c.id for c in fresh.read().claims] == ["a", "c-after-v1"]
-    assert any("undid an interrupted commit" in w for w in fresh.warnings)
+    assert [c.id for c in fresh.read().claims] == ["a", "b", "c-after-v2"]
+    assert any("finished an interrupted commit" in w for w in fresh.warnings)
     assert git(repo, "status", "--porcelain", "--ignored") == ""
     assert git(repo, "show", "HEAD:rulvar.models.json") == path.read_text()
+
+
+def test_a_crash_whose_files_were_touched_since_is_undone(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    path = repo / "rulvar.models.json"
+    old_bytes = path.read_bytes()
+
+    def killed(*args: object) -> None:
+        raise SystemExit("killed before the file replace")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit):
+        patch.setattr(CommitWindow, "swap", killed)
+        store.commit(adds("b"), 1, CTX)
+    for temp in repo.glob(".rulvar.models.json.*.kb-tmp"):
+        temp.unlink()  # someone cleaned up: the commit's new store is nowhere now
+    settled = KnowledgeStore("rulvar.models.json").settle()
+    assert settled.outcome == "undone"
+    assert "undid an interrupted commit" in (settled.describe() or "")
+    assert path.read_bytes() == old_bytes
+    assert "store v1" in git(repo, "log", "-1", "--format=%s")
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
 
 
 def test_a_crash_after_every_file_is_in_place_is_finished(

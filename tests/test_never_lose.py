@@ -234,8 +234,6 @@ def test_every_write_of_a_commit_can_fail_and_nothing_is_half_done(
 ) -> None:
     import errno
 
-    from kb import atomicfile
-
     assert kb(runner, "init").exit_code == 0
     spec = scripted_spec(repo / "s.toml")
     git(repo, "add", "s.toml")

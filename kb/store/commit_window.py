@@ -19,13 +19,16 @@ decidable:
 5. the undo copies and the intent go.
 
 Whoever holds the store lock next **settles** a leftover intent before
-anything else (:func:`settle`): when every file of the commit is complete
-on disk the commit is finished (inside git: the ref moved to it, or — when
-the branch moved meanwhile, e.g. the user committed what ``git status``
-showed — the same commit made again on top of the branch); otherwise it is
-undone, every file put back as it was. A sweep undone this way loses
-nothing paid: its journal is still there, and ``kb sweep --resume``
-commits the night from it.
+anything else (``KnowledgeStore.settle``): when every file of the commit is
+complete on disk — renamed in, or whole in its fsynced temp, which the
+intent is written only after — the commit is finished: the remaining
+temps are renamed in and, inside git, the ref moves to it (or, when the
+branch moved meanwhile because the user committed what ``git status``
+showed, the same change is committed again on top of the branch).
+Otherwise (a file of it was edited or removed since) it is undone, every
+file put back as it was; a sweep undone this way loses nothing paid: its
+journal is still there, and ``kb sweep --resume`` commits the night from
+it.
 
 Only :mod:`kb.store.git` talks to git; this module decides and moves files.
 """
@@ -35,8 +38,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -72,6 +75,12 @@ class PendingFile:
             return not self.path.exists()
         return file_sha256(self.path) == self.sha256
 
+    def durable(self) -> bool:
+        """Whether the new bytes are on disk: in the target, or still whole in the temp."""
+        if self.holds_new():
+            return True
+        return self.temp is not None and file_sha256(self.temp) == self.sha256
+
 
 @dataclass(frozen=True)
 class CommitIntent:
@@ -89,8 +98,22 @@ class CommitIntent:
     ref: str | None = None
     """The branch the commit advances."""
 
-    def render(self) -> bytes:
-        """The intent file's bytes."""
+    def render(self, base: Path) -> bytes:
+        """The intent file's bytes; paths under ``base`` are written relative to it.
+
+        So a repository moved or copied after a crash (a CI workspace) still
+        names its own files.
+        """
+        top = base.resolve()
+
+        def named(path: Path | None) -> str | None:
+            if path is None:
+                return None
+            try:
+                return path.resolve().relative_to(top).as_posix()
+            except ValueError:
+                return str(path)
+
         document: dict[str, Any] = {
             "intent": INTENT_FORMAT,
             "label": self.label,
@@ -100,10 +123,10 @@ class CommitIntent:
             "ref": self.ref,
             "files": [
                 {
-                    "path": str(f.path),
+                    "path": named(f.path),
                     "sha256": f.sha256,
-                    "temp": str(f.temp) if f.temp else None,
-                    "backup": str(f.backup) if f.backup else None,
+                    "temp": named(f.temp),
+                    "backup": named(f.backup),
                     "rel": f.rel,
                 }
                 for f in self.files
@@ -112,18 +135,22 @@ class CommitIntent:
         return (json.dumps(document, indent=1) + "\n").encode("utf-8")
 
     @classmethod
-    def parse(cls, data: bytes, where: str) -> CommitIntent:
+    def parse(cls, data: bytes, where: str, base: Path) -> CommitIntent:
         """Read an intent file (``ConfigError`` naming ``where`` when it is not one)."""
+
+        def path(text: str | None) -> Path | None:
+            return base / text if text else None
+
         try:
             document = json.loads(data.decode("utf-8"))
             if document.get("intent") != INTENT_FORMAT:
                 raise ValueError(f"format must be {INTENT_FORMAT}")
             files = tuple(
                 PendingFile(
-                    Path(item["path"]),
+                    base / item["path"],
                     item["sha256"],
-                    Path(item["temp"]) if item.get("temp") else None,
-                    Path(item["backup"]) if item.get("backup") else None,
+                    path(item.get("temp")),
+                    path(item.get("backup")),
                     item.get("rel"),
                 )
                 for item in document["files"]
@@ -145,8 +172,23 @@ class CommitIntent:
 
     @property
     def complete(self) -> bool:
-        """Whether every file of the commit holds its new bytes (or is gone, when removed)."""
-        return all(f.holds_new() for f in self.files)
+        """Whether every file of the commit is complete on disk.
+
+        Renamed in, or whole in its fsynced temp; a removal always is (removing
+        the file finishes it).
+        """
+        return all(f.sha256 is None or f.durable() for f in self.files)
+
+    def finish_files(self) -> None:
+        """Move in, in order, every file of a complete commit that is not in place yet."""
+        for pending in self.files:
+            if pending.holds_new():
+                continue
+            if pending.temp is not None:
+                os.replace(pending.temp, pending.path)
+            else:
+                pending.path.unlink(missing_ok=True)
+            fsync_directory(pending.path.parent)
 
     @property
     def tracked(self) -> tuple[PendingFile, ...]:
@@ -166,13 +208,13 @@ def file_sha256(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def read_intent(path: Path) -> CommitIntent | None:
-    """The intent at ``path`` (``None``: no commit was interrupted)."""
+def read_intent(path: Path, base: Path) -> CommitIntent | None:
+    """The intent at ``path``, its relative paths under ``base`` (``None``: none is pending)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
-    return CommitIntent.parse(data, str(path))
+    return CommitIntent.parse(data, str(path), base)
 
 
 def looks_legacy(path: Path) -> bool:
@@ -188,18 +230,20 @@ def _undo_copy(path: Path) -> Path | None:
     """A hidden hard link to ``path`` beside it (a copy where links are refused)."""
     if not path.exists():
         return None
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=BACKUP_SUFFIX, dir=path.parent)
-    os.close(fd)
-    backup = Path(name)
-    backup.unlink()
-    try:
-        os.link(path, backup)
-    except OSError:
+    for _ in range(100):
+        backup = path.with_name(f".{path.name}.{secrets.token_hex(4)}{BACKUP_SUFFIX}")
         try:
-            shutil.copy2(path, backup)
-        except OSError as exc:
-            backup.unlink(missing_ok=True)
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
+            os.link(path, backup)
+            return backup
+        except FileExistsError:
+            continue  # a name another writer left: draw again
+        except OSError:
+            break
+    try:
+        with open(path, "rb") as source, open(backup, "xb") as copy:
+            shutil.copyfileobj(source, copy)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     return backup
 
 
@@ -212,14 +256,14 @@ class CommitWindow:
     _moved: list[PendingFile] = field(default_factory=list)
 
     @classmethod
-    def open(cls, intent_path: Path, intent: CommitIntent) -> CommitWindow:
+    def open(cls, intent_path: Path, intent: CommitIntent, base: Path) -> CommitWindow:
         """Make each target's undo copy, then write the intent: nothing has moved yet."""
         files: list[PendingFile] = []
         try:
             for pending in intent.files:
                 files.append(replace(pending, backup=_undo_copy(pending.path)))
             opened = replace(intent, files=tuple(files))
-            write_atomic(intent_path, opened.render())
+            write_atomic(intent_path, opened.render(base))
         except BaseException:
             for made in files:
                 if made.backup is not None:
@@ -274,10 +318,10 @@ def restore(files: Sequence[PendingFile], keep: Iterable[Path] = ()) -> None:
 
 
 def drop_leftovers(files: Sequence[PendingFile]) -> None:
-    """Remove the temps and undo copies the commit made."""
+    """Remove the temps and undo copies the commit made (those that are still there)."""
     for pending in files:
         for leftover in (pending.temp, pending.backup):
-            if leftover is not None:
+            if leftover is not None and os.path.lexists(leftover):
                 leftover.unlink(missing_ok=True)
 
 

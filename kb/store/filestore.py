@@ -513,6 +513,11 @@ class KnowledgeStore:
     # -- the commit window ----------------------------------------------------------
 
     @property
+    def _intent_base(self) -> Path:
+        """What an intent's paths are relative to: the work tree's top, else the store's dir."""
+        return self.git.top if self.git is not None else self.path.parent
+
+    @property
     def intent_path(self) -> Path:
         """Where a commit in its window records its intent."""
         git = self.git
@@ -536,9 +541,8 @@ class KnowledgeStore:
         if intent is None:
             self._sweep_orphans()
             return Settled("none")
-        for pending in intent.files:  # a temp still there never reached its target
-            if pending.temp is not None:
-                pending.temp.unlink(missing_ok=True)
+        if intent.complete:
+            intent.finish_files()
         found = (
             self.git.settle_intent(intent)
             if self.git is not None and intent.commit is not None
@@ -555,7 +559,7 @@ class KnowledgeStore:
         from kb.store.commit_window import looks_legacy, read_intent
 
         try:
-            return read_intent(path)
+            return read_intent(path, self._intent_base)
         except ConfigError:
             if self.git is None or not looks_legacy(path):
                 raise
@@ -695,6 +699,7 @@ class KnowledgeStore:
                     prepared.expected_head if prepared is not None else None,
                     prepared.ref if prepared is not None else None,
                 ),
+                self._intent_base,
             )
         except BaseException:
             for temp, _ in temps.values():
@@ -713,9 +718,8 @@ class KnowledgeStore:
                     self.git.unpublish(prepared)
                     published = False
                     raise GitError(
-                        "git's index stayed locked (another git command running?): nothing "
-                        "was committed; run the command again (a sweep: with --resume, which "
-                        "reuses its journaled runs)"
+                        f"{self.git.index_locked()}; nothing was committed (a sweep: run it "
+                        "again with --resume, which reuses its journaled runs)"
                     )
         except Exception:
             if not published:

@@ -26,6 +26,7 @@ import hashlib
 import os
 import posixpath
 import re
+import secrets
 import subprocess
 import tempfile
 import time
@@ -108,6 +109,19 @@ class GitStoreRepo:
     def git_dir(self) -> Path:
         """The repository's git directory (where kb keeps its lock and temp index)."""
         return Path(self.run("rev-parse", "--absolute-git-dir").strip())
+
+    def private_index(self) -> Path:
+        """A fresh name for an index of kb's own in the git directory (git creates the file)."""
+        return self.git_dir / f"kb-index-{secrets.token_hex(8)}"
+
+    def index_locked(self) -> str:
+        """What to say when git's index stays locked (its lock file named)."""
+        found = Path(self.run("rev-parse", "--git-path", "index").strip())
+        lock = (found if found.is_absolute() else self.top / found).with_suffix(".lock")
+        return (
+            f"git's index stayed locked ({lock} exists): if no git command is running, a git "
+            "that was killed left it: remove it and run the command again"
+        )
 
     @cached_property
     def exclude_file(self) -> Path:
@@ -467,7 +481,7 @@ class GitStoreRepo:
         if head == intent.commit:
             self._point_index(blobs)
             return Decision("finished", intent.commit)
-        complete = intent.complete
+        complete = all(f.holds_new() for f in intent.files)  # the caller moved complete ones in
         if ref == intent.ref and head == intent.parent:
             if not complete:
                 return Decision("undone", detail="not every file was in place")
@@ -522,10 +536,8 @@ class GitStoreRepo:
 
     def _commit_again(self, commit: str, head: str, blobs: Mapping[str, str | None]) -> str:
         """``commit``'s change to ``blobs``, with its message, as a new child of ``head``."""
-        fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
-        os.close(fd)
-        os.unlink(index_path)
-        env = {"GIT_INDEX_FILE": index_path}
+        index_path = self.private_index()
+        env = {"GIT_INDEX_FILE": str(index_path)}
         try:
             self.run("read-tree", head, env=env)
             args = ["update-index", "--add", "--force-remove"]
@@ -536,7 +548,7 @@ class GitStoreRepo:
             self.run(*args, env=env)
             tree = self.run("write-tree", env=env).strip()
         finally:
-            Path(index_path).unlink(missing_ok=True)
+            index_path.unlink(missing_ok=True)
         message = self.run("show", "-s", "--format=%B", commit, strip=False).rstrip("\n")
         return self.run(
             "commit-tree", tree, "-p", head, "-m", message, env=self._identity()
@@ -547,16 +559,16 @@ class GitStoreRepo:
             "update-ref", "-m", "kb: finish an interrupted commit", ref, new, old or ZERO_OID
         )
         if status != 0:
+            lock = stale_lock_advice(err)
+            if lock is not None:
+                raise ConfigError(ref, f"{lock} (kb is finishing an interrupted commit)")
             raise KnowledgeCasError(f"finishing an interrupted commit: {err.strip()}")
 
     def _point_index(self, blobs: Mapping[str, str | None]) -> None:
         present = {rel: blob for rel, blob in blobs.items() if blob is not None}
         removed = [rel for rel, blob in blobs.items() if blob is None]
         if not self.set_index_blobs(present, removed):
-            raise GitError(
-                "git's index stayed locked (another git command running?) while kb finished "
-                "an interrupted commit; run the kb command again"
-            )
+            raise GitError(f"{self.index_locked()} while kb finished an interrupted commit")
 
     def check_clean(self, rel: str) -> None:
         """Refuse to overwrite a file beside the store that differs from what git has."""
@@ -624,10 +636,8 @@ class GitStoreRepo:
         caller writes a single work-tree file.
         """
         blobs = {rel: self.hash_file(path, write=True) for rel, path in files.items()}
-        fd, index_path = tempfile.mkstemp(prefix="kb-index-", dir=self.git_dir)
-        os.close(fd)
-        os.unlink(index_path)  # git wants to create the index itself
-        env = {"GIT_INDEX_FILE": index_path}
+        index_path = self.private_index()
+        env = {"GIT_INDEX_FILE": str(index_path)}
         try:
             if expected_head is not None:
                 self.run("read-tree", expected_head, env=env)
@@ -639,7 +649,7 @@ class GitStoreRepo:
             self.run(*args, env=env)
             tree = self.run("write-tree", env=env).strip()
         finally:
-            Path(index_path).unlink(missing_ok=True)
+            index_path.unlink(missing_ok=True)
         trailer_text = "\n".join(f"{key}: {value}" for key, value in trailers)
         args = ["commit-tree", tree]
         if expected_head is not None:
@@ -660,15 +670,12 @@ class GitStoreRepo:
         )
         if status != 0:
             _, moved_to = self.head()
+            if moved_to == prepared.commit:
+                return  # the ref moved; git died after (e.g. before removing HEAD.lock)
             if moved_to == prepared.expected_head:
                 # Not a race (the ref is where it was): git could not write it. Retrying
                 # cannot help, so this is not a compare-and-swap conflict.
-                raise ConfigError(
-                    prepared.ref,
-                    f"git cannot update the ref ({err.strip()}); check that .git/refs and "
-                    ".git/packed-refs are writable (not read-only or chattr +i); nothing "
-                    "was committed",
-                )
+                raise ConfigError(prepared.ref, ref_write_problem(err))
             raise KnowledgeCasError(
                 f"git {prepared.ref} moved from {(prepared.expected_head or 'unborn')[:12]} to "
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
@@ -696,6 +703,31 @@ class PreparedCommit:
     blobs: Mapping[str, str]
     """Each committed path's blob."""
     removed: tuple[str, ...]
+
+
+_LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+
+
+def stale_lock_advice(err: str) -> str | None:
+    """What to do when git refused because a lock file of a git that died is left."""
+    found = _LOCK_EXISTS.search(err)
+    if found is None:
+        return None
+    return (
+        f"git's lock file {found.group(1)} is left by a git process that was killed; if no "
+        "git command is running, remove it and run the command again"
+    )
+
+
+def ref_write_problem(err: str) -> str:
+    """Why git could not move the branch although nobody else moved it."""
+    lock = stale_lock_advice(err)
+    if lock is not None:
+        return f"{lock}; nothing was committed"
+    return (
+        f"git cannot update the ref ({err.strip()}); check that .git/refs and .git/packed-refs "
+        "are writable (not read-only or chattr +i); nothing was committed"
+    )
 
 
 def store_version(head: bytes) -> int | None:
