@@ -146,7 +146,7 @@ def answered(cell: CellRecord) -> str:
 
 
 def _numbers(cell: CellRecord) -> str:
-    """A cell's numbers: what it counted, the rate the gate decided on, and its cost."""
+    """A cell's numbers: what it counted, its rate and interval (none for an outage), its cost."""
     total = cell.total_cost_usd
     cost = "unpriced" if cell.unpriced_runs or total is None else usd(total)
     if not cell.complete:
