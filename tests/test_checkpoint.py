@@ -298,3 +298,87 @@ def test_checkpoint_model_entries_are_the_sweeps(isolated: Path) -> None:
         with pytest.raises(ConfigError) as caught:
             load_checkpoint_spec(isolated / "cp.toml")
         assert any(issue in i for i in caught.value.issues), caught.value.issues
+
+
+# -- include: more cases from other files, exactly as in a sweep spec ----------------------
+
+
+def include_world(folder: Path, include: str, *, in_section: bool = False) -> Path:
+    """The world with its [[cases]] moved to ``cases/extraction.toml``, included back."""
+    world = write_world(folder / "cp.toml", cheap_right=True).read_text()
+    head, _, tail = world.partition("[[cases]]")
+    cases, _, orchestrated = ("[[cases]]" + tail).partition("[[orchestrated]]")
+    (folder / "cases").mkdir(exist_ok=True)
+    (folder / "cases" / "extraction.toml").write_text(cases)
+    if in_section:  # written after [checkpoint], TOML puts it there
+        head = head.replace("[checkpoint]\n", f"[checkpoint]\ninclude = {include}\n", 1)
+    else:
+        head = f"include = {include}\n" + head
+    (folder / "cp.toml").write_text(head + "[[orchestrated]]" + orchestrated)
+    return folder / "cp.toml"
+
+
+@pytest.mark.parametrize("in_section", [False, True], ids=["top-level", "in-checkpoint"])
+def test_a_checkpoint_spec_includes_case_files_as_a_sweep_spec_does(
+    runner: CliRunner, isolated: Path, in_section: bool
+) -> None:
+    from kb.checkpoint import load_checkpoint_spec
+
+    spec = include_world(isolated, '["cases/*.toml"]', in_section=in_section)
+    assert "[[cases]]" not in spec.read_text()
+    assert [case.name for case in load_checkpoint_spec(spec).cases] == [
+        name for name, _, _ in EXTRACTION
+    ]
+    seed_store()
+    result = run(runner, spec, "--json")
+    assert result.exit_code == 0, result.stderr
+    (cell,) = json.loads(result.stdout)["criterion1"]["cells"]
+    assert cell["passed"] is True and cell["treatment"]["costUsd"] == pytest.approx(0.004)
+
+
+BAD_INCLUDES = {
+    "not-a-list": ('"cases/*.toml"', None, "include: must be a list of glob patterns"),
+    "matches-nothing": ('["nothing/*.toml"]', None, "include: 'nothing/*.toml' matches no file"),
+    "unknown-key": ('["cases/*.toml"]', "[sweep]\nx = 1\n", "unknown keys sweep"),
+    "bad-case": ('["cases/*.toml"]', "[[cases]]\nname = 1\n", "extra.toml: cases[0]"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_INCLUDES, ids=list(BAD_INCLUDES))
+def test_a_bad_include_is_the_sweep_specs_error(
+    runner: CliRunner, isolated: Path, bad: str
+) -> None:
+    from kb.checkpoint import load_checkpoint_spec
+    from kb.sweep.spec import load_spec
+    from tests.sweep_helpers import write_spec
+
+    include, extra_file, expected = BAD_INCLUDES[bad]
+    spec = include_world(isolated, include)
+    if extra_file is not None:
+        (isolated / "cases" / "extra.toml").write_text(extra_file)
+    sweep = isolated / "sweep.toml"
+    write_spec(sweep, [{"model": "scripted:cheap"}])
+    sweep.write_text(f"include = {include}\n" + sweep.read_text())
+    with pytest.raises(ConfigError) as from_sweep:
+        load_spec(sweep)
+    with pytest.raises(ConfigError) as from_checkpoint:
+        load_checkpoint_spec(spec)
+    told = [issue for issue in from_sweep.value.issues if expected in issue]
+    assert told and set(told) <= set(from_checkpoint.value.issues)
+    result = run(runner, spec)
+    assert result.exit_code == 2 and expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_include_inside_a_case_table_names_the_checkpoint_section(isolated: Path) -> None:
+    from kb.checkpoint import load_checkpoint_spec
+
+    world = write_world(isolated / "cp.toml", cheap_right=True)
+    text = world.read_text().replace('name = "ck-3"', 'name = "ck-3"\ninclude = ["x/*.toml"]')
+    world.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_checkpoint_spec(world)
+    assert list(caught.value.issues) == [
+        "cases[3].include: unknown key; put include = [...] at the top of the file (before "
+        "any table) or in [checkpoint]"
+    ]

@@ -99,7 +99,10 @@ def test_matrix_json_and_markdown(runner: CliRunner, isolated: Path) -> None:
     assert expired["expired"]["id"] == "old"
     assert expired["expired"]["expiresAt"] == "2026-04-01T00:00:00.000Z"
     markdown = kb(runner, "--as-of", AT, "matrix", "--markdown").stdout
-    assert markdown.splitlines()[:2] == ["| model | arithmetic | extraction |", "|---|---|---|"]
+    assert markdown.splitlines()[:2] == [
+        "| model | `arithmetic` | `extraction` |",
+        "|---|---|---|",
+    ]
     assert "| `openai:b` | W note 10d | ! stale (drift) |" in markdown
     assert "| `openai:c` | · | - S expired 101d ago |" in markdown
 
@@ -173,7 +176,7 @@ def test_a_retired_cell_says_why_from_its_archive_commit(
     }
     assert cells["openai:b", "extraction"]["retired"] is None  # stale, not retired
     markdown = kb(runner, "--as-of", AT, "matrix", "--markdown").stdout
-    assert "| `openai:a` | x retired (deprecated) | x retired (falsified) |" in markdown
+    assert "| `openai:a` | x retired (`deprecated`) | x retired (`falsified`) |" in markdown
 
 
 def test_a_retirement_made_on_a_merged_branch_keeps_its_reason(

@@ -49,7 +49,7 @@ def test_fail_on_drift_exits_1_after_committing(runner: CliRunner, repo: Path) -
     summary = (repo / "s.md").read_text()
     assert summary.splitlines()[2].startswith("> **Drift:**")  # first, under the title
     assert "**Drift:** the canary saw the provider change the model behind `scripted:m`" in summary
-    assert "| scripted:m | DRIFT | 1 |" in summary
+    assert "| `scripted:m` | DRIFT | 1 |" in summary
     assert "Flipped stale (canary drift)" in summary
     assert "~1` (night 2026-11-01) → `" in summary  # the base named by the night it stood on
     page = (repo / "r.html").read_text()

@@ -610,5 +610,5 @@ def test_a_cell_that_measured_nothing_says_so(runner: CliRunner, repo: Path) -> 
     broken = scripted_model("broken", 10, errors=[prompt for _, prompt, _ in CASES])
     spec = write_spec(repo / "s.toml", [broken], extra_sweep="max_retries = 0")
     result = sweep(runner, spec, "--quiet")
-    assert "no result (0 of 10 measured)" in result.stdout
+    assert "0/10 answered" in result.stdout
     assert "passRate 0.00" not in result.stdout.split("first error")[0]

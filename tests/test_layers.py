@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kb.atomicfile",
         "kb.stats",
         "kb.textwidth",
+        "kb.markdown",
         "kb.money",
         "kb.tomlfile",
         "kb.__main__",

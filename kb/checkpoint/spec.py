@@ -13,13 +13,13 @@ from kb.card import Ladder, LaddersFile, Profile, load_ladders, parse_ladders
 from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader
-from kb.evals.datasets import DatasetSpec, LocatedCase, load_dataset
 from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
 from kb.store.models import ModelClaim
 from kb.sweep.spec import (
     ModelEntry,
-    bind_python_graders,
+    case_tables,
     duplicate_name_issues,
+    included_cases,
     judge_models,
     load_spec,
     resolve_models,
@@ -39,6 +39,9 @@ class CheckpointSection(StrictModel):
     """Sweep specs whose cases produced the claims (their prompts must not reappear)."""
     concurrency: int = Field(default=8, ge=1)
     allow_unbounded: bool = False
+    include: list[str] = Field(default_factory=list)
+    """More case files (globs), as a top-level ``include`` (TOML puts a key written
+    after ``[checkpoint]`` here)."""
 
 
 class CheckpointBudgets(StrictModel):
@@ -51,16 +54,23 @@ class CheckpointBudgets(StrictModel):
 
 
 class _CheckpointFile(StrictModel):
+    """The spec's tables, but for its eval cases (criterion 1).
+
+    ``[[cases]]``, ``[[datasets]]`` and ``include`` (:data:`CASE_KEYS`) are read as
+    a sweep spec's, by the sweep spec's code.
+    """
+
     checkpoint: CheckpointSection
     budgets: CheckpointBudgets = Field(default_factory=CheckpointBudgets)
     models: list[ModelEntry] = Field(default_factory=list)
     ladders: list[Ladder] = Field(default_factory=list)
     floors: dict[str, list[str]] = Field(default_factory=dict)
     profiles: list[Profile] = Field(default_factory=list)
-    cases: list[Case] = Field(default_factory=list)
-    datasets: list[DatasetSpec] = Field(default_factory=list)
-    """More eval cases (criterion 1) from JSONL or CSV files, as in a sweep spec."""
     orchestrated: list[Case] = Field(min_length=1)
+
+
+CASE_KEYS = ("cases", "datasets", "include")
+"""Top-level keys that give criterion 1 its cases, exactly as in a sweep spec."""
 
 
 @dataclass(frozen=True)
@@ -102,22 +112,24 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
     path = Path(path)
     raw = read_toml(path, str(path))
     issues: list[str] = []
-    spec = validate_into(_CheckpointFile, raw, "", issues)
+    eval_tables = {key: raw[key] for key in CASE_KEYS if key in raw}
+    spec = validate_into(
+        _CheckpointFile, {k: v for k, v in raw.items() if k not in CASE_KEYS}, "", issues
+    )
+    base = path.resolve().parent
+    located = case_tables(eval_tables, base, path.name, issues, section="checkpoint")
+    in_section = spec.checkpoint.include if spec is not None else []
+    located += included_cases(eval_tables, in_section, base, issues)
     if spec is None:
         raise ConfigError(str(path), issues)
-    base = path.resolve().parent
     ladders = _ladders(spec, base, str(path))
     if not ladders.profiles:
         issues.append("profiles: criterion 2 needs at least one [[profiles]] entry")
     models = resolve_models(list(enumerate(spec.models)), base, issues)
-    located = [LocatedCase(case, f"cases[{i}]") for i, case in enumerate(spec.cases)]
-    for dataset in spec.datasets:
-        located.extend(load_dataset(dataset, base, issues))
-    issues += bind_python_graders(located, base)
     issues += duplicate_name_issues(located)
     issues += _budget_issues(spec, [item.case for item in located])
     if not located:
-        issues.append("cases: criterion 1 needs [[cases]] or [[datasets]]")
+        issues.append("cases: criterion 1 needs [[cases]], [[datasets]] or an include")
     seeding: list[Case] = []
     for sweep_path in spec.checkpoint.seeded_by:
         seeding.extend(load_spec(base / sweep_path).cases)

@@ -9,10 +9,12 @@ instants.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kb.markdown import code_span, table_code
 from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
@@ -233,19 +235,28 @@ def _number(claim: ModelClaim | None) -> float | None:
     return claim.metrics["passRate"] if claim is not None and claim.metrics else None
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
 def _when(side: Side) -> str:
+    """The side's night (a date; a report id that names none, inert) or its instant."""
     if side.night is not None:
-        return f"night {night_of(side.night)}"
+        night = night_of(side.night)
+        return f"night {night if _DATE.fullmatch(night) else code_span(night)}"
     return f"{format_instant(side.at)[:16]}Z"
 
 
 def diff_markdown(diff: StoreDiff) -> str:
-    """A pull-request comment or ``$GITHUB_STEP_SUMMARY`` block."""
+    """A pull-request comment or ``$GITHUB_STEP_SUMMARY`` block.
+
+    Every name, id, label and reason is inert (:mod:`kb.markdown`): a model, a
+    dataset, a spec or a commit trailer chose them.
+    """
     before, after = diff.before, diff.after
     lines = [
         f"### kb: store v{before.version} → v{after.version}",
         "",
-        f"`{before.label}` ({_when(before)}) → `{after.label}` ({_when(after)})",
+        f"{code_span(before.label)} ({_when(before)}) → {code_span(after.label)} ({_when(after)})",
         "",
     ]
     if diff.empty:
@@ -256,11 +267,11 @@ def diff_markdown(diff: StoreDiff) -> str:
             return
         lines.extend([f"**{title}** ({len(rows)})", "", "| " + " | ".join(header) + " |"])
         lines.append("|" + "|".join("---" for _ in header) + "|")
-        lines.extend("| " + " | ".join(_cell(value) for value in row) + " |" for row in rows)
+        lines.extend("| " + " | ".join(row) + " |" for row in rows)
         lines.append("")
 
     def who(claim: ModelClaim) -> str:
-        return f"{claim.subject_key} · {claim.task_class}"
+        return f"{table_code(claim.subject_key)} · {table_code(claim.task_class)}"
 
     if diff.staled:
         lines += [
@@ -278,7 +289,7 @@ def diff_markdown(diff: StoreDiff) -> str:
         "Added",
         ["subject", "claim", "pass rate", "n", "id"],
         [
-            [who(c), f"{c.polarity} ({c.claim_class})", _rate(c), _n(c), f"`{c.id}`"]
+            [who(c), f"{c.polarity} ({c.claim_class})", _rate(c), _n(c), table_code(c.id)]
             for c in diff.added
         ],
     )
@@ -290,7 +301,10 @@ def diff_markdown(diff: StoreDiff) -> str:
     table(
         "Archived",
         ["subject", "claim", "reason"],
-        [[who(c), c.polarity, reason or "—"] for c, reason in diff.archived],
+        [
+            [who(c), c.polarity, table_code(reason) if reason else "—"]
+            for c, reason in diff.archived
+        ],
     )
     table(
         "Expired",
@@ -302,7 +316,7 @@ def diff_markdown(diff: StoreDiff) -> str:
             f"**Compacted** ({len(diff.compacted)} superseded or archived "
             f"claim{'s' if len(diff.compacted) != 1 else ''} left the file; they stay in git "
             "history: "
-            + ", ".join(f"`{c.id}`" for c in diff.compacted[:20])
+            + ", ".join(code_span(c.id) for c in diff.compacted[:20])
             + (" …" if len(diff.compacted) > 20 else "")
             + ")",
             "",
@@ -312,10 +326,6 @@ def diff_markdown(diff: StoreDiff) -> str:
 
 def _n(claim: ModelClaim) -> str:
     return str(claim.metrics["n"]) if claim.metrics else "—"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _subjects(count: int) -> str:

@@ -285,7 +285,8 @@ class CellRecord(WireModel):
     """Format 2: why the answers look like an outage, not a model (the cell is incomplete)."""
     first_error: str | None = Field(default=None, alias="firstError")
     wilson95: tuple[float, float]
-    """The 95 % interval the interval gate used (cases as the unit of sampling)."""
+    """The 95 % interval the interval gate used (cases as the unit of sampling); an
+    incomplete cell's is over tonight's measured cases, like its ``passRate``."""
     repeats: int | None = None
     cases: tuple[CaseStability, ...] | None = None
     outcome: Literal["strength", "weakness", "none", "incomplete"]

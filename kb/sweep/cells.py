@@ -117,8 +117,12 @@ class SweepCell:
 
     @property
     def estimate(self) -> CellEstimate:
-        """What the gate decides on: the epoch's pooled cases, else tonight's measured cases."""
-        if self.epoch is not None:
+        """What the gate decides on: the epoch's pooled cases, else tonight's measured cases.
+
+        An incomplete cell's is tonight's: its night is not part of its epoch (the sampler
+        discards it), so the epoch's estimate after it is no measurement at all.
+        """
+        if self.epoch is not None and self.complete:
             return CellEstimate(self.epoch.successes, self.epoch.n)
         return CellEstimate(self.passed, self.n, self.interval)
 

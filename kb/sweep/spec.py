@@ -264,16 +264,7 @@ def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
         for index, item in enumerate(_table_list(raw, "models", issues))
     ]
     located = case_tables(raw, base, path.name, issues)
-    includes = raw.get("include", [])
-    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
-        issues.append("include: must be a list of glob patterns")
-        includes = []
-    for pattern in [*includes, *(sweep.include if sweep else [])]:
-        matches = sorted(glob.glob(str(_resolve(base, pattern))))
-        if not matches:
-            issues.append(f"include: {pattern!r} matches no file")
-        for match in matches:
-            located.extend(_included_cases(Path(match), issues))
+    located += included_cases(raw, sweep.include if sweep else [], base, issues)
     issues.extend(duplicate_name_issues(located))
     cases = [item.case for item in located]
     canary = _canary(raw.get("canary"), base, issues)
@@ -410,15 +401,18 @@ def _canary(value: Any, base: Path, issues: list[str]) -> CanarySection | None:
 
 
 def case_tables(
-    data: Mapping[str, Any], base: Path, source: str, issues: list[str]
+    data: Mapping[str, Any], base: Path, source: str, issues: list[str], section: str = "sweep"
 ) -> list[LocatedCase]:
-    """``[[cases]]`` and ``[[datasets]]`` of one TOML file, each case with its location."""
+    """``[[cases]]`` and ``[[datasets]]`` of one TOML file, each case with its location.
+
+    ``section``: the spec's own table, where an ``include`` may also go.
+    """
     located: list[LocatedCase] = []
     for index, item in enumerate(_table_list(data, "cases", issues)):
         if isinstance(item, dict) and "include" in item:
             issues.append(
                 f"cases[{index}].include: unknown key; put include = [...] at the top of the "
-                "file (before any table) or in [sweep]"
+                f"file (before any table) or in [{section}]"
             )
             item = {k: v for k, v in item.items() if k != "include"}
         case = validate_into(Case, item, f"cases[{index}]", issues)
@@ -461,6 +455,30 @@ def duplicate_name_issues(located: Sequence[LocatedCase]) -> list[str]:
         else:
             first[name] = item.where
     return issues
+
+
+def included_cases(
+    raw: Mapping[str, Any], in_section: Sequence[str], base: Path, issues: list[str]
+) -> list[LocatedCase]:
+    """The cases a spec includes: its top-level ``include`` patterns, then ``in_section``'s.
+
+    Patterns are globs relative to ``base`` (the spec's directory); each match is a TOML
+    file of ``[[cases]]`` and ``[[datasets]]`` only. An ``include`` that is not a list of
+    strings, a pattern that matches no file and every problem of an included file are
+    issues. Sweep and checkpoint specs both load theirs here.
+    """
+    includes = raw.get("include", [])
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        issues.append("include: must be a list of glob patterns")
+        includes = []
+    located: list[LocatedCase] = []
+    for pattern in [*includes, *in_section]:
+        matches = sorted(glob.glob(str(_resolve(base, pattern))))
+        if not matches:
+            issues.append(f"include: {pattern!r} matches no file")
+        for match in matches:
+            located.extend(_included_cases(Path(match), issues))
+    return located
 
 
 def _included_cases(path: Path, issues: list[str]) -> list[LocatedCase]:

@@ -10,10 +10,11 @@ or plain data; printing is the CLI's job.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kb.markdown import table_code
 from kb.stats import wilson_interval
 from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
@@ -261,13 +262,15 @@ def retired_cells(matrix: ClaimMatrix) -> list[MatrixCell]:
     return [cell for cell in matrix.cells.values() if cell.retired is not None]
 
 
-def _cell_text(cell: MatrixCell | None, as_of: int) -> str:
+def _cell_text(cell: MatrixCell | None, as_of: int, name: Callable[[str], str] = str) -> str:
+    """What one cell shows; ``name`` formats the text a commit trailer chose (its reason)."""
     if cell is None:
         return "·"
     if cell.stale:
         return "! stale (drift)"
     if cell.retired is not None:
-        return f"x retired ({cell.retired_reason})" if cell.retired_reason else "x retired"
+        reason = cell.retired_reason
+        return f"x retired ({name(reason)})" if reason else "x retired"
     if cell.expired is not None:
         ago = _days(as_of - stored_instant(cell.expired.expires_at))
         return f"- {_SIGN[cell.expired.polarity]} expired {ago if ago == 'today' else ago + ' ago'}"
@@ -332,19 +335,22 @@ def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
 
 
 def matrix_markdown(matrix: ClaimMatrix) -> str:
-    """The matrix as a markdown table (a PR comment, a wiki page)."""
+    """The matrix as a markdown table (a PR comment, a wiki page).
+
+    Models, task classes and retirement reasons are inert (:mod:`kb.markdown`).
+    """
     if not matrix.models:
         return "No live claims.\n"
     lines = [
-        "| model | " + " | ".join(matrix.task_classes) + " |",
+        "| model | " + " | ".join(map(table_code, matrix.task_classes)) + " |",
         "|---|" + "---|" * len(matrix.task_classes),
     ]
     for model in matrix.models:
         cells = [
-            _cell_text(matrix.cells.get((model, t)), matrix.as_of).replace("|", "\\|")
+            _cell_text(matrix.cells.get((model, t)), matrix.as_of, table_code)
             for t in matrix.task_classes
         ]
-        lines.append(f"| `{model}` | " + " | ".join(cells) + " |")
+        lines.append(f"| {table_code(model)} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "S strength, W weakness: pass rate [95% interval] n=cases, age since observed; "

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kb.markdown import code_span, table_code
 from kb.money import usd, usd_or_unbounded
+from kb.stats import wilson_interval
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CellRecord, EpochRecord, ReportFile
 from kb.textwidth import fit, wrapped
@@ -27,8 +29,6 @@ CANARY_WORDS = {
 def _count(cell: CellRecord) -> str:
     """``7/8 of 8`` cases passed of measured of planned; with repeats, the flaky count too."""
     n, planned = cell.n, cell.planned_n
-    if n == 0:
-        return f"no result (0 of {planned} measured)"
     if cell.repeats is None:
         return f"{round(cell.pass_rate * n)}/{n} of {planned}"
     flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
@@ -72,8 +72,11 @@ def drift_line(report: ReportFile, name: Callable[[str], str] = str) -> str | No
     )
 
 
-def alarm_lines(report: ReportFile) -> list[str]:
-    """One line per cell whose change detector alarmed tonight (no canary needed)."""
+def alarm_lines(report: ReportFile, name: Callable[[str], str] = str) -> list[str]:
+    """One line per cell whose change detector alarmed tonight (no canary needed).
+
+    ``name`` formats a model or a task class (a code span in markdown).
+    """
     found = []
     for cell in report.cells:
         epoch = cell.epoch
@@ -81,9 +84,9 @@ def alarm_lines(report: ReportFile) -> list[str]:
             continue
         change, retired = ("drop", "strength") if epoch.alarm == "down" else ("rise", "weakness")
         found.append(
-            f"the change detector saw a {change} in {cell.subject_key} · {cell.task_class} "
-            f"(now {to_fixed_2(epoch.pass_rate)} over {epoch.n} cases); a held {retired} is "
-            "retired and a new epoch began"
+            f"the change detector saw a {change} in {name(cell.subject_key)} · "
+            f"{name(cell.task_class)} (now {to_fixed_2(epoch.pass_rate)} over {epoch.n} cases); "
+            f"a held {retired} is retired and a new epoch began"
         )
     return found
 
@@ -123,23 +126,52 @@ def report_header(report: ReportFile) -> str:
     return fit("\n".join(lines))
 
 
+def answered_estimate(cell: CellRecord) -> tuple[float, tuple[float, float]] | None:
+    """An incomplete cell's pass rate over the cases that answered tonight, and its interval.
+
+    The interval is Wilson's over the same answered cases, so it always holds the
+    rate (the epoch's pooled interval need not: an incomplete night is not part of
+    its epoch). ``None`` when nothing answered, or when the answers look like an
+    outage (``suspect``): there is no rate to show then, never a bare 0.00.
+    """
+    if cell.n == 0 or cell.suspect:
+        return None
+    successes = min(float(cell.n), max(0.0, cell.pass_rate * cell.n))
+    return cell.pass_rate, wilson_interval(successes, cell.n)
+
+
+def answered(cell: CellRecord) -> str:
+    """``12/30 answered``: the cases an incomplete cell measured, of those it asked."""
+    return f"{cell.n}/{cell.planned_n} answered" + (f" x{cell.repeats}" if cell.repeats else "")
+
+
+def _numbers(cell: CellRecord) -> str:
+    """A cell's numbers: what it counted, its rate and interval (none for an outage), its cost."""
+    total = cell.total_cost_usd
+    cost = "unpriced" if cell.unpriced_runs or total is None else usd(total)
+    if not cell.complete:
+        found = answered_estimate(cell)
+        if found is None:
+            return f"{answered(cell)}  {cost}"
+        rate, (low, high) = found
+        return (
+            f"{answered(cell)}: passRate {to_fixed_2(rate)} "
+            f"[{to_fixed_2(low)}, {to_fixed_2(high)}] over those  {cost}"
+        )
+    low, high = cell.wilson95
+    interval = f"[{to_fixed_2(low)}, {to_fixed_2(high)}]"
+    epoch = cell.epoch
+    if epoch is not None:
+        # tonight's count, then what the gate decided on: the epoch's pooled estimate
+        counted = f"tonight {_count(cell).partition(' of ')[0]}"
+        return f"{counted}  epoch {to_fixed_2(epoch.pass_rate)} {interval} n={epoch.n}  {cost}"
+    return f"{_count(cell)}  passRate {to_fixed_2(cell.pass_rate)} {interval}  {cost}"
+
+
 def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
     """The human summary of a report: cells, claims, retirements, commit, spend."""
     lines = ["cells:"]
     for cell in report.cells:
-        low, high = cell.wilson95
-        epoch = cell.epoch
-        shown = epoch.pass_rate if epoch is not None else cell.pass_rate
-        interval = f"[{to_fixed_2(low)}, {to_fixed_2(high)}]"
-        if epoch is not None and cell.n and cell.complete:
-            # tonight's count, then what the gate decided on: the epoch's pooled estimate
-            counted = f"tonight {_count(cell).partition(' of ')[0]}"
-            rate = f"epoch {to_fixed_2(shown)} {interval} n={epoch.n}  "
-        else:
-            counted = _count(cell)
-            rate = f"passRate {to_fixed_2(shown)} {interval}  " if cell.n and cell.complete else ""
-        total = cell.total_cost_usd
-        cost = "unpriced" if cell.unpriced_runs or total is None else usd(total)
         # the cell's name, then its numbers, each wrapped to 80 columns: a model id of 30
         # characters and a task class of 20 would push one long line past any terminal
         head = f"{cell.subject_key} · {cell.task_class}: {cell.outcome}"
@@ -148,9 +180,9 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         for prior in cell.prior_stands or ():
             head += f"; prior {prior.polarity} stands: {prior.claim_id}"
         lines += wrapped(head, "  ", "      ")
-        lines += wrapped(f"{counted}  {rate}{cost}", "    ")
-        if epoch is not None:
-            lines += wrapped(epoch_text(epoch), "    ")
+        lines += wrapped(_numbers(cell), "    ")
+        if cell.epoch is not None:
+            lines += wrapped(epoch_text(cell.epoch), "    ")
         if cell.first_error:
             lines += wrapped(f"first error: {cell.first_error}", "    ")
     claims, retired = report.claims, report.retired
@@ -218,13 +250,14 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
     """``kb sweep --summary``: the cells as a table, then what the commit changed.
 
     ``store_changes`` is ``kb diff --markdown`` of the sweep's own commit
-    (``None`` when nothing was committed).
+    (``None`` when nothing was committed). Every name and reason is inert
+    (:mod:`kb.markdown`): a model, a dataset or a spec chose them.
     """
-    lines = [f"## kb sweep `{report.report_id}`", ""]
-    drift = drift_line(report, lambda name: f"`{name}`")
+    lines = [f"## kb sweep {code_span(report.report_id)}", ""]
+    drift = drift_line(report, code_span)
     if drift is not None:
         lines += [f"> **Drift:** {drift}.", ""]
-    for line in alarm_lines(report):
+    for line in alarm_lines(report, code_span):
         lines += [f"> **Alarm:** {line}", ""]
     lines += [
         f"Observed {report.observed_at}; spent {usd(report.spent_usd)}.",
@@ -232,26 +265,40 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
         "| model | task class | pass rate | 95% interval | n | outcome |",
         "|---|---|---:|---|---:|---|",
     ]
-    for cell in report.cells:
-        low, high = cell.wilson95
-        outcome = str(cell.outcome)
-        if outcome == "incomplete":
-            outcome += f": {cell.incomplete_reason or ''}".replace("|", "\\|")
-        if cell.epoch is not None:  # what the gate decided on: the epoch's pooled estimate
-            rate, count = cell.epoch.pass_rate, f"{cell.epoch.n} ({cell.n} tonight)"
-        else:
-            rate, count = cell.pass_rate, f"{cell.n}/{cell.planned_n}"
-        lines.append(
-            f"| {cell.subject_key} | {cell.task_class} | {to_fixed_2(rate)} | "
-            f"{to_fixed_2(low)}–{to_fixed_2(high)} | {count} | {outcome} |"
-        )
+    lines += [_markdown_row(cell) for cell in report.cells]
     lines.append("")
     if report.canary:
         lines += ["| canary | status | claims flipped stale |", "|---|---|---:|"]
         lines += [
-            f"| {c.subject_key} | {CANARY_WORDS.get(c.status, c.status)} | {len(c.flipped)} |"
+            f"| {table_code(c.subject_key)} | {CANARY_WORDS.get(c.status, c.status)} | "
+            f"{len(c.flipped)} |"
             for c in report.canary
         ]
         lines.append("")
     lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
     return "\n".join(lines)
+
+
+def _markdown_row(cell: CellRecord) -> str:
+    """One cell of the summary's table (an incomplete one: answered/asked, see ``_numbers``)."""
+    if not cell.complete:
+        found = answered_estimate(cell)
+        rate, interval = ("—", "—") if found is None else _shown(found[0], found[1])
+        count = answered(cell)
+        reason = cell.incomplete_reason
+        outcome = f"incomplete: {table_code(reason)}" if reason else "incomplete"
+    elif cell.epoch is not None:  # what the gate decided on: the epoch's pooled estimate
+        rate, interval = _shown(cell.epoch.pass_rate, cell.wilson95)
+        count, outcome = f"{cell.epoch.n} ({cell.n} tonight)", str(cell.outcome)
+    else:
+        rate, interval = _shown(cell.pass_rate, cell.wilson95)
+        count, outcome = f"{cell.n}/{cell.planned_n}", str(cell.outcome)
+    return (
+        f"| {table_code(cell.subject_key)} | {table_code(cell.task_class)} | {rate} | "
+        f"{interval} | {count} | {outcome} |"
+    )
+
+
+def _shown(rate: float, interval: tuple[float, float]) -> tuple[str, str]:
+    low, high = interval
+    return to_fixed_2(rate), f"{to_fixed_2(low)}–{to_fixed_2(high)}"
