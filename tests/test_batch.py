@@ -444,3 +444,18 @@ def test_the_batch_line_of_a_resumed_night_counts_what_is_still_to_send() -> Non
         "price (OpenAI models), the others run live"
     )
     assert BatchForecast(2, 0, 0).text.endswith("every run is live")
+
+
+def test_a_result_line_nested_too_deep_is_a_request_the_batch_did_not_answer() -> None:
+    from kb.engine.batch import read_results
+
+    answered = {
+        "custom_id": "kb-0",
+        "response": {
+            "status_code": 200,
+            "body": {"choices": [{"message": {"content": "fine"}}], "usage": {}},
+        },
+    }
+    output = (json.dumps(answered) + "\n" + "[" * 3000 + "]" * 3000 + "\n").encode()
+    found = read_results(output, None)
+    assert list(found) == ["kb-0"] and found["kb-0"].text == "fine"

@@ -363,3 +363,13 @@ def test_a_route_to_a_model_with_only_retired_claims_warns(
     assert "kb/summaries goes to openai:mid, whose every claim on 'summaries' was retired" in (
         result.stderr
     )
+
+
+def test_a_ladders_file_nested_too_deep_is_one_line(runner: CliRunner, isolated: Path) -> None:
+    KnowledgeStore(Path(STORE)).initialize(CommitContext("init", "t"))
+    Path("ladders.toml").write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    result = kb(runner, "route", "ladders.toml")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "Error: ladders.toml: not valid TOML: nested too deep to read"
+    ]
