@@ -459,3 +459,15 @@ def test_a_result_line_nested_too_deep_is_a_request_the_batch_did_not_answer() -
     output = (json.dumps(answered) + "\n" + "[" * 3000 + "]" * 3000 + "\n").encode()
     found = read_results(output, None)
     assert list(found) == ["kb-0"] and found["kb-0"].text == "fine"
+
+
+def test_a_reply_with_a_unicode_line_separator_is_one_answer() -> None:
+    from kb.engine.batch import read_results
+
+    said = "one\u2028two\x85three"
+    answered = {
+        "custom_id": "kb-0",
+        "response": {"status_code": 200, "body": {"choices": [{"message": {"content": said}}]}},
+    }
+    found = read_results((json.dumps(answered, ensure_ascii=False) + "\n").encode(), None)
+    assert found["kb-0"].text == said

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kb.cli import cli
 from kb.engine.budget import SpendEnvelope
-from kb.engine.cassette import Cassette
+from kb.engine.cassette import Cassette, Exchange
+from kb.engine.requests import cut_secrets, secrets_to_cut
+from kb.engine.runs import Usage
 from kb.engine.scheduler import Engine, EngineConfig
 from kb.errors import ConfigError, VcrMissError
 from tests.engine_helpers import plan, scripted
@@ -260,3 +264,48 @@ def test_a_deeply_nested_line_is_one_line_naming_the_file_and_line(
         f"Error: {path}:{len(PROMPTS) + 1}: corrupt cassette line: nested too deep to read"
     ]
     assert (isolated / "rulvar.models.json").read_bytes() == before
+
+
+SECRETISH = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", max_size=20
+)
+
+
+@given(key=SECRETISH, before=st.text(max_size=20), after=st.text(max_size=20))
+def test_a_saved_line_holds_a_key_only_when_it_is_too_short_to_be_a_secret(
+    tmp_path_factory: pytest.TempPathFactory, key: str, before: str, after: str
+) -> None:
+    key = "k" + key  # never empty (an empty key is no key)
+    path = tmp_path_factory.mktemp("cassette") / "c.jsonl"
+    said = f"{before}{key}{after}"
+    cassette = Cassette(path, "record")
+    exchange = Exchange(
+        key="0" * 64,
+        occurrence=0,
+        seq=0,
+        request={"model": "openai/x", "messages": [{"role": "user", "content": said}]},
+        status="ok",
+        output=said,
+        usage=Usage(1, 1),
+        cost_usd=0.0,
+        error=None,
+    )
+    cassette.record(exchange, [key])
+    cassette.save()
+    (line,) = Cassette(path, "replay")._exchanges.values()
+    if len(key) >= 8:  # a secret (SPEC 12.3): cut wherever it is
+        assert key not in path.read_text()
+        assert line.output == cut_secrets(said, secrets_to_cut([key]))
+    else:  # a placeholder such as "none": the text is the model's, untouched
+        assert line.output == said and line.request["messages"][0]["content"] == said
+
+
+def test_a_reply_with_a_unicode_line_separator_replays(isolated: Path) -> None:
+    spec = scripted(responses={"a": "one\u2028two\x85three"})
+    eng = engine(1, Cassette(isolated / "c.jsonl", "record"))
+    recorded = eng.run(plan(spec, ["a"]), SpendEnvelope(cap=None))
+    eng.finish()
+    replayed = engine(1, Cassette(isolated / "c.jsonl", "replay")).run(
+        plan(spec, ["a"]), SpendEnvelope(cap=None)
+    )
+    assert [r.output for r in replayed] == [r.output for r in recorded] == ["one\u2028two\x85three"]

@@ -252,7 +252,8 @@ def read_results(output: bytes | None, errors: bytes | None) -> dict[str, BatchA
     """
     found: dict[str, BatchAnswer] = {}
     for blob in (output, errors):
-        for line in (blob or b"").decode("utf-8", "replace").splitlines():
+        # "\n" alone ends a line (str.splitlines would split a reply at U+2028)
+        for line in (blob or b"").decode("utf-8", "replace").split("\n"):
             try:
                 entry = json.loads(line)
                 custom_id = str(entry["custom_id"])

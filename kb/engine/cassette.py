@@ -166,7 +166,9 @@ class Cassette:
 
     def _load(self) -> None:
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            # "\n" alone ends a line: str.splitlines would also split at the U+2028 or
+            # U+0085 a recorded reply may hold (json.dumps writes them as they are)
+            lines = self.path.read_text(encoding="utf-8").split("\n")
         except FileNotFoundError:
             raise ConfigError(str(self.path), "no such cassette") from None
         except UnicodeDecodeError as exc:
