@@ -46,6 +46,7 @@ from kb.card import (
     parse_ladders,
     usable_claims,
 )
+from kb.engine.known_providers import DEFAULT_KEY_ENV
 from kb.engine.requests import MIN_SECRET_LENGTH, ModelSpec, litellm_model
 from kb.errors import ConfigError
 from kb.store.models import ModelClaim
@@ -285,10 +286,11 @@ def _deployment_key(spec: ModelSpec) -> tuple[str | None, str | None]:
             "variable holding it with api_key_env (written as os.environ/VAR)"
         )
     if any(isinstance(spec.params.get(name), str) for name in ("api_base", "base_url")):
+        default = DEFAULT_KEY_ENV.get(spec.provider)
+        whose = f" ({default[0]})" if default else ""
         return None, (
-            "has an api_base and no key, so LiteLLM would send it another provider's key "
-            '(OPENAI_API_KEY for openai:); give api_key_env, or api_key = "none" for a '
-            "server that takes no key"
+            f"has an api_base and no key, so LiteLLM would send it the provider's own "
+            f'key{whose}; give api_key_env, or api_key = "none" for a server that takes no key'
         )
     return None, None
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kb.store.filestore import CommitContext, KnowledgeStore
 from tests.cli_helpers import kb
@@ -252,7 +254,7 @@ def test_an_endpoint_without_a_key_is_refused_naming_both_ways_to_give_one(
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         "Error: --spec sweep.toml: rung openai:mid: has an api_base and no key, so LiteLLM "
-        "would send it another provider's key (OPENAI_API_KEY for openai:); give api_key_env, "
+        "would send it the provider's own key (OPENAI_API_KEY); give api_key_env, "
         'or api_key = "none" for a server that takes no key'
     ]
 
@@ -373,3 +375,23 @@ def test_a_ladders_file_nested_too_deep_is_one_line(runner: CliRunner, isolated:
     assert result.stderr.splitlines() == [
         "Error: ladders.toml: not valid TOML: nested too deep to read"
     ]
+
+
+@given(st.text(min_size=1, max_size=24) | st.sampled_from(["none", "EMPTY", "sk-no-key-required"]))
+def test_a_literal_key_is_written_only_when_it_is_no_secret(literal: str) -> None:
+    from kb.card import parse_ladders
+    from kb.engine.requests import ModelSpec
+    from kb.route import Route, router_config, spec_issues
+
+    ladders = parse_ladders(
+        {"ladders": [{"name": "l", "start_tier": 0, "rungs": [{"model": "openai:m"}]}]}, "t"
+    )
+    model = ModelSpec("openai:m", params={"api_base": "http://127.0.0.1:9/v1", "api_key": literal})
+    issues = spec_issues(ladders, {"openai:m": model})
+    placeholder = literal in ("none", "EMPTY", "sk-no-key-required") or len(literal) < 8
+    if placeholder:
+        route = Route("t", "l", "kb/t", 0, 0, tuple(ladders.ladders[0].rungs), False)
+        config = router_config([route], {"openai:m": model})
+        assert issues == [] and config["model_list"][0]["litellm_params"]["api_key"] == literal
+    else:  # refused, naming the way to give it, and never quoting it
+        assert len(issues) == 1 and "api_key_env" in issues[0] and literal not in issues[0]
