@@ -12,25 +12,51 @@ serves every task class the store measured on its rungs, plus
 
 Endpoints and keys come from an optional sweep spec (``--spec``): a rung's
 ``api_base`` is copied from the spec's ``[[models]]`` entry of the same
-model and effort, and its ``api_key_env`` becomes ``os.environ/<VAR>``
-(LiteLLM reads the variable). A literal ``api_key`` is never written. Pure:
-the same claims, ladders, spec and instant give the same bytes.
+model and effort, and its key is written so that LiteLLM never falls back
+to another provider's key for that endpoint (:func:`spec_issues`): an
+``api_key_env`` becomes ``os.environ/<VAR>`` (LiteLLM reads the variable), a
+literal placeholder that is no secret (``none``, ``EMPTY``,
+``sk-no-key-required``, anything under 8 characters) is written as it is,
+and any other literal key, a rung with an ``api_base`` and no key, or a rung
+the spec does not have (it would go to the provider's public endpoint)
+refuses the whole file. Pure: the same claims, ladders, spec and instant
+give the same bytes.
+
+The ladders file is checked as a whole before anything is routed
+(:func:`load_route_ladders`): a start tier off its ladder, a name used
+twice, and a ladder for a task class whose every rung from its start tier up
+is floored for it are all reported in one error.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from kb.card import Ladder, LaddersFile, Rung, compile_verified_layer, usable_claims
-from kb.engine.requests import ModelSpec, litellm_model
+from kb.card import (
+    Ladder,
+    LaddersFile,
+    Rung,
+    compile_verified_layer,
+    parse_ladders,
+    usable_claims,
+)
+from kb.engine.known_providers import DEFAULT_KEY_ENV
+from kb.engine.requests import MIN_SECRET_LENGTH, ModelSpec, litellm_model
+from kb.errors import ConfigError
 from kb.store.models import ModelClaim
 from kb.store.ttl import format_instant
+from kb.tomlfile import read_toml
 
 ALIAS_PREFIX = "kb/"
 ENDPOINT_PARAMS = ("api_base", "base_url", "api_version")
+PLACEHOLDER_KEYS = frozenset({"none", "EMPTY", "sk-no-key-required"})
+"""Literal keys that are no secret: what local OpenAI-compatible servers are given."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +72,94 @@ class Route:
     """The chosen rung, then the fallbacks (higher rungs, not floored), in order."""
     moved: bool
     """The verified layer moved the start tier (else the ladder's start)."""
+
+
+def load_route_ladders(path: Path) -> LaddersFile:
+    """The ladders file, every problem in it reported at once (one :class:`ConfigError`).
+
+    Besides what the card refuses (a start tier off its ladder, a name used
+    twice — which pydantic reports only once every ladder parses, so it is
+    looked for here too), a ladder for a task class whose every rung from its
+    start tier up is floored for that task class is refused: no route could be
+    written for it.
+    """
+    source = str(path)
+    data = read_toml(path, source)
+    problems = [*_names_used_twice(data), *_floored_ladders(data)]
+    try:
+        ladders = parse_ladders(data, source)
+    except ConfigError as error:
+        more = [problem for problem in problems if problem not in error.issues]
+        raise ConfigError(source, [*error.issues, *more]) from None
+    if problems:
+        raise ConfigError(source, problems)
+    return ladders
+
+
+def _tables(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    found = data.get(key)
+    return [t for t in found if isinstance(t, Mapping)] if isinstance(found, list) else []
+
+
+def _names_used_twice(data: Mapping[str, Any]) -> list[str]:
+    """Ladder and profile names used twice, in the card's words (read from the raw file)."""
+    issues = []
+    for kind, key in (("ladder", "ladders"), ("profile", "profiles")):
+        names = Counter(t["name"] for t in _tables(data, key) if isinstance(t.get("name"), str))
+        twice = sorted(name for name, count in names.items() if count > 1)
+        if twice:
+            issues.append(f"duplicate {kind} names: {', '.join(twice)}")
+    return issues
+
+
+def _floored_ladders(data: Mapping[str, Any]) -> list[str]:
+    """Ladders for a task class that floors bar from every rung they could start on."""
+    floors = data.get("floors")
+    floors = floors if isinstance(floors, Mapping) else {}
+    issues = []
+    for index, ladder in enumerate(_tables(data, "ladders")):
+        task_class, tier = ladder.get("task_class"), ladder.get("start_tier")
+        barred = floors.get(task_class) if isinstance(task_class, str) else None
+        rungs = ladder.get("rungs")
+        models = (
+            [r.get("model") for r in rungs if isinstance(r, Mapping)]
+            if isinstance(rungs, list)
+            else []
+        )
+        if not isinstance(barred, list) or not isinstance(tier, int) or not 0 <= tier < len(models):
+            continue  # nothing floored, or a malformed ladder the card's own check names
+        if all(model in barred for model in models[tier:]):
+            issues.append(
+                f"ladders[{index}] ({ladder.get('name')!r}): every rung from its start tier "
+                f"({tier}) up is floored for {task_class!r} (floors.{task_class}); no route "
+                "could be written for it"
+            )
+    return issues
+
+
+def unknown_task_classes(
+    ladders: LaddersFile, claims: Sequence[ModelClaim], case_classes: Sequence[str] | None
+) -> list[str]:
+    """A warning for each task class a ladder or a floor names that no claim or case has.
+
+    Most likely a typo: its alias is written (or its floor kept) but no
+    evidence will ever move or bar anything for it. ``case_classes`` are the
+    task classes of the spec's cases (``None`` without a spec).
+    """
+    known = sorted({c.task_class for c in claims} | set(case_classes or ()))
+    where_not = "no claim in the store" + (
+        " and no case in the spec" if case_classes is not None else ""
+    )
+    named = [(f"ladder {x.name!r}", x.task_class) for x in ladders.ladders if x.task_class]
+    named += [("floors", task_class) for task_class in ladders.floors]
+    warnings = []
+    for where, task_class in named:
+        if task_class is None or task_class in known:
+            continue
+        close = difflib.get_close_matches(task_class, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else " (a typo?)"
+        warnings.append(f"{where}: task class {task_class!r} has {where_not}{hint}")
+    return warnings
 
 
 def plan_routes(
@@ -149,54 +263,106 @@ def _route(
     )
 
 
-def _params(rung: Rung, models: Mapping[str, ModelSpec]) -> tuple[dict[str, Any], str | None]:
-    """A rung's litellm_params, and a warning when a literal key was left out."""
+def is_placeholder_key(value: str) -> bool:
+    """A literal ``api_key`` that is no secret (a local server's ``none``), written as it is."""
+    return value in PLACEHOLDER_KEYS or len(value) < MIN_SECRET_LENGTH
+
+
+def _deployment_key(spec: ModelSpec) -> tuple[str | None, str | None]:
+    """The ``api_key`` a rung's deployment is written with, and why it cannot be (one is None).
+
+    Both are None for a rung with neither key nor endpoint: the provider's own
+    variable, at the provider's own endpoint, is what the user asked for.
+    """
+    env = spec.params.get("api_key_env")
+    if isinstance(env, str):
+        return f"os.environ/{env}", None
+    literal = spec.params.get("api_key")
+    if isinstance(literal, str) and is_placeholder_key(literal):
+        return literal, None
+    if literal is not None:
+        return None, (
+            "a literal api_key is never written to a routing config; name the environment "
+            "variable holding it with api_key_env (written as os.environ/VAR)"
+        )
+    if any(isinstance(spec.params.get(name), str) for name in ("api_base", "base_url")):
+        default = DEFAULT_KEY_ENV.get(spec.provider)
+        whose = f" ({default[0]})" if default else ""
+        return None, (
+            f"has an api_base and no key, so LiteLLM would send it the provider's own "
+            f'key{whose}; give api_key_env, or api_key = "none" for a server that takes no key'
+        )
+    return None, None
+
+
+def spec_issues(ladders: LaddersFile, models: Mapping[str, ModelSpec]) -> list[str]:
+    """Why the sweep spec cannot give every rung of every ladder a safe deployment.
+
+    A rung the spec does not have would go to its provider's public endpoint
+    with the provider's default key; a rung whose key would be a secret, or
+    missing beside an ``api_base``, would leak one. Every ladder's every rung is
+    checked, not only tonight's routes: claims move routes, the file should not
+    start failing when they do.
+    """
+    issues: list[str] = []
+    missing: list[str] = []
+    for ladder in ladders.ladders:
+        for rung in ladder.rungs:
+            spec = models.get(rung.key)
+            if spec is None:
+                missing.append(f"{rung.key} (ladder {ladder.name!r})")
+                continue
+            reason = _deployment_key(spec)[1]
+            if reason and f"rung {rung.key}: {reason}" not in issues:
+                issues.append(f"rung {rung.key}: {reason}")
+    if missing:
+        issues.insert(
+            0,
+            f"rungs not among the spec's [[models]]: {', '.join(dict.fromkeys(missing))} "
+            "(a deployment would go to the provider's public endpoint; add each with its "
+            "api_base and key, or take it off its ladder)",
+        )
+    return issues
+
+
+def _params(rung: Rung, models: Mapping[str, ModelSpec]) -> dict[str, Any]:
+    """A rung's litellm_params (its spec entry checked by :func:`spec_issues` first)."""
     params: dict[str, Any] = {"model": litellm_model(rung.model)}
     if rung.effort is not None:
         params["reasoning_effort"] = rung.effort
     spec = models.get(rung.key)
-    warning = None
     if spec is not None:
         for name in ENDPOINT_PARAMS:
             if isinstance(spec.params.get(name), str):
                 params[name] = spec.params[name]
-        env = spec.params.get("api_key_env")
-        if isinstance(env, str):
-            params["api_key"] = f"os.environ/{env}"
-        elif "api_key" in spec.params:
-            warning = (
-                f"{rung.key}: the spec's literal api_key is not written (use api_key_env, or "
-                "add the key to the router config yourself)"
-            )
-    return params, warning
+        key = _deployment_key(spec)[0]
+        if key is not None:
+            params["api_key"] = key
+    return params
 
 
 def router_config(
     routes: Sequence[Route], models: Mapping[str, ModelSpec] | None = None
-) -> tuple[dict[str, Any], list[str]]:
-    """``{"model_list": [...], "router_settings": {"fallbacks": [...]}}`` and warnings."""
+) -> dict[str, Any]:
+    """``{"model_list": [...], "router_settings": {"fallbacks": [...]}}``."""
     models = models or {}
     model_list: list[dict[str, Any]] = []
     fallbacks: list[dict[str, list[str]]] = []
-    warnings: list[str] = []
     for route in routes:
         names = []
         for step, rung in enumerate(route.rungs):
             name = route.alias if step == 0 else f"{route.alias}/fallback-{step}"
-            params, warning = _params(rung, models)
-            if warning and warning not in warnings:
-                warnings.append(warning)
             model_list.append(
                 {
                     "model_name": name,
-                    "litellm_params": params,
+                    "litellm_params": _params(rung, models),
                     "model_info": {"id": f"{name}:{rung.key}"},
                 }
             )
             names.append(name)
         if len(names) > 1:
             fallbacks.append({route.alias: names[1:]})
-    return {"model_list": model_list, "router_settings": {"fallbacks": fallbacks}}, warnings
+    return {"model_list": model_list, "router_settings": {"fallbacks": fallbacks}}
 
 
 def routes_json(
@@ -216,9 +382,9 @@ def routes_json(
                 "movedByClaims": r.moved,
                 "model": r.rungs[0].model,
                 "effort": r.rungs[0].effort,
-                "litellmParams": _params(r.rungs[0], models)[0],
+                "litellmParams": _params(r.rungs[0], models),
                 "fallbacks": [
-                    {"model": x.model, "effort": x.effort, "litellmParams": _params(x, models)[0]}
+                    {"model": x.model, "effort": x.effort, "litellmParams": _params(x, models)}
                     for x in r.rungs[1:]
                 ],
             }
@@ -230,7 +396,7 @@ def routes_json(
 def render_yaml(config: Mapping[str, Any], header: str) -> str:
     """The router config as YAML (every scalar JSON-quoted: valid YAML, no escaping traps)."""
     lines = [f"# {line}" for line in header.splitlines()]
-    lines.append("model_list:")
+    lines.append("model_list:" if config["model_list"] else "model_list: []")
     for item in config["model_list"]:
         lines.append(f"  - model_name: {json.dumps(item['model_name'])}")
         lines.append("    litellm_params:")

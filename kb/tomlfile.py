@@ -22,3 +22,5 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise ConfigError(what, f"cannot read {path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise ConfigError(str(path), "not valid TOML: nested too deep to read") from None

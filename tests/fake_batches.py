@@ -12,7 +12,7 @@ live one. A batch moves one step per poll (``validating`` → ``in_progress``
 * ``partial`` — completed, but the requests whose prompt holds ``reject`` failed
   one by one (HTTP 400 lines in the error file).
 
-Every request is recorded (method, path, body) for assertions.
+Every request is recorded (method, path, body, Authorization header) for assertions.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class BatchSeen:
     id_prefix: str = "batch_"
     """Batch ids are this and a count (OpenAI's are ``batch_`` and 32 hex digits)."""
     requests: list[tuple[str, str, bytes]] = field(default_factory=list)
+    authorization: list[str] = field(default_factory=list)
+    """The ``Authorization`` header of each request, in the order of ``requests``."""
     files: dict[str, bytes] = field(default_factory=dict)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
     polls: dict[str, int] = field(default_factory=dict)
@@ -164,6 +166,7 @@ def fake_batch_server(seen: BatchSeen | None = None) -> Iterator[tuple[str, Batc
             body = self.rfile.read(int(self.headers.get("content-length") or 0))
             with state.lock:
                 state.requests.append((self.command, self.path, body))
+                state.authorization.append(self.headers.get("Authorization", ""))
             return body
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming

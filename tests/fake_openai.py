@@ -5,6 +5,8 @@ The reply depends on the last user message:
 * ``server-error`` — always 500;
 * ``malformed`` — 200 with a body that is not JSON;
 * ``echo-auth`` — 401 whose message quotes the API key it was sent;
+* ``echo-key`` — 200 whose reply quotes the API key it was sent (a model repeating
+  what it was given);
 * ``hang`` — holds the request for ``hang_s`` seconds (``None``: until ``seen.release``
   is set) before answering;
 * anything else — 200 with ``echo: <prompt>``, unless ``seen.outage`` is set:
@@ -105,6 +107,10 @@ def fake_openai_server(
                 auth = self.headers.get("Authorization", "")
                 message = f"Incorrect API key provided: {auth.removeprefix('Bearer ')}"
                 self._send(401, json.dumps({"error": {"message": message}}).encode())
+            elif prompt == "echo-key":
+                auth = self.headers.get("Authorization", "")
+                reply = _completion(body["model"], f"you sent {auth.removeprefix('Bearer ')}")
+                self._send(200, json.dumps(reply).encode())
             elif prompt == "malformed":
                 self._send(200, b"{this is not json")
             else:

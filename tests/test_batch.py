@@ -105,6 +105,23 @@ def test_partial_results_fail_only_the_rejected_requests() -> None:
     assert "HTTP 400: this prompt was rejected" in (results[1].error or "")
 
 
+def test_a_literal_api_key_authenticates_every_batch_call_as_a_live_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-sentinel-must-not-be-sent")
+    literal = "sk-literal-batch-key-0123"
+    with fake_batch_server() as (base, seen):
+        spec = ModelSpec("openai:gpt-4o-mini", params={"api_base": base, "api_key": literal})
+        results = Engine(BATCH).run(plan(spec, PROMPTS), SpendEnvelope(cap=None))
+    assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS], results[0].error
+    assert (
+        seen.calls("POST", "/v1/batches") == 1 and seen.calls("POST", "/v1/chat/completions") == 0
+    )
+    # upload, create, every poll and the downloads: the spec's key, never the environment's
+    assert set(seen.authorization) == {f"Bearer {literal}"}
+    assert all(literal.encode() not in body for _, _, body in seen.requests)  # not in the file
+
+
 def test_an_unreachable_batch_endpoint_is_an_error_not_a_crash() -> None:
     with fake_batch_server() as (base, _):
         pass  # the server is gone: nothing listens on its port any more
@@ -427,3 +444,30 @@ def test_the_batch_line_of_a_resumed_night_counts_what_is_still_to_send() -> Non
         "price (OpenAI models), the others run live"
     )
     assert BatchForecast(2, 0, 0).text.endswith("every run is live")
+
+
+def test_a_result_line_nested_too_deep_is_a_request_the_batch_did_not_answer() -> None:
+    from kb.engine.batch import read_results
+
+    answered = {
+        "custom_id": "kb-0",
+        "response": {
+            "status_code": 200,
+            "body": {"choices": [{"message": {"content": "fine"}}], "usage": {}},
+        },
+    }
+    output = (json.dumps(answered) + "\n" + "[" * 3000 + "]" * 3000 + "\n").encode()
+    found = read_results(output, None)
+    assert list(found) == ["kb-0"] and found["kb-0"].text == "fine"
+
+
+def test_a_reply_with_a_unicode_line_separator_is_one_answer() -> None:
+    from kb.engine.batch import read_results
+
+    said = "one\u2028two\x85three"
+    answered = {
+        "custom_id": "kb-0",
+        "response": {"status_code": 200, "body": {"choices": [{"message": {"content": said}}]}},
+    }
+    found = read_results((json.dumps(answered, ensure_ascii=False) + "\n").encode(), None)
+    assert found["kb-0"].text == said

@@ -8,12 +8,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
+from kb.cli import cli
 from kb.engine.budget import SpendEnvelope
-from kb.engine.cassette import Cassette
+from kb.engine.cassette import Cassette, Exchange
+from kb.engine.requests import cut_secrets, secrets_to_cut
+from kb.engine.runs import Usage
 from kb.engine.scheduler import Engine, EngineConfig
 from kb.errors import ConfigError, VcrMissError
 from tests.engine_helpers import plan, scripted
+from tests.fake_openai import fake_openai_server
+from tests.sweep_helpers import write_spec
 
 pytestmark = pytest.mark.usefixtures("initialized_store")
 
@@ -181,3 +189,123 @@ def test_a_line_that_would_invent_an_answer_is_refused(
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match=problem):
         Cassette(path, "replay")
+
+
+# -- secrets: a cassette is committed next to the tests, so it is cut as evidence is -----------
+
+ENV_KEY = "sk-env-cassette-secret-0123"
+LITERAL_KEY = "sk-literal-cassette-secret-4567"
+NIGHT = "2026-11-28T02:00:00Z"
+
+
+def keyed_models(base: str) -> list[dict[str, object]]:
+    free = {"input_per_mtok": 0.0, "output_per_mtok": 0.0}
+    return [
+        {
+            "model": "openai:by-env",
+            "params": {"api_base": base, "api_key_env": "KB_CASSETTE_KEY", "price": free},
+        },
+        {
+            "model": "openai:by-literal",
+            "params": {"api_base": base, "api_key": LITERAL_KEY, "price": free},
+        },
+        {"model": "openai:local", "params": {"api_base": base, "api_key": "none", "price": free}},
+    ]
+
+
+def test_a_recorded_reply_quoting_its_key_is_cut_as_the_evidence_cuts_it(
+    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KB_CASSETTE_KEY", ENV_KEY)
+    cases = [("quote", "echo-key", "x"), ("plain", "say none", "x")]
+    with fake_openai_server() as (base, seen):
+        spec = write_spec(isolated / "s.toml", keyed_models(base), cases=cases)
+        night = ["sweep", str(spec), "--quiet", "--observed-at", NIGHT, "--allow-incomplete"]
+        result = runner.invoke(cli, [*night, "--record", "c.jsonl"])
+        assert result.exit_code == 0, result.stderr
+    sent = {
+        v for r in seen.requests for k, v in r["headers"].items() if k.lower() == "authorization"
+    }
+    assert {f"Bearer {ENV_KEY}", f"Bearer {LITERAL_KEY}", "Bearer none"} <= sent  # they were echoed
+    text = (isolated / "c.jsonl").read_text()
+    assert ENV_KEY not in text and LITERAL_KEY not in text
+    lines = [json.loads(line) for line in text.splitlines()]
+    recorded = {
+        (line["request"]["model"], line["request"]["messages"][-1]["content"]): line["output"]
+        for line in lines
+    }
+    assert recorded[("openai/by-env", "echo-key")] == "you sent ***"
+    assert recorded[("openai/by-literal", "echo-key")] == "you sent ***"
+    assert recorded[("openai/local", "echo-key")] == "you sent none"  # a placeholder, no secret
+    assert recorded[("openai/local", "say none")] == "echo: say none"
+    evidence = (isolated / "kb-evidence" / f"kb-sweep-{NIGHT[:19]}.000Z.jsonl").read_text()
+    assert ENV_KEY not in evidence and LITERAL_KEY not in evidence
+    cut = {
+        (f"openai/{r['model'].split(':')[1]}", r["request"]["user"]): r["output"]
+        for r in map(json.loads, evidence.splitlines())
+        if r["kind"] == "target"
+    }
+    assert {k: v for k, v in recorded.items() if k in cut} == cut  # exactly as evidence does
+    replayed = runner.invoke(cli, [*night, "--no-commit", "--replay", "c.jsonl"])
+    assert replayed.exit_code == result.exit_code, replayed.stderr  # the keys still match
+
+
+def test_a_deeply_nested_line_is_one_line_naming_the_file_and_line(
+    runner: CliRunner, isolated: Path
+) -> None:
+    path = isolated / "c.jsonl"
+    record(path, 1)
+    path.write_text(path.read_text() + "[" * 3000 + "]" * 3000 + "\n")
+    spec = write_spec(isolated / "s.toml", [{"model": "scripted:x", "params": {"default": "y"}}])
+    before = (isolated / "rulvar.models.json").read_bytes()
+    result = runner.invoke(cli, ["sweep", str(spec), "--replay", str(path), "--observed-at", NIGHT])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"Error: {path}:{len(PROMPTS) + 1}: corrupt cassette line: nested too deep to read"
+    ]
+    assert (isolated / "rulvar.models.json").read_bytes() == before
+
+
+SECRETISH = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_", max_size=20
+)
+
+
+@given(key=SECRETISH, before=st.text(max_size=20), after=st.text(max_size=20))
+def test_a_saved_line_holds_a_key_only_when_it_is_too_short_to_be_a_secret(
+    tmp_path_factory: pytest.TempPathFactory, key: str, before: str, after: str
+) -> None:
+    key = "k" + key  # never empty (an empty key is no key)
+    path = tmp_path_factory.mktemp("cassette") / "c.jsonl"
+    said = f"{before}{key}{after}"
+    cassette = Cassette(path, "record")
+    exchange = Exchange(
+        key="0" * 64,
+        occurrence=0,
+        seq=0,
+        request={"model": "openai/x", "messages": [{"role": "user", "content": said}]},
+        status="ok",
+        output=said,
+        usage=Usage(1, 1),
+        cost_usd=0.0,
+        error=None,
+    )
+    cassette.record(exchange, [key])
+    cassette.save()
+    (line,) = Cassette(path, "replay")._exchanges.values()
+    if len(key) >= 8:  # a secret (SPEC 12.3): cut wherever it is
+        assert key not in path.read_text()
+        assert line.output == cut_secrets(said, secrets_to_cut([key]))
+    else:  # a placeholder such as "none": the text is the model's, untouched
+        assert line.output == said and line.request["messages"][0]["content"] == said
+
+
+def test_a_reply_with_a_unicode_line_separator_replays(isolated: Path) -> None:
+    spec = scripted(responses={"a": "one\u2028two\x85three"})
+    eng = engine(1, Cassette(isolated / "c.jsonl", "record"))
+    recorded = eng.run(plan(spec, ["a"]), SpendEnvelope(cap=None))
+    eng.finish()
+    replayed = engine(1, Cassette(isolated / "c.jsonl", "replay")).run(
+        plan(spec, ["a"]), SpendEnvelope(cap=None)
+    )
+    assert [r.output for r in replayed] == [r.output for r in recorded] == ["one\u2028two\x85three"]

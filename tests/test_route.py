@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kb.store.filestore import CommitContext, KnowledgeStore
 from tests.cli_helpers import kb
@@ -114,9 +116,16 @@ print(json.dumps(answers))
 """
 
 
+OPENAI_SENTINEL = "sk-openai-sentinel-never-sent"
+
+
 def route_client(config: Path, *prompts: str) -> list[str]:
-    """A real litellm.Router in its own process (its event loops and sockets die with it)."""
-    env = {**os.environ, "KB_ROUTE_TEST_KEY": "sk-route-test"}
+    """A real litellm.Router in its own process (its event loops and sockets die with it).
+
+    ``OPENAI_API_KEY`` holds a sentinel: a deployment written without its own key
+    would send it.
+    """
+    env = {**os.environ, "KB_ROUTE_TEST_KEY": "sk-route-test", "OPENAI_API_KEY": OPENAI_SENTINEL}
     done = subprocess.run(
         [sys.executable, "-c", ROUTE_CLIENT, str(config), *prompts],
         capture_output=True,
@@ -153,19 +162,152 @@ def test_a_real_litellm_router_routes_and_falls_back(runner: CliRunner, isolated
         assert [r["body"]["model"] for r in seen.requests[-2:]] == ["tiny", "mid"]
 
 
-def test_a_literal_api_key_is_never_written(runner: CliRunner, isolated: Path) -> None:
-    Path("ladders.toml").write_text(LADDERS)
-    claims(("openai:mid", "extraction", "strength"))
-    Path("sweep.toml").write_text(
-        '[sweep]\ncommitter = "ci"\nallow_unbounded = true\n'
-        '[[models]]\nmodel = "openai:mid"\nparams = { api_key = "sk-literal-secret-123" }\n'
-        '[[cases]]\nname = "a"\ntask_class = "t"\nprompt = "p"\n'
+def keyed_spec(base: str, keys: dict[str, str]) -> None:
+    """A sweep spec whose models tiny, mid and big carry ``keys`` (params as TOML)."""
+    lines = ['[sweep]\ncommitter = "ci"\nallow_unbounded = true\n']
+    for name, key in keys.items():
+        lines.append(
+            f'[[models]]\nmodel = "openai:{name}"\nparams = {{ api_base = "{base}"{key} }}\n'
+        )
+    lines.append(
+        '[[cases]]\nname = "a"\ntask_class = "extraction"\nprompt = "p"\n'
         'graders = [{ kind = "golden", expected = "x" }]\n'
     )
+    Path("sweep.toml").write_text("\n".join(lines))
+
+
+def authorization(request: dict[str, Any]) -> str:
+    return next(v for k, v in request["headers"].items() if k.lower() == "authorization")
+
+
+def test_each_deployment_sends_its_own_key_never_another_providers(
+    runner: CliRunner, isolated: Path
+) -> None:
+    Path("ladders.toml").write_text(LADDERS)
+    claims(("openai:tiny", "extraction", "strength"))
+    with fake_openai_server() as (base, seen):
+        keyed_spec(
+            base,
+            {
+                "tiny": ', api_key_env = "KB_ROUTE_TEST_KEY"',
+                "mid": ', api_key = "none"',  # the README's local recipe
+                "big": ', api_key = "sk-no-key-required"',
+            },
+        )
+        result = kb(runner, "--as-of", AT, "route", "ladders.toml", "--spec", "sweep.toml")
+        assert result.exit_code == 0, result.stderr
+        Path("litellm.yaml").write_text(result.stdout)
+        assert route_client(isolated / "litellm.yaml", "hello") == ["echo: hello"]
+        seen.failing.update({"tiny", "mid"})  # the router escalates through both fallbacks
+        assert route_client(isolated / "litellm.yaml", "again") == ["echo: again"]
+    received = [(r["body"]["model"], authorization(r)) for r in seen.requests]
+    assert received == [
+        ("tiny", "Bearer sk-route-test"),
+        ("tiny", "Bearer sk-route-test"),
+        ("mid", "Bearer none"),
+        ("big", "Bearer sk-no-key-required"),
+    ]
+    assert all(OPENAI_SENTINEL not in str(r["headers"]) for r in seen.requests)
+    written = {
+        item["litellm_params"]["model"]: item["litellm_params"].get("api_key")
+        for item in yaml.safe_load(result.stdout)["model_list"]
+        if item["model_name"].startswith("kb/extraction")
+    }
+    assert written == {
+        "openai/tiny": "os.environ/KB_ROUTE_TEST_KEY",
+        "openai/mid": "none",
+        "openai/big": "sk-no-key-required",
+    }
+
+
+def test_a_literal_secret_key_refuses_the_rung(runner: CliRunner, isolated: Path) -> None:
+    Path("ladders.toml").write_text(LADDERS)
+    claims(("openai:mid", "extraction", "strength"))
+    keyed_spec(
+        "http://127.0.0.1:9/v1",
+        {
+            "tiny": ', api_key_env = "KB_ROUTE_TEST_KEY"',
+            "mid": ', api_key = "sk-literal-secret-123"',
+            "big": ', api_key = "EMPTY"',
+        },
+    )
+    before = Path(STORE).read_bytes()
     result = kb(runner, "--as-of", AT, "route", "ladders.toml", "--spec", "sweep.toml")
-    assert result.exit_code == 0
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "Error: --spec sweep.toml: rung openai:mid: a literal api_key is never written to a "
+        "routing config; name the environment variable holding it with api_key_env (written "
+        "as os.environ/VAR)"
+    ]
     assert "sk-literal-secret-123" not in result.stdout + result.stderr
-    assert "literal api_key is not written" in result.stderr
+    assert Path(STORE).read_bytes() == before
+
+
+def test_an_endpoint_without_a_key_is_refused_naming_both_ways_to_give_one(
+    runner: CliRunner, isolated: Path
+) -> None:
+    Path("ladders.toml").write_text(LADDERS)
+    claims(("openai:mid", "extraction", "strength"))
+    keys = {"tiny": ', api_key = "none"', "mid": "", "big": ', api_key = "none"'}
+    keyed_spec("http://127.0.0.1:9/v1", keys)
+    result = kb(runner, "--as-of", AT, "route", "ladders.toml", "--spec", "sweep.toml")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "Error: --spec sweep.toml: rung openai:mid: has an api_base and no key, so LiteLLM "
+        "would send it the provider's own key (OPENAI_API_KEY); give api_key_env, "
+        'or api_key = "none" for a server that takes no key'
+    ]
+
+
+def test_a_rung_not_in_the_spec_is_refused(runner: CliRunner, isolated: Path) -> None:
+    Path("ladders.toml").write_text(LADDERS)
+    claims(("openai:mid", "extraction", "strength"))
+    keyed_spec("http://127.0.0.1:9/v1", {"mid": ', api_key = "none"'})
+    result = kb(runner, "--as-of", AT, "route", "ladders.toml", "--spec", "sweep.toml")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "Error: --spec sweep.toml: rungs not among the spec's [[models]]: openai:tiny (ladder "
+        "'openai'), openai:big (ladder 'openai') (a deployment would go to the provider's "
+        "public endpoint; add each with its api_base and key, or take it off its ladder)"
+    ]
+
+
+def test_a_task_class_nothing_has_is_a_warning(runner: CliRunner, isolated: Path) -> None:
+    Path("ladders.toml").write_text(
+        LADDERS.replace("planning", "plannig")
+        + '\n[[ladders]]\nname = "typo"\ntask_class = "extractoin"\nstart_tier = 0\n'
+        'rungs = [{ model = "openai:mid" }]\n'
+    )
+    claims(("openai:tiny", "extraction", "strength"))
+    result = kb(runner, "--as-of", AT, "route", "ladders.toml")
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == [
+        "warning: ladder 'typo': task class 'extractoin' has no claim in the store; did you "
+        "mean 'extraction'?",
+        "warning: floors: task class 'plannig' has no claim in the store (a typo?)",
+    ]
+    keyed_spec("http://127.0.0.1:9/v1", {n: ', api_key = "none"' for n in ("tiny", "mid", "big")})
+    with_cases = kb(runner, "--as-of", AT, "route", "ladders.toml", "--spec", "sweep.toml")
+    assert with_cases.exit_code == 0
+    assert "'extractoin' has no claim in the store and no case in the spec" in with_cases.stderr
+
+
+def test_every_ladder_problem_is_reported_at_once(runner: CliRunner, isolated: Path) -> None:
+    KnowledgeStore(Path(STORE)).initialize(CommitContext("init", "t"))
+    Path("ladders.toml").write_text(
+        'floors = { planning = ["openai:mid", "openai:big"] }\n'
+        '[[ladders]]\nname = "a"\nstart_tier = 5\nrungs = [{ model = "openai:tiny" }]\n'
+        '[[ladders]]\nname = "a"\nstart_tier = 0\nrungs = [{ model = "openai:tiny" }]\n'
+        '[[ladders]]\nname = "plan"\ntask_class = "planning"\nstart_tier = 1\n'
+        'rungs = [{ model = "openai:tiny" }, { model = "openai:mid" }, { model = "openai:big" }]\n'
+    )
+    result = kb(runner, "route", "ladders.toml")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "Error: ladders.toml: 3 issues: ladders[0]: start_tier 5 is off the ladder (1 rungs); "
+        "duplicate ladder names: a; ladders[2] ('plan'): every rung from its start tier (1) up "
+        "is floored for 'planning' (floors.planning); no route could be written for it"
+    ]
 
 
 def test_a_bad_ladders_file_is_refused(runner: CliRunner, isolated: Path) -> None:
@@ -223,3 +365,33 @@ def test_a_route_to_a_model_with_only_retired_claims_warns(
     assert "kb/summaries goes to openai:mid, whose every claim on 'summaries' was retired" in (
         result.stderr
     )
+
+
+def test_a_ladders_file_nested_too_deep_is_one_line(runner: CliRunner, isolated: Path) -> None:
+    KnowledgeStore(Path(STORE)).initialize(CommitContext("init", "t"))
+    Path("ladders.toml").write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    result = kb(runner, "route", "ladders.toml")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "Error: ladders.toml: not valid TOML: nested too deep to read"
+    ]
+
+
+@given(st.text(min_size=1, max_size=24) | st.sampled_from(["none", "EMPTY", "sk-no-key-required"]))
+def test_a_literal_key_is_written_only_when_it_is_no_secret(literal: str) -> None:
+    from kb.card import parse_ladders
+    from kb.engine.requests import ModelSpec
+    from kb.route import Route, router_config, spec_issues
+
+    ladders = parse_ladders(
+        {"ladders": [{"name": "l", "start_tier": 0, "rungs": [{"model": "openai:m"}]}]}, "t"
+    )
+    model = ModelSpec("openai:m", params={"api_base": "http://127.0.0.1:9/v1", "api_key": literal})
+    issues = spec_issues(ladders, {"openai:m": model})
+    placeholder = literal in ("none", "EMPTY", "sk-no-key-required") or len(literal) < 8
+    if placeholder:
+        route = Route("t", "l", "kb/t", 0, 0, tuple(ladders.ladders[0].rungs), False)
+        config = router_config([route], {"openai:m": model})
+        assert issues == [] and config["model_list"][0]["litellm_params"]["api_key"] == literal
+    else:  # refused, naming the way to give it, and never quoting it
+        assert len(issues) == 1 and "api_key_env" in issues[0] and literal not in issues[0]

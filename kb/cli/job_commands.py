@@ -469,22 +469,37 @@ Examples:
     "sweep_spec",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="A sweep spec whose [[models]] give each rung its api_base and api_key_env.",
+    help="A sweep spec whose [[models]] give each rung its api_base and key "
+    "(every rung must be there).",
 )
 @global_options
 @pass_app
 def route(app: App, spec_path: Path, output_format: str, sweep_spec: Path | None) -> None:
     """Write a LiteLLM routing config: per task class the rung the store recommends."""
-    from kb.card import load_ladders
-    from kb.route import plan_routes, render_yaml, router_config, routes_json
+    from kb.route import (
+        load_route_ladders,
+        plan_routes,
+        render_yaml,
+        router_config,
+        routes_json,
+        spec_issues,
+        unknown_task_classes,
+    )
     from kb.store.ttl import format_instant
     from kb.sweep.spec import load_spec
 
-    ladders = load_ladders(spec_path)
-    routes, warnings = plan_routes(ladders, app.store.read().claims, app.as_of)
-    models = {m.key: m for m in load_spec(sweep_spec).models} if sweep_spec else {}
-    config, key_warnings = router_config(routes, models)
-    for warning in [*warnings, *key_warnings]:
+    ladders = load_route_ladders(spec_path)
+    spec = load_spec(sweep_spec) if sweep_spec else None
+    models = {m.key: m for m in spec.models} if spec else {}
+    if sweep_spec is not None:
+        issues = spec_issues(ladders, models)
+        if issues:
+            raise ConfigError(f"--spec {sweep_spec}", issues)
+    claims = app.store.read().claims
+    routes, warnings = plan_routes(ladders, claims, app.as_of)
+    cases = [case.task_class for case in spec.cases] if spec else None
+    config = router_config(routes, models)
+    for warning in [*unknown_task_classes(ladders, claims, cases), *warnings]:
         click.echo(f"warning: {warning}", err=True)
     if output_format == "json":
         echo_json(routes_json(routes, app.as_of, models))

@@ -15,8 +15,9 @@
   whether it is worth retrying and for how long the provider asked us to
   wait. The engine owns retries, back-off and concurrency.
 * **Secrets.** API keys come from the environment variable named by
-  ``api_key_env`` and are passed to litellm only; error messages are
-  scrubbed of them before they leave this module.
+  ``api_key_env`` (else a literal ``api_key`` param), live and batched alike,
+  and are passed to litellm only; error messages are scrubbed of them before
+  they leave this module.
 """
 
 from __future__ import annotations
@@ -367,7 +368,9 @@ class LiteLLMAdapter:
         where = endpoint(request)
         if where:
             kwargs["api_base"] = where
-        api_key = _api_key(spec)
+        # the key a live call sends: the api_key_env variable's, else a literal api_key
+        literal = request.call_params.get("api_key")
+        api_key = _api_key(spec) or (literal if isinstance(literal, str) else None)
         if api_key is not None:
             kwargs["api_key"] = api_key
         kwargs["extra_headers"] = {"Connection": "close"}

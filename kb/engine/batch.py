@@ -247,16 +247,17 @@ def _as_dict(value: Any) -> dict[str, Any]:
 def read_results(output: bytes | None, errors: bytes | None) -> dict[str, BatchAnswer]:
     """The answers of the output file and the failures of the error file, by custom id.
 
-    A line that cannot be read is skipped: its run then settles as one the batch
-    did not answer, never as a wrong answer.
+    A line that cannot be read (nested too deep to parse included) is skipped: its
+    run then settles as one the batch did not answer, never as a wrong answer.
     """
     found: dict[str, BatchAnswer] = {}
     for blob in (output, errors):
-        for line in (blob or b"").decode("utf-8", "replace").splitlines():
+        # "\n" alone ends a line (str.splitlines would split a reply at U+2028)
+        for line in (blob or b"").decode("utf-8", "replace").split("\n"):
             try:
                 entry = json.loads(line)
                 custom_id = str(entry["custom_id"])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue
             found[custom_id] = _answer(entry)
     return found

@@ -8,7 +8,13 @@ A cassette is JSONL, one line per settled provider call::
      "costUsd": 0.0012, "error": null, "attempts": 1}
 
 ``key`` hashes the request as the adapter will send it (resolved litellm
-model, params and messages; secrets are never part of a request).
+model, params and messages; secret params are never part of a request).
+Cassettes are committed next to tests, so the text a line holds is cut as
+evidence is (:mod:`kb.sweep.evidence`): every value of 8 characters or more
+from an ``api_key``, an ``api_key_env`` variable, an authorization header of
+any model recorded, and the environment's credentials, becomes ``***`` in the
+request, the output and the error (a reply that quotes its key replays
+quoting ``***``). The key is the uncut request's, so a replay still finds it.
 ``occurrence`` numbers identical requests in **plan order**, so the n-th
 identical request replays the n-th recorded answer whatever the concurrency
 was at recording or at replay. Lines are written in plan order (``seq``),
@@ -16,19 +22,22 @@ so a cassette is itself deterministic. The recorded cost is replayed too:
 a replayed call is never reported as free.
 
 Replay raises :class:`VcrMissError` for a request that is not in the
-cassette or asks for more occurrences than were recorded.
+cassette or asks for more occurrences than were recorded. A line that cannot
+be read (not JSON, nested too deep to parse, a field missing or out of range)
+is a :class:`ConfigError` naming the file and line.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from kb.atomicfile import write_atomic
-from kb.engine.requests import ProviderRequest
+from kb.engine.requests import ProviderRequest, cut_secrets, secrets_to_cut
 from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError, VcrMissError
 
@@ -72,6 +81,23 @@ class Exchange:
             **({"priceSource": self.price_source} if self.price_source else {}),
         }
 
+    def without_secrets(self, known: Sequence[str]) -> Exchange:
+        """The exchange with each of ``known`` (:func:`secrets_to_cut`) cut from its texts."""
+        return replace(
+            self,
+            request=_cut_strings(self.request, known),
+            output=cut_secrets(self.output, known) if self.output is not None else None,
+            error=cut_secrets(self.error, known) if self.error is not None else None,
+        )
+
+
+def _cut_strings(value: Any, known: Sequence[str]) -> Any:
+    if isinstance(value, dict):
+        return {key: _cut_strings(item, known) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cut_strings(item, known) for item in value]
+    return cut_secrets(value, known) if isinstance(value, str) else value
+
 
 def _parse_line(line: str, where: str) -> Exchange:
     try:
@@ -90,6 +116,9 @@ def _parse_line(line: str, where: str) -> Exchange:
             attempts=data.get("attempts", 1),
             price_source=data.get("priceSource"),
         )
+    except RecursionError:
+        # json's parser recurses once per level: a hostile or broken line must not be a traceback
+        raise ConfigError(where, "corrupt cassette line: nested too deep to read") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(where, f"corrupt cassette line: {type(exc).__name__}: {exc}") from None
     problem = _exchange_problem(exchange)
@@ -130,12 +159,16 @@ class Cassette:
         self.path = path
         self.mode = mode
         self._exchanges: dict[tuple[str, int], Exchange] = {}
+        self._secrets: dict[str, None] = {}
+        """The credentials of every model recorded (an ordered set), cut from every line."""
         if mode == "replay":
             self._load()
 
     def _load(self) -> None:
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            # "\n" alone ends a line: str.splitlines would also split at the U+2028 or
+            # U+0085 a recorded reply may hold (json.dumps writes them as they are)
+            lines = self.path.read_text(encoding="utf-8").split("\n")
         except FileNotFoundError:
             raise ConfigError(str(self.path), "no such cassette") from None
         except UnicodeDecodeError as exc:
@@ -164,15 +197,24 @@ class Cassette:
         what = label or f"{request.model} request"
         raise VcrMissError(str(self.path), f"replay miss for {what} (key {key[:12]}): {detail}")
 
-    def record(self, exchange: Exchange) -> None:
-        """Keep an outcome for :meth:`save`."""
+    def record(self, exchange: Exchange, secrets: Iterable[str] = ()) -> None:
+        """Keep an outcome for :meth:`save`.
+
+        ``secrets`` are the credentials of the model that answered
+        (:func:`kb.engine.requests.credentials_of`); :meth:`save` cuts every recorded
+        model's from every line, as evidence is cut.
+        """
         self._exchanges[(exchange.key, exchange.occurrence)] = exchange
+        self._secrets.update(dict.fromkeys(secrets))
 
     def save(self) -> None:
-        """Write every recorded exchange in plan order, atomically."""
+        """Write every recorded exchange in plan order, atomically, without secrets."""
+        known = secrets_to_cut(tuple(self._secrets))
         ordered = sorted(self._exchanges.values(), key=lambda e: e.seq)
         text = "".join(
-            json.dumps(e.to_json(), ensure_ascii=False, sort_keys=True) + "\n" for e in ordered
+            json.dumps(e.without_secrets(known).to_json(), ensure_ascii=False, sort_keys=True)
+            + "\n"
+            for e in ordered
         )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, text.encode("utf-8"))

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
 from kb.engine.cassette import Cassette, Exchange
-from kb.engine.requests import ModelSpec, ProviderRequest
+from kb.engine.requests import ModelSpec, ProviderRequest, credentials_of
 from kb.engine.runs import RunKind, RunResult, RunStatus
 from kb.errors import ConfigError, JobInterrupted, KbError
 
@@ -294,7 +294,8 @@ class Engine:
                     error=None if result.status in ("ok", "exhausted") else result.error,
                     attempts=result.attempts,
                     price_source=result.price_source,
-                )
+                ),
+                credentials_of(run.spec.params),
             )
         return result
 
