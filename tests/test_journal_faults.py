@@ -350,11 +350,14 @@ def test_an_append_never_joins_a_torn_last_line(
 # -- 2. SIGINT says how many calls were in flight ---------------------------------------------
 
 
+@pytest.mark.parametrize("workers", ["0", "2"])
 def test_sigint_names_the_calls_in_flight_and_resume_asks_exactly_those_again(
-    repo: Path,
+    repo: Path, monkeypatch: pytest.MonkeyPatch, workers: str
 ) -> None:
     """Cases 30.. are held by the server: when it has received 30 + 4 requests, the four
-    slots hold four calls the server has and kb has not settled: exactly what is in flight."""
+    slots hold four calls the server has and kb has not settled: exactly what is in flight.
+    (In this process, and through worker processes.)"""
+    monkeypatch.setenv("KB_WORKERS", workers)
     kb_init(repo)
     with fake_openai_server(latency_s=0.005, hang_s=None) as (base, seen):
         spec = loopback_spec(repo / "s.toml", base, cases=60, extra_sweep="concurrency = 4")
@@ -470,3 +473,29 @@ def test_a_journal_naming_its_spec_by_absolute_path_is_still_resumed(repo: Path)
         )
         assert resumed.returncode == 0, resumed.stderr
         assert prompts_asked(seen, asked) == ["hang 4"]
+
+
+def test_a_plain_file_store_moved_elsewhere_resumes_its_night(
+    tmp_path: Path, isolated: Path
+) -> None:
+    """Outside git the spec is named relative to the store's directory."""
+    kb_init(isolated)
+    (isolated / "specs").mkdir()
+    with fake_openai_server(hang_s=None) as (base, seen):
+        stopped_night(isolated, base, seen)
+        assert json.loads((isolated / JOURNAL).read_text().splitlines()[0])["spec"] == (
+            "specs/s.toml"
+        )
+        moved = tmp_path / "moved"
+        shutil.move(isolated, moved)
+        seen.release.set()
+        asked = len(seen.requests)
+        resumed = subprocess.run(
+            [sys.executable, "-m", "kb", "sweep", "specs/s.toml", "--resume"],
+            cwd=moved,
+            capture_output=True,
+            text=True,
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert prompts_asked(seen, asked) == ["hang 4"]
+    assert "reused 4 journaled runs" in resumed.stdout
