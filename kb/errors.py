@@ -225,11 +225,20 @@ class JournalUnwritable(KbError):
         *,
         in_flight: int | None = None,
         open_batches: Sequence[str] = (),
+        unjournaled_batches: Sequence[str] = (),
     ) -> None:
         self.path = path
         self.reason = reason
         self.in_flight = in_flight
         self.open_batches = tuple(open_batches)
+        self.unjournaled_batches = tuple(unjournaled_batches)
+        lost = (
+            f"; batch {', '.join(self.unjournaled_batches)} was created at the provider but not "
+            "journaled: it bills what it answers and a resume sends its runs again (cancel it "
+            "there)"
+            if self.unjournaled_batches
+            else ""
+        )
         stop = (
             f"; the sweep stopped before sending another call, nothing committed, the store "
             f"is unchanged; {in_flight_phrase(in_flight, True)}; the runs journaled before "
@@ -239,13 +248,19 @@ class JournalUnwritable(KbError):
         )
         super().__init__(
             f"cannot write the run journal {path}: {reason}{stop}"
-            f"{_open_batches_phrase(self.open_batches)}"
+            f"{_open_batches_phrase(self.open_batches)}{lost}"
         )
 
-    def stopped(self, in_flight: int, open_batches: Sequence[str]) -> JournalUnwritable:
-        """The same failure, saying what the job cut short when it stopped."""
+    def stopped(
+        self, in_flight: int, open_batches: Sequence[str], unjournaled_batches: Sequence[str]
+    ) -> JournalUnwritable:
+        """The same failure, saying what the job cut short (and left billing) when it stopped."""
         return JournalUnwritable(
-            self.path, self.reason, in_flight=in_flight, open_batches=open_batches
+            self.path,
+            self.reason,
+            in_flight=in_flight,
+            open_batches=open_batches,
+            unjournaled_batches=unjournaled_batches,
         )
 
 

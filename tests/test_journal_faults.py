@@ -107,10 +107,17 @@ class FullDisk:
     Only journal files are affected; ``room = None`` frees the disk.
     """
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, seen: Seen, room: int, where: str):
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        room: int,
+        where: str,
+        asked: Callable[[], int] = lambda: 0,
+    ):
         self.room: int | None = room
         self.requests_at_failure: int | None = None
-        self._seen = seen
+        """What the provider had been asked when the first write failed."""
+        self._asked = asked
         real_write, real_fsync = os.write, os.fsync
 
         def write(fd: int, data: Any) -> int:
@@ -140,9 +147,13 @@ class FullDisk:
 
     def _fail(self) -> None:
         if self.requests_at_failure is None:
-            with self._seen.lock:
-                self.requests_at_failure = len(self._seen.requests)
+            self.requests_at_failure = self._asked()
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def asked_so_far(seen: Seen) -> int:
+    with seen.lock:
+        return len(seen.requests)
 
 
 def assert_whole_lines(journal: Path) -> None:
@@ -164,7 +175,7 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_pays_nothing_twice(
     assert kb(runner, "init").exit_code == 0
     with fake_openai_server(latency_s=0.005) as (base, seen):
         spec = loopback_spec(repo / "s.toml", base, cases=80, extra_sweep="concurrency = 4")
-        disk = FullDisk(monkeypatch, seen, room=9000, where=where)
+        disk = FullDisk(monkeypatch, room=9000, where=where, asked=lambda: asked_so_far(seen))
         before = state(repo)
         night = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
         assert night.exit_code == 1, night.stderr
@@ -191,6 +202,38 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_pays_nothing_twice(
     assert len(paid_twice) == asked - len(kept) <= 1 + cut_short
     claims = parse_store((repo / STORE).read_bytes(), "store").claims
     assert [c.id for c in claims] == [CLAIM]
+
+
+def test_a_batch_the_journal_cannot_record_is_named_as_billing_and_not_resumable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch exists at the provider once created; a resume could not find it."""
+    from kb.engine.budget import SpendEnvelope
+    from kb.engine.requests import ModelSpec
+    from kb.engine.scheduler import Engine, EngineConfig
+    from kb.errors import JournalUnwritable
+    from tests.engine_helpers import plan
+    from tests.fake_batches import fake_batch_server
+
+    path = tmp_path / "night.journal.jsonl"
+    config = EngineConfig(batch=True, batch_poll_s=0.01, batch_poll_max_s=0.02, timeout_s=10.0)
+    with fake_batch_server() as (base, seen):
+        monkeypatch.setenv("KB_TEST_KEY", "sk-test-batch")
+        spec = ModelSpec(
+            "openai:gpt-4o-mini", params={"api_base": base, "api_key_env": "KB_TEST_KEY"}
+        )
+        journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
+        FullDisk(monkeypatch, room=path.stat().st_size, where="write")  # full after the header
+        with pytest.raises(JournalUnwritable) as stopped:
+            Engine(config, journal=journal).run(plan(spec, ["a", "b"]), SpendEnvelope(cap=None))
+        journal.close()
+        polled = seen.calls("GET", "/v1/batches/batch_1")
+    said = str(stopped.value)
+    assert "No space left on device" in said and "no call was in flight" in said
+    assert "batch batch_1 was created at the provider but not journaled" in said
+    assert "kb sweep --resume collects it" not in said  # it could not
+    assert seen.calls("POST", "/v1/batches") == 1 and polled == 0  # not waited on
+    assert_whole_lines(path)
 
 
 def mount_small_tmpfs(directory: Path) -> None:

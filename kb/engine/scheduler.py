@@ -109,6 +109,7 @@ class Engine:
     """Calls in flight when a phase was stopped (a signal, the journal): sent, not settled."""
     _in_flight: int = field(default=0, init=False)
     _journal_failure: JournalUnwritable | None = field(default=None, init=False)
+    _unjournaled_batches: list[str] = field(default_factory=list, init=False)
     _phase_tasks: list[asyncio.Task[Any]] = field(default_factory=list, init=False)
 
     @property
@@ -218,7 +219,9 @@ class Engine:
         """A stopped phase ends in one error saying what it cut short (the journal's first)."""
         batches = sorted(self.open_batches)
         if self._journal_failure is not None:
-            raise self._journal_failure.stopped(self.cut_short or 0, batches)
+            raise self._journal_failure.stopped(
+                self.cut_short or 0, batches, self._unjournaled_batches
+            )
         if self.interrupted_by is not None:
             raise JobInterrupted(
                 self.interrupted_by,
@@ -534,7 +537,7 @@ class Engine:
                 )
                 created = batch_id
                 if not self._journaled(lambda journal: journal.record_batch(names.key, created)):
-                    self.open_batches.add(batch_id)  # billed, and no resume will know it
+                    self._unjournaled_batches.append(created)  # billed; no resume will know it
                     settle_all(cancelled)
                     return
             sent = batch_id
