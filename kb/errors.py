@@ -18,6 +18,8 @@ exit code, in one place (``kb.cli.app.exit_code_for``)::
     ├── ProviderFailure             one provider attempt failed (the engine retries it or
     │                               settles the run ``error``; it never reaches the user)
     ├── JobFailedError              the job ran and its outcome is a failure (exit 1)
+    ├── JournalUnwritable           a settled run could not be journaled (a full disk): the
+    │                               job stopped before another call; nothing committed (exit 1)
     └── JobInterrupted              SIGINT/SIGTERM stopped the job; nothing committed (exit 130)
 
 Signals between kb's own modules, never shown as errors (each is caught a
@@ -159,24 +161,106 @@ class JobFailedError(KbError):
     """The job ran to the end and its outcome is a failure (e.g. checkpoint not passed)."""
 
 
+def in_flight_phrase(in_flight: int, resumable: bool) -> str:
+    """What a stop says of the calls it cut short: sent, maybe billed, never journaled."""
+    if in_flight == 0:
+        return "no call was in flight"
+    calls = "1 call was" if in_flight == 1 else f"{in_flight} calls were"
+    again = f"; kb sweep --resume asks {'it' if in_flight == 1 else 'them'} again"
+    again = again if resumable else ""
+    return f"{calls} in flight (cut short, possibly billed by the provider{again})"
+
+
+def _open_batches_phrase(open_batches: Sequence[str]) -> str:
+    if not open_batches:
+        return ""
+    return (
+        f"; batch {', '.join(open_batches)} is still open at the provider, which bills "
+        "what it answers: kb sweep --resume collects it"
+    )
+
+
 class JobInterrupted(KbError):
-    """A signal stopped the job before it committed anything."""
+    """A signal stopped the job before it committed anything.
+
+    ``in_flight`` counts the calls sent and not settled when the signal came
+    (``None``: the job had no engine): the provider may bill them, and nothing
+    journaled them, so a resume (``resumable``: the job journals its runs)
+    asks them again.
+    """
 
     def __init__(
-        self, signal_name: str, spent_usd: float, open_batches: Sequence[str] = ()
+        self,
+        signal_name: str,
+        spent_usd: float,
+        open_batches: Sequence[str] = (),
+        *,
+        in_flight: int | None = None,
+        resumable: bool = False,
     ) -> None:
         self.signal_name = signal_name
         self.spent_usd = spent_usd
         self.open_batches = tuple(open_batches)
-        batches = (
-            f"; batch {', '.join(self.open_batches)} is still open at the provider, which bills "
-            "what it answers: kb sweep --resume collects it"
-            if self.open_batches
+        self.in_flight = in_flight
+        calls = f"; {in_flight_phrase(in_flight, resumable)}" if in_flight is not None else ""
+        super().__init__(
+            f"interrupted by {signal_name}: nothing committed, the store is unchanged; "
+            f"{usd(spent_usd)} spent on the runs that finished"
+            f"{calls}{_open_batches_phrase(self.open_batches)}"
+        )
+
+
+class JournalUnwritable(KbError):
+    """The run journal refused a write (a full disk, an I/O error).
+
+    The journal raises it with ``path`` and ``reason``; the engine, which
+    stops the job at once, raises it again through :meth:`stopped` with the
+    calls it cut short (``in_flight``), so the user reads one line.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        reason: str,
+        *,
+        in_flight: int | None = None,
+        open_batches: Sequence[str] = (),
+        unjournaled_batches: Sequence[str] = (),
+    ) -> None:
+        self.path = path
+        self.reason = reason
+        self.in_flight = in_flight
+        self.open_batches = tuple(open_batches)
+        self.unjournaled_batches = tuple(unjournaled_batches)
+        lost = (
+            f"; batch {', '.join(self.unjournaled_batches)} was created at the provider but not "
+            "journaled: it bills what it answers and a resume sends its runs again (cancel it "
+            "there)"
+            if self.unjournaled_batches
+            else ""
+        )
+        stop = (
+            f"; the sweep stopped before sending another call, nothing committed, the store "
+            f"is unchanged; {in_flight_phrase(in_flight, True)}; the runs journaled before "
+            "are kept: free the space, then kb sweep --resume reuses them"
+            if in_flight is not None
             else ""
         )
         super().__init__(
-            f"interrupted by {signal_name}: nothing committed, the store is unchanged; "
-            f"{usd(spent_usd)} spent on the runs that finished{batches}"
+            f"cannot write the run journal {path}: {reason}{stop}"
+            f"{_open_batches_phrase(self.open_batches)}{lost}"
+        )
+
+    def stopped(
+        self, in_flight: int, open_batches: Sequence[str], unjournaled_batches: Sequence[str]
+    ) -> JournalUnwritable:
+        """The same failure, saying what the job cut short (and left billing) when it stopped."""
+        return JournalUnwritable(
+            self.path,
+            self.reason,
+            in_flight=in_flight,
+            open_batches=open_batches,
+            unjournaled_batches=unjournaled_batches,
         )
 
 

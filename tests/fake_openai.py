@@ -7,8 +7,9 @@ The reply depends on the last user message:
 * ``echo-auth`` — 401 whose message quotes the API key it was sent;
 * ``echo-key`` — 200 whose reply quotes the API key it was sent (a model repeating
   what it was given);
-* ``hang`` — holds the request for ``hang_s`` seconds (``None``: until ``seen.release``
-  is set) before answering;
+* ``hang`` (or ``hang <anything>``, so held calls can be told apart) — holds the
+  request for ``hang_s`` seconds (``None``: until ``seen.release`` is set) before
+  answering;
 * anything else — 200 with ``echo: <prompt>``, unless ``seen.outage`` is set:
   ``empty`` (200 with empty text), ``junk`` (200 with the same error page for every
   prompt) or ``no-choices`` (200 with an empty ``choices`` list) — a provider
@@ -19,6 +20,7 @@ Every request is recorded (arrival time, headers, body) for assertions.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -114,7 +116,7 @@ def fake_openai_server(
             elif prompt == "malformed":
                 self._send(200, b"{this is not json")
             else:
-                if prompt == "hang":
+                if prompt == "hang" or prompt.startswith("hang "):
                     seen.release.wait(hang_s)
                 reply = _completion(body["model"], f"echo: {prompt}")
                 if seen.outage == "empty":
@@ -127,6 +129,12 @@ def fake_openai_server(
 
     class Server(ThreadingHTTPServer):
         request_queue_size = 256  # the default 5 drops bursts of connects into SYN retries
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            # A client that hangs up (a stopped sweep cuts its calls short) is not news;
+            # printed, it would land in the stderr of an in-process kb under test.
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
 
     server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True

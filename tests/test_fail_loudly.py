@@ -511,7 +511,8 @@ def test_a_signal_mid_sweep_commits_nothing_and_says_what_was_spent(
     assert proc.returncode == 130
     assert err.strip().splitlines() == [
         f"Error: interrupted by {sig.name}: nothing committed, the store is unchanged; "
-        "$0.0030 spent on the runs that finished"
+        "$0.0030 spent on the runs that finished; 1 call was in flight (cut short, possibly "
+        "billed by the provider; kb sweep --resume asks it again)"
     ]
     assert "Traceback" not in err and "Warning" not in err and out == ""
     assert still_held  # kb stopped while the server still held the call: cancelled, not awaited

@@ -474,11 +474,11 @@ def test_resume_refuses_another_spec_and_a_night_already_complete(
     unnamed = kb(runner, "sweep", str(other), "--quiet", "--resume")
     assert unnamed.exit_code == 2
     assert "no journal of a stopped sweep of this spec" in unnamed.stderr
-    assert f"is a sweep of {spec.resolve()})" in unnamed.stderr
+    assert "is a sweep of s.toml)" in unnamed.stderr  # named relative to the work tree
     # Named: that night is another spec's.
     wrong = kb(runner, "sweep", str(other), "--quiet", "--resume", "--observed-at", NIGHT_1)
     assert wrong.exit_code == 2
-    assert f"is a sweep of {spec.resolve()}, not of {other.resolve()}" in wrong.stderr
+    assert "is a sweep of s.toml, not of other.toml" in wrong.stderr
     assert (state(repo), len(seen.requests)) == before
     complete = loopback_spec(repo / "c.toml", base, cases=5)
     assert kb(runner, "sweep", str(complete), "--quiet", "--observed-at", NIGHT_2).exit_code == 0

@@ -97,8 +97,16 @@ class KbGroup(click.Group):
         except SignalReceived as received:
             _quiet_after_interrupt()
             app = ctx.find_object(App)
-            spent = app.engine.spent_usd if app is not None and app.engine is not None else 0.0
-            raise KbClickError(JobInterrupted(received.signal_name, spent)) from None
+            engine = app.engine if app is not None else None
+            if engine is None:
+                raise KbClickError(JobInterrupted(received.signal_name, 0.0)) from None
+            stopped = JobInterrupted(
+                received.signal_name,
+                engine.spent_usd,
+                in_flight=engine.in_flight,  # outside a phase: none
+                resumable=engine.journal is not None,
+            )
+            raise KbClickError(stopped) from None
         except BrokenPipeError:
             # `kb show ... | head`: the reader went away; end quietly.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -3,9 +3,16 @@
 A sweep opens a journal beside its evidence (``<report>.journal.jsonl``)
 before its first call. The engine appends one line per run the moment it
 settles — its label, the request's key, status, full output, usage, cost,
-price source, attempts, error and latency — flushed and fsynced, so a
-Ctrl-C, a crash or a failed CI job loses at most the runs still in flight.
-The first line names the report and its instant.
+price source, attempts, error and latency — written and fsynced before the
+run's task lets another call start, so a Ctrl-C, a crash or a failed CI
+job loses at most the runs still in flight. The first line names the
+report, its instant and the spec (relative to the store's work tree, so a
+checkout elsewhere resumes it: :mod:`kb.sweep.resume`).
+
+A write that fails (a full disk) raises :class:`~kb.errors.JournalUnwritable`
+and the engine stops the job before another call: a run nobody could
+journal would be paid again by every resume. A line a crash or a full disk
+left half-written is cut before the next append, never joined to it.
 
 A batch (:mod:`kb.engine.batch`) is journaled when it is created (its id
 and the key of its runs) and again if it ends without completing; a resume
@@ -22,15 +29,16 @@ or a model's params never reuses an answer to a different question.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from kb.engine.runs import RunResult, Usage
-from kb.errors import ConfigError
+from kb.errors import ConfigError, JournalUnwritable
 
 JOURNAL_FORMAT = 1
 
@@ -58,12 +66,21 @@ class JournalState:
 
 
 class RunJournal:
-    """An open journal the engine appends to (append-only, each line fsynced)."""
+    """An open journal the engine appends to (append-only, each line fsynced).
 
-    def __init__(self, path: Path, handle: IO[str], cut: Callable[[str], str]) -> None:
+    Invariant: the file is whole lines only, except for the tail a crash may
+    leave mid-write, which :meth:`open` cuts before the first append. A write
+    that fails (a full disk) is cut back too, and every write after it
+    raises the same :class:`JournalUnwritable`: nothing is ever appended to
+    a line that did not end.
+    """
+
+    def __init__(self, path: Path, fd: int, size: int, cut: Callable[[str], str]) -> None:
         self.path = path
-        self._handle = handle
+        self._fd = fd
+        self._size = size
         self._cut = cut
+        self._failed: JournalUnwritable | None = None
 
     @classmethod
     def open(
@@ -79,12 +96,20 @@ class RunJournal:
 
         ``spec`` names what was swept (a resume of another spec is refused);
         ``cut`` takes secrets out of every text before it reaches the disk.
+        A torn last line (a crash mid-write) is cut off first.
         """
-        path.parent.mkdir(parents=True, exist_ok=True)
-        new = not path.exists() or path.stat().st_size == 0
-        handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        journal = cls(path, handle, cut)
-        if new:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        except OSError as exc:
+            raise _unwritable(path, exc) from None
+        try:
+            size = _cut_torn_tail(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise _unwritable(path, exc) from None
+        journal = cls(path, fd, size, cut)
+        if size == 0:
             journal._write(
                 {
                     "journal": JOURNAL_FORMAT,
@@ -102,9 +127,21 @@ class RunJournal:
             self._write({"discard": found})
 
     def _write(self, value: Mapping[str, Any]) -> None:
-        self._handle.write(json.dumps(value, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        """Append one line and fsync it, or raise :class:`JournalUnwritable` leaving none."""
+        if self._failed is not None:
+            raise self._failed
+        encoded = (json.dumps(value, ensure_ascii=False) + "\n").encode()
+        try:
+            left = memoryview(encoded)
+            while left:  # a write may take part of the line (the disk filled up mid-line)
+                left = left[os.write(self._fd, left) :]
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._failed = _unwritable(self.path, exc)
+            with contextlib.suppress(OSError):  # else the next open cuts the torn tail
+                os.ftruncate(self._fd, self._size)
+            raise self._failed from None
+        self._size += len(encoded)
 
     def record_batch(self, members: str, batch_id: str) -> None:
         """A batch was created for the runs ``members`` names (a resume polls it again)."""
@@ -141,8 +178,30 @@ class RunJournal:
         )
 
     def close(self) -> None:
-        """Close the file (every line is already on disk)."""
-        self._handle.close()
+        """Close the file (every line written is already on disk)."""
+        os.close(self._fd)
+
+
+def _unwritable(path: Path, error: OSError) -> JournalUnwritable:
+    return JournalUnwritable(str(path), error.strerror or str(error))
+
+
+def _cut_torn_tail(fd: int) -> int:
+    """Cut the file after its last newline (a crash mid-write left the rest); its new size."""
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        chunk = os.pread(fd, end - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    if end != size:
+        os.ftruncate(fd, end)
+        os.fsync(fd)
+    return end
 
 
 def read_journal(path: Path) -> JournalState | None:

@@ -30,7 +30,7 @@ from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
 from kb.engine.cassette import Cassette, Exchange
 from kb.engine.requests import ModelSpec, ProviderRequest, credentials_of
 from kb.engine.runs import RunKind, RunResult, RunStatus
-from kb.errors import ConfigError, JobInterrupted, KbError
+from kb.errors import ConfigError, JobInterrupted, JournalUnwritable, KbError
 
 if TYPE_CHECKING:
     from kb.engine.adapter import LiteLLMAdapter
@@ -105,11 +105,22 @@ class Engine:
     """Batches created and not yet finished (an interruption says they are still billed)."""
     interrupted_by: str | None = field(default=None, init=False)
     """The signal (``SIGINT``/``SIGTERM``) that stopped a phase, if one did."""
+    cut_short: int | None = field(default=None, init=False)
+    """Calls in flight when a phase was stopped (a signal, the journal): sent, not settled."""
+    _in_flight: int = field(default=0, init=False)
+    _journal_failure: JournalUnwritable | None = field(default=None, init=False)
+    _unjournaled_batches: list[str] = field(default_factory=list, init=False)
+    _phase_tasks: list[asyncio.Task[Any]] = field(default_factory=list, init=False)
 
     @property
     def spent_usd(self) -> float:
         """What the runs settled so far have debited."""
         return usd(self._envelope.debited) if self._envelope is not None else 0.0
+
+    @property
+    def in_flight(self) -> int:
+        """Calls sent to a provider (or a worker) and not yet answered, right now."""
+        return self._in_flight
 
     @property
     def replaying(self) -> bool:
@@ -162,11 +173,11 @@ class Engine:
         per_provider: dict[str, asyncio.Semaphore] = {}
         tasks: list[asyncio.Task[RunResult]] = []
         batches = self._batch_groups(runs, reused, reservations, [seq for _, seq in numbering])
-        watched = _stop_on_signals(lambda name: self._interrupt(name, [*tasks, *batch_tasks]))
-        batch_tasks: list[asyncio.Task[None]] = []
+        self._phase_tasks = []
+        watched = _stop_on_signals(self._interrupt)
         try:
             async with asyncio.TaskGroup() as group:
-                batch_tasks += [
+                self._phase_tasks += [
                     group.create_task(self._run_batch([runs[i] for i in members], futures))
                     for members, futures in batches
                 ]
@@ -189,6 +200,7 @@ class Engine:
                         runs, reused, reservations, numbering, strict=True
                     )
                 ]
+                self._phase_tasks += tasks
                 for task in tasks:
                     task.add_done_callback(self._report_settled)
         except* KbError as group_error:
@@ -196,15 +208,36 @@ class Engine:
         finally:
             _unwatch(watched)
             self._batched.clear()
+            self._phase_tasks = []
             if self._adapter is not None:
                 await self._adapter.aclose()
                 self._adapter = None
-        if self.interrupted_by is not None:
-            raise JobInterrupted(self.interrupted_by, self.spent_usd, sorted(self.open_batches))
+        self._raise_if_stopped()
         return [task.result() for task in tasks]
 
-    def _interrupt(self, signal_name: str, tasks: Sequence[asyncio.Task[Any]]) -> None:
-        """A signal arrived: stop every run now (their reservations are released).
+    def _raise_if_stopped(self) -> None:
+        """A stopped phase ends in one error saying what it cut short (the journal's first)."""
+        batches = sorted(self.open_batches)
+        if self._journal_failure is not None:
+            raise self._journal_failure.stopped(
+                self.cut_short or 0, batches, self._unjournaled_batches
+            )
+        if self.interrupted_by is not None:
+            raise JobInterrupted(
+                self.interrupted_by,
+                self.spent_usd,
+                batches,
+                in_flight=self.cut_short or 0,
+                resumable=self.journal is not None,
+            )
+
+    def _interrupt(self, signal_name: str) -> None:
+        """A signal arrived: stop every run now (their reservations are released)."""
+        self.interrupted_by = self.interrupted_by or signal_name
+        self._stop()
+
+    def _stop(self) -> None:
+        """Stop the phase: no call starts from here on; the calls in flight are cut short.
 
         Calls cut short inside litellm leave coroutines it created but never
         awaited; their "never awaited" warnings say nothing the user needs (the
@@ -213,19 +246,36 @@ class Engine:
         warnings.filterwarnings(
             "ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning
         )
-        self.interrupted_by = signal_name
+        if self.cut_short is None:
+            self.cut_short = self._in_flight
         self._cancelled = True
-        for task in tasks:
-            task.cancel()
+        current = asyncio.current_task()
+        for task in self._phase_tasks:
+            if task is not current:
+                task.cancel()
+
+    def _journaled(self, write: Callable[[RunJournal], None]) -> bool:
+        """Write to the journal (when there is one); a refused write stops the phase.
+
+        Called in the task that holds what it writes, before that task gives
+        the loop back: so no call can start after a write that failed.
+        """
+        if self.journal is None:
+            return True
+        try:
+            write(self.journal)
+        except JournalUnwritable as failure:
+            if self._journal_failure is None:
+                self._journal_failure = failure
+                self._stop()
+            return False
+        return True
 
     def _report_settled(self, task: asyncio.Task[RunResult]) -> None:
         if task.cancelled() or task.exception() is not None:
             return
-        result = task.result()
-        if self.journal is not None and result.status != "cancelled":
-            self.journal.record(result)
         if self.on_settled is not None:
-            self.on_settled(result)
+            self.on_settled(task.result())
 
     def _reusable(self, run: PlannedRun) -> RunResult | None:
         """The journaled ok run of an earlier invocation that asked exactly this."""
@@ -234,6 +284,29 @@ class Engine:
         return self.settled.reusable(run.label, run.request.key)
 
     async def _settle(
+        self,
+        run: PlannedRun,
+        earlier: RunResult | None,
+        reservation: Reservation | None,
+        occurrence: int,
+        seq: int,
+        envelope: SpendEnvelope,
+        limit: asyncio.Semaphore,
+        provider_limit: asyncio.Semaphore,
+    ) -> RunResult:
+        """The run's result, journaled in the step that settles it.
+
+        The call's slots were released in this same step: the journal line is
+        on disk (or the phase stopped) before any run waiting on a slot sends.
+        """
+        result = await self._outcome(
+            run, earlier, reservation, occurrence, seq, envelope, limit, provider_limit
+        )
+        if result.status != "cancelled":
+            self._journaled(lambda journal: journal.record(result))
+        return result
+
+    async def _outcome(
         self,
         run: PlannedRun,
         earlier: RunResult | None,
@@ -340,13 +413,15 @@ class Engine:
                     started_at=started,
                     ended_at=time.monotonic(),
                 )
-            attempts += 1
             # The provider's slot first: a task queued on one busy provider must not
             # sit on a global slot that another provider's run could use.
             async with provider_limit, limit:
                 if started is None:
                     await self._ready_to_call(run)  # not the provider's time: kept out of latency
                     started = time.monotonic()
+                if self._cancelled:  # stopped while this run waited: it sends nothing
+                    continue
+                attempts += 1
                 timeout_s = float(run.spec.params.get("timeout_s", self.config.timeout_s))
                 try:
                     reply = await self._attempt(run, occurrence, timeout_s)
@@ -455,11 +530,17 @@ class Engine:
         try:
             batch_id = self.settled.batches.get(names.key) if self.settled else None
             if batch_id is None:
+                if self._cancelled:
+                    settle_all(cancelled)
+                    return
                 batch_id = await adapter.submit_batch(
                     spec, request, input_file(names, [r.request for r in runs]), names.key[:16]
                 )
-                if self.journal is not None:
-                    self.journal.record_batch(names.key, batch_id)
+                created = batch_id
+                if not self._journaled(lambda journal: journal.record_batch(names.key, created)):
+                    self._unjournaled_batches.append(created)  # billed; no resume will know it
+                    settle_all(cancelled)
+                    return
             sent = batch_id
             self.open_batches.add(batch_id)
             delays = poll_delays(self.config.batch_poll_s, self.config.batch_poll_max_s)
@@ -491,8 +572,9 @@ class Engine:
         except asyncio.CancelledError:
             settle_all(cancelled)
             raise
-        if self.journal is not None and state.status != "completed":
-            self.journal.record_batch_end(batch_id, state.status)
+        if state.status != "completed":
+            over, status = batch_id, state.status
+            self._journaled(lambda journal: journal.record_batch_end(over, status))
         answers = read_results(output, errors)
         ended = time.monotonic()
 
@@ -528,6 +610,14 @@ class Engine:
         return delay
 
     async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Any:
+        """One attempt at the call, counted in flight from when it is sent until it ends."""
+        self._in_flight += 1
+        try:
+            return await self._attempt_once(run, occurrence, timeout_s)
+        finally:
+            self._in_flight -= 1
+
+    async def _attempt_once(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Any:
         """One attempt at the call: in a worker process when there is one, else here."""
         from kb.errors import ProviderFailure
 

@@ -17,6 +17,11 @@ same report id:
 
 Without a journal (a CI re-run on a fresh machine) the done cells are still
 skipped; the incomplete ones run again in full.
+
+A journal names its spec relative to the store's git work tree
+(:class:`SweptSpec`), so a runner that resumes in another checkout of the
+same repository, or the same checkout moved, is accepted; another spec is
+refused.
 """
 
 from __future__ import annotations
@@ -31,6 +36,36 @@ from kb.store.filestore import REPORT_TRAILER, KnowledgeStore
 from kb.store.records import CellRecord, ReportFile, RunRecord
 
 JOURNAL_SUFFIX = ".journal.jsonl"
+
+
+@dataclass(frozen=True)
+class SweptSpec:
+    """The spec a night sweeps, as its journal names it."""
+
+    name: str
+    """Relative to the top of the store's git work tree (outside git: to the store's
+    directory), ``/``-separated; the absolute path when the spec lies outside it."""
+    path: Path
+    """The spec file's absolute path, symlinks resolved."""
+
+    @classmethod
+    def of(cls, spec_path: Path, store: KnowledgeStore) -> SweptSpec:
+        """How a journal of a sweep of ``spec_path`` into ``store`` names the spec."""
+        resolved = spec_path.resolve()
+        git = store.git
+        base = git.top if git is not None else store.path.parent.resolve()
+        try:
+            return cls(resolved.relative_to(base).as_posix(), resolved)
+        except ValueError:
+            return cls(str(resolved), resolved)
+
+    def swept(self, recorded: str) -> bool:
+        """Whether a journal naming ``recorded`` is of a sweep of this spec.
+
+        Journals written before the spec was named relative (the absolute path)
+        still match where they were written; one naming no spec matches any.
+        """
+        return recorded in ("", self.name, str(self.path))
 
 
 def journal_path(directory: Path, report_id: str) -> Path:
@@ -69,10 +104,10 @@ class Resume:
         ]
 
 
-def newest_journal(directory: Path, spec: str | None = None) -> JournalState | None:
+def newest_journal(directory: Path, spec: SweptSpec | None = None) -> JournalState | None:
     """The journal of the latest night in ``directory`` (of ``spec``'s sweeps, when given)."""
     found = [read_journal(path) for path in directory.glob(f"*{JOURNAL_SUFFIX}")]
-    journals = [j for j in found if j is not None and (spec is None or j.spec in ("", spec))]
+    journals = [j for j in found if j is not None and (spec is None or spec.swept(j.spec))]
     return max(journals, key=lambda j: j.observed_at) if journals else None
 
 
@@ -92,7 +127,7 @@ def night_committed(store: KnowledgeStore, report_id: str) -> bool:
 
 
 def find_resume(
-    store: KnowledgeStore, directory: Path, report_id: str | None, spec: str | None = None
+    store: KnowledgeStore, directory: Path, report_id: str | None, spec: SweptSpec | None = None
 ) -> Resume:
     """What there is to resume of ``report_id`` (else of ``spec``'s newest journaled night)."""
     if report_id is None:

@@ -50,7 +50,7 @@ from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_used_report_id
 from kb.sweep.report import sweep_report
-from kb.sweep.resume import Resume, find_resume, journal_path
+from kb.sweep.resume import Resume, SweptSpec, find_resume, journal_path
 from kb.sweep.spec import SweepSpec
 
 
@@ -231,13 +231,13 @@ def resume_night(
     if report_id is None and spec.sweep.report_id is None and observed_at is not None:
         report_id = f"kb-sweep-{format_instant(observed_at)}"
     directory = evidence_target(spec, store).directory
-    swept = str(spec.path.resolve())
+    swept = SweptSpec.of(spec.path, store)
     found = find_resume(store, directory, report_id or spec.sweep.report_id, swept)
-    if found.journal is not None and found.journal.spec not in ("", swept):
+    if found.journal is not None and not swept.swept(found.journal.spec):
         raise ConfigError(
             "--resume",
             f"the stopped night {found.report_id!r} is a sweep of {found.journal.spec}, not of "
-            f"{swept}: resume it with that spec (its journal is kept)",
+            f"{swept.name}: resume it with that spec (its journal is kept)",
         )
     return found
 
@@ -284,7 +284,7 @@ def execute_sweep(
             journal,
             plan.report_id,
             format_instant(plan.observed_at),
-            spec=str(plan.spec.path.resolve()),
+            spec=SweptSpec.of(plan.spec.path, store).name,
             cut=context.cut,
         )
         engine.settled = plan.resume.journal if plan.resume is not None else None
