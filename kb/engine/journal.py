@@ -210,7 +210,8 @@ def read_journal(path: Path) -> JournalState | None:
     A last line cut short by a crash mid-write is ignored: it never settled.
     """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").split("\n")  # never at U+2028 in a reply
+        lines = lines[:-1] if lines and not lines[-1] else lines
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
@@ -223,7 +224,7 @@ def read_journal(path: Path) -> JournalState | None:
             raise ValueError(f"journal must be {JOURNAL_FORMAT}")
         report_id, observed_at = str(header["reportId"]), str(header["observedAt"])
         spec = str(header.get("spec", ""))
-    except (ValueError, KeyError, AttributeError) as exc:
+    except (ValueError, KeyError, AttributeError, RecursionError) as exc:
         raise ConfigError(str(path), f"not a kb run journal: {exc}") from None
     settled: dict[str, tuple[str, RunResult]] = {}
     batches: dict[str, str] = {}
@@ -243,7 +244,7 @@ def read_journal(path: Path) -> JournalState | None:
                 batches = {k: v for k, v in batches.items() if v != ended}
                 continue
             result = _result(entry)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             if number == len(lines):
                 break  # the last write was cut short by a crash: that run never settled
             raise ConfigError(f"{path}:{number}", f"not a journaled run: {exc}") from None

@@ -70,7 +70,7 @@ class GoldenGrader(StrictModel):
         if self.match == "json" and isinstance(self.expected, str):
             try:
                 json.loads(self.expected)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise ValueError(f"expected is not JSON: {exc}") from None
         return self
 

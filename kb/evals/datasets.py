@@ -157,13 +157,17 @@ def read_records(path: Path, issues: list[str], where: str) -> list[Record]:
 
 
 def _jsonl(text: str, where: str, issues: list[str]) -> Iterator[Record]:
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Lines end at \n only: a raw U+2028 inside a JSON string is not a line break.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             issues.append(f"{where}:{number}: not valid JSON: {exc.msg} at column {exc.colno}")
+            continue
+        except RecursionError:
+            issues.append(f"{where}:{number}: not valid JSON: nested too deep to read")
             continue
         if not isinstance(value, dict):
             issues.append(f"{where}:{number}: a record must be a JSON object")

@@ -166,7 +166,7 @@ def parse_baselines(raw: bytes | None, source: str) -> CanaryBaselines:
         return CanaryBaselines()
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(source, f"not valid JSON: {exc}") from None
     try:
         if data.get("version") != FORMAT_VERSION:

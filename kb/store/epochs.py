@@ -172,7 +172,7 @@ def parse_epochs(data: bytes | None, source: str) -> EpochsFile:
         return EpochsFile()
     try:
         value = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(source, f"not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise ConfigError(source, "not a kb epochs file (a JSON object)")

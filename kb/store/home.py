@@ -171,7 +171,7 @@ def read_settings(path: Path) -> StoreSettings:
         return StoreSettings()
     except IsADirectoryError:
         raise ConfigError(str(path), "is a directory, not kb's settings file") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(str(path), f"not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), f"must be a JSON object, got {type(data).__name__}")

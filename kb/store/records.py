@@ -442,7 +442,7 @@ def parse_runs(data: bytes, source: str) -> list[RunRecord]:
             continue
         try:
             value = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             problems.setdefault((f"not valid JSON: {exc}",), []).append(number)
             continue
         try:
@@ -491,7 +491,7 @@ def parse_report(data: bytes, source: str) -> ReportFile:
         value = json.loads(data.decode("utf-8", "surrogatepass"))
     except UnicodeDecodeError as exc:
         raise ConfigError(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ConfigError(source, f"not valid JSON: {exc}") from None
     report: ReportFile = _validated(ReportFile, value, source)
     return report

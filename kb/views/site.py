@@ -137,7 +137,7 @@ def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
             try:
                 report_id = json.loads(path.read_text("utf-8"))["reportId"]
                 found = load_evidence(store, str(report_id), directory)
-            except (OSError, ValueError, KeyError, TypeError, ConfigError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError) as exc:
                 warnings.append(f"{path.name}: left out ({str(exc)[:160]})")
                 continue
             if found is None or found.report is None or report_id in seen:

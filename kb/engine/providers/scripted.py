@@ -101,7 +101,7 @@ def _load_script(path: str, where: str) -> dict[str, Any]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{where}.script", f"no such file: {path}") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(f"{where}.script", f"{path}: not a JSON object: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}.script", f"{path}: must hold a JSON object")
