@@ -295,6 +295,10 @@ class CellRecord(WireModel):
     epoch: EpochRecord | None = None
     """Format 2, interval gate: the cell's epoch after the night (``passRate``, ``n``,
     ``plannedN`` and ``caseNames`` are tonight's; ``wilson95`` is the epoch's)."""
+    newer_night: str | None = Field(default=None, alias="newerNight")
+    """The store already held a newer night of this cell when this one committed (its
+    report id): this night claimed and retired nothing there (``outcome`` is what it
+    measured; ``epoch`` is before any pooling into the newer night's epoch)."""
 
     @field_validator("total_cost_usd")
     @classmethod

@@ -254,7 +254,10 @@ def prepare_sweep(
     report_id = report_id or spec.sweep.report_id or f"kb-sweep-{format_instant(observed_at)}"
     if commit:
         refuse_used_report_id(snapshot, report_id, pairs)
-        _refuse_backdating(snapshot, pairs, observed_at)
+        if resume is None or resume.journal is None:
+            # A resumed night was paid already: it commits what it measured, and where the
+            # store holds a newer night it decides nothing there (kb.sweep.order).
+            _refuse_backdating(snapshot, pairs, observed_at)
     suites = plan_suites(spec, snapshot, pairs, epochs, new_epoch)
     pairs = _within_pools(spec, pairs, suites)
     keys = {pair.member.key for pair in pairs}

@@ -10,7 +10,7 @@ and live in :mod:`kb.views`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kb.engine.phases import Phase
@@ -38,12 +38,17 @@ from kb.textwidth import fit
 
 
 def cell_record(
-    cell: SweepCell, gate: GatePolicy, claim_id: str | None, stands: Sequence[ClaimEntry] = ()
+    cell: SweepCell,
+    gate: GatePolicy,
+    claim_id: str | None,
+    stands: Sequence[ClaimEntry] = (),
+    newer_night: str | None = None,
 ) -> CellRecord:
     """One ``cells[]`` entry.
 
     ``stands``: earlier claims of the cell that this sweep left in place (the
-    interval gate's hysteresis, or an incomplete cell).
+    interval gate's hysteresis, or an incomplete cell). ``newer_night``: the
+    newer night the store held, which this night decided nothing over.
     """
     refused = cell.refused_run_label
     return CellRecord(
@@ -86,6 +91,7 @@ def cell_record(
             or None
         ),
         epoch=epoch_record(cell) if cell.complete else None,
+        newer_night=newer_night,
     )
 
 
@@ -127,8 +133,14 @@ def sweep_report(
     ops: Sequence[Op],
     canary: Sequence[CanaryResult],
     committed_version: int | None,
+    newer: Mapping[tuple[str, str], str] | None = None,
 ) -> ReportFile:
-    """The report of ``measurement`` once ``ops`` are committed (``None``: not committed)."""
+    """The report of ``measurement`` once ``ops`` are committed (``None``: not committed).
+
+    ``newer``: cells the store held a newer night of (their report ids): this
+    night decided nothing there (:mod:`kb.sweep.order`).
+    """
+    held = newer or {}
     gate = plan.spec.gate
     live = live_eval_claims(plan.snapshot)
     retired = retirements(ops)
@@ -156,7 +168,13 @@ def sweep_report(
             "cells": [
                 *done,
                 *(
-                    cell_record(cell, gate, claim.id if claim else None, stands(cell))
+                    cell_record(
+                        cell,
+                        gate,
+                        claim.id if claim else None,
+                        stands(cell),
+                        held.get((cell.member.key, cell.task_class)),
+                    )
                     for cell, claim in measurement.cells
                 ),
             ],

@@ -18,7 +18,7 @@ provider call; :func:`execute_sweep` is then a short sequence:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
@@ -48,6 +48,7 @@ from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
+from kb.sweep.order import CellKey, cells_with_newer, newer_nights, pool_older_night
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_used_report_id
 from kb.sweep.report import sweep_report
 from kb.sweep.resume import Resume, SweptSpec, find_resume, journal_path
@@ -111,12 +112,28 @@ def decide_change(
     """
     spec = plan.spec
     prompts = tuple(spec.canary.prompts) if spec.canary is not None else ()
-    found = canary_change(measurement.canaries, snapshot, baselines, prompts)
+    cells = [cell for cell, _ in measurement.cells if cell.complete]
+    newer = newer_nights(cells, plan.observed_at, snapshot, epochs.file if epochs else None)
+    held_back = cells_with_newer(newer)
+    found = canary_change(
+        [c for c in measurement.canaries if c.member.key not in held_back],
+        snapshot,
+        baselines,
+        prompts,
+    )
+    decided = replace(
+        measurement,
+        cells=tuple(
+            (cell, None if (cell.member.key, cell.task_class) in newer else claim)
+            for cell, claim in measurement.cells
+        ),
+    )
     gate = EvalCommitterGate(committer_id=spec.sweep.committer, report_id=plan.report_id)
-    ops = (*found.ops, *sweep_ops(snapshot, measurement.cells, gate, spec.gate))
+    judged = [c for c in decided.cells if (c[0].member.key, c[0].task_class) not in newer]
+    ops = (*found.ops, *sweep_ops(snapshot, judged, gate, spec.gate))
     version = (snapshot.version + 1 if ops else snapshot.version) if committing else None
     canary = classified(measurement.canaries, found, version)
-    report = sweep_report(plan, measurement, ops, canary, version)
+    report = sweep_report(plan, decided, ops, canary, version, newer)
     files = dict(found.files)
     notes = [found.note] if found.note else []
     if evidence is not None:
@@ -132,7 +149,7 @@ def decide_change(
         if not ops:
             notes.append("evidence only")
     if epochs is not None:
-        updated = epochs_after(epochs.file, measurement)
+        updated = epochs_after(epochs.file, measurement, newer)
         if updated != epochs.file:
             files[epochs.path.name] = updated.render()
             files.update(epochs.attributes)
@@ -152,12 +169,17 @@ def _epochs_at(store: KnowledgeStore) -> EpochsAt:
     return found
 
 
-def epochs_after(epochs: EpochsFile, measurement: Measurement) -> EpochsFile:
+def epochs_after(
+    epochs: EpochsFile, measurement: Measurement, newer: Mapping[CellKey, str] | None = None
+) -> EpochsFile:
     """The epochs file after the night: each complete cell's epoch as tonight left it.
 
     A cell measured incompletely keeps its epoch — unless tonight was to start
     a new one (its cases changed, its canary drifted, ``--new-epoch``): then
-    the old epoch goes, and the next complete night begins afresh.
+    the old epoch goes, and the next complete night begins afresh. A cell the
+    store holds a ``newer`` night of keeps the newer night's epoch, with
+    tonight's measurements pooled in when it is the epoch tonight measured
+    (:func:`kb.sweep.order.pool_older_night`).
     """
     cells = dict(epochs.cells)
     for cell, _ in measurement.cells:
@@ -165,7 +187,12 @@ def epochs_after(epochs: EpochsFile, measurement: Measurement) -> EpochsFile:
         if night is None:
             continue
         key = cell_key(cell.member.key, cell.task_class)
-        if cell.complete:
+        if newer and (cell.member.key, cell.task_class) in newer:
+            current = cells.get(key)
+            pooled = pool_older_night(current, night) if cell.complete and current else None
+            if pooled is not None:
+                cells[key] = pooled
+        elif cell.complete:
             cells[key] = night.epoch
         elif night.suite.restart is not None or (
             night.restarted is not None and night.restarted != "alarm"

@@ -177,6 +177,8 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         head = f"{cell.subject_key} · {cell.task_class}: {cell.outcome}"
         if cell.incomplete_reason:
             head += f" ({cell.incomplete_reason})"
+        if cell.newer_night:
+            head += f" (not decided: the store holds a newer night, {cell.newer_night})"
         for prior in cell.prior_stands or ():
             head += f"; prior {prior.polarity} stands: {prior.claim_id}"
         lines += wrapped(head, "  ", "      ")
@@ -293,6 +295,8 @@ def _markdown_row(cell: CellRecord) -> str:
     else:
         rate, interval = _shown(cell.pass_rate, cell.wilson95)
         count, outcome = f"{cell.n}/{cell.planned_n}", str(cell.outcome)
+    if cell.newer_night:
+        outcome += f" (not decided: newer night {table_code(cell.newer_night)})"
     return (
         f"| {table_code(cell.subject_key)} | {table_code(cell.task_class)} | {rate} | "
         f"{interval} | {count} | {outcome} |"
