@@ -41,6 +41,10 @@ class Seen:
     """Models (the request's ``model``) answered with HTTP 503 while listed."""
     outage: str | None = None
     """``empty``, ``junk`` or ``no-choices``: how ordinary prompts are answered instead."""
+    outage_after: int | None = None
+    """The outage starts with the request after this many (``None``: from the first)."""
+    junk_text: str = "<html>502 Bad Gateway</html>"
+    """The error page a ``junk`` outage answers with."""
     release: threading.Event = field(default_factory=threading.Event)
     """Set to answer the ``hang`` requests still held (always set when the server stops)."""
 
@@ -96,6 +100,10 @@ def fake_openai_server(
                 )
                 count = seen.counts.get(prompt, 0)
                 seen.counts[prompt] = count + 1
+                arrived = len(seen.requests)
+                outage = seen.outage
+                if seen.outage_after is not None and arrived <= seen.outage_after:
+                    outage = None
             if latency_s:
                 time.sleep(latency_s)
             if body.get("model") in seen.failing:
@@ -119,11 +127,11 @@ def fake_openai_server(
                 if prompt == "hang" or prompt.startswith("hang "):
                     seen.release.wait(hang_s)
                 reply = _completion(body["model"], f"echo: {prompt}")
-                if seen.outage == "empty":
+                if outage == "empty":
                     reply["choices"][0]["message"]["content"] = ""
-                elif seen.outage == "junk":
-                    reply["choices"][0]["message"]["content"] = "<html>502 Bad Gateway</html>"
-                elif seen.outage == "no-choices":
+                elif outage == "junk":
+                    reply["choices"][0]["message"]["content"] = seen.junk_text
+                elif outage == "no-choices":
                     reply["choices"] = []
                 self._send(200, json.dumps(reply).encode())
 

@@ -28,6 +28,7 @@ from kb.store.canonical import to_fixed_2
 from kb.store.models import STATEMENT_MAX_UTF16, ModelClaim
 from kb.store.ttl import claim_expiry, format_instant
 from kb.sweep.gate import CellEstimate, GatePolicy
+from kb.sweep.health import Suspicion
 from kb.sweep.sampling import CellEpochNight
 
 Outcome = Literal["strength", "weakness", "none", "incomplete"]
@@ -81,10 +82,15 @@ class SweepCell:
     repeats: int = 1
     interval: tuple[float, float] | None = None
     """The 95 % interval, when computed for all cells at once (else computed on use)."""
-    suspect: str | None = None
+    suspicion: Suspicion | None = None
     """Why the answers look like an outage, not a model (:mod:`kb.sweep.health`)."""
     epoch: CellEpochNight | None = None
     """The cell's epoch after tonight (interval gate): what the gate decides on."""
+
+    @property
+    def suspect(self) -> str | None:
+        """Why the answers look like an outage (``None``: they look like a model's)."""
+        return self.suspicion.reason if self.suspicion is not None else None
 
     @cached_property
     def cases(self) -> tuple[CaseOutcome, ...]:

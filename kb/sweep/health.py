@@ -9,10 +9,18 @@ its answered target runs show either sign:
 
 * **mostly empty**: more than :data:`EMPTY_SHARE` (half) of the replies are
   empty or whitespace;
-* **one reply for everything**: every reply is the same text (after
-  trimming and collapsing whitespace) across at least
-  :data:`SAME_REPLY_MIN_PROMPTS` distinct prompts, while the cases do not
-  all expect that one answer.
+* **one failing reply for many** (an error page, from the first request
+  or from some request on): one reply text (after trimming and collapsing
+  whitespace) answers at least :data:`SAME_REPLY_MIN_PROMPTS` distinct
+  prompts, makes up at least :data:`SAME_REPLY_SHARE` of the replies, and
+  fails every case it answered. A weak classifier that always answers one
+  label passes the cases that expect that label, so it is still measured
+  (kb 3 called any cell whose every reply was one text suspect, unless every
+  case expected it).
+
+Only the replies that made the cell suspect — the empty ones, the one
+repeated reply — are journaled as not to be reused: ``--resume`` asks them
+again, and reuses the cell's other, real answers.
 
 A case whose expected answer is empty (a golden grader expecting ``""``) is
 exempt from both counts: an empty reply is its right answer. A reply
@@ -25,6 +33,7 @@ canary whose probes all came back empty is incomplete, never drift
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from kb.evals.cases import Case, GoldenGrader
 from kb.evals.suite import CaseVerdict
@@ -32,7 +41,19 @@ from kb.evals.suite import CaseVerdict
 EMPTY_SHARE = 0.5
 """A cell is suspect when more than this share of its replies are empty."""
 SAME_REPLY_MIN_PROMPTS = 3
-"""… or when one reply answers at least this many distinct prompts."""
+"""… or when one reply answers at least this many distinct prompts (every reply, or a
+failing one that makes up :data:`SAME_REPLY_SHARE` of them)."""
+SAME_REPLY_SHARE = 0.1
+"""The share of a cell's replies one failing reply must make up to make the cell suspect."""
+
+
+@dataclass(frozen=True)
+class Suspicion:
+    """Why a cell's answers look like an outage, and which runs gave those answers."""
+
+    reason: str
+    labels: frozenset[str]
+    """The target runs whose replies made the cell suspect (asked again on ``--resume``)."""
 
 
 def expected_answer(case: Case) -> str | None:
@@ -47,31 +68,42 @@ def _flat(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) -> str | None:
+def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) -> Suspicion | None:
     """Why a cell's answers look like an outage (``None``: they look like a model's)."""
     judged = [
         v for v in verdicts if v.target.status == "ok" and expected_answer(cases[v.name]) != ""
     ]
     if not judged:
         return None
-    empty = sum(1 for v in judged if not _flat(v.target.output))
-    if empty > EMPTY_SHARE * len(judged):
-        return (
-            f"suspect: {empty} of {len(judged)} replies were empty (a provider answering "
-            "without text?)"
+    empty = [v for v in judged if not _flat(v.target.output)]
+    if len(empty) > EMPTY_SHARE * len(judged):
+        return Suspicion(
+            f"suspect: {len(empty)} of {len(judged)} replies were empty (a provider answering "
+            "without text?)",
+            frozenset(v.target.label for v in empty),
         )
-    prompts = {(cases[v.name].system, cases[v.name].prompt) for v in judged}
-    replies = {_flat(v.target.output) for v in judged}
-    expected = {
-        _flat(e).casefold() if e is not None else None
-        for e in map(expected_answer, (cases[v.name] for v in judged))
-    }
-    same = {reply.casefold() for reply in replies}
-    if len(prompts) >= SAME_REPLY_MIN_PROMPTS and len(replies) == 1 and expected != same:
-        (reply,) = replies
-        shown = reply if len(reply) <= 60 else reply[:59] + "…"
-        return (
-            f"suspect: every reply was {shown!r}, to {len(prompts)} different prompts (an "
-            "error page or a stuck provider?)"
-        )
+    by_reply: dict[str, list[CaseVerdict]] = {}
+    for verdict in judged:
+        by_reply.setdefault(_flat(verdict.target.output), []).append(verdict)
+    for reply, answered in by_reply.items():
+        prompts = {(cases[v.name].system, cases[v.name].prompt) for v in answered}
+        if (
+            len(prompts) >= SAME_REPLY_MIN_PROMPTS
+            and len(answered) >= SAME_REPLY_SHARE * len(judged)
+            and not any(v.passed for v in answered)
+        ):
+            many = (
+                "every reply was"
+                if len(answered) == len(judged)
+                else f"{len(answered)} of {len(judged)} replies were"
+            )
+            return Suspicion(
+                f"suspect: {many} {_shown(reply)}, to {len(prompts)} different prompts, "
+                "failing every case (an error page or a stuck provider?)",
+                frozenset(v.target.label for v in answered),
+            )
     return None
+
+
+def _shown(reply: str) -> str:
+    return repr(reply if len(reply) <= 60 else reply[:59] + "…")

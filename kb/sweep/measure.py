@@ -180,7 +180,7 @@ def _pass_scores(
     complete = set()
     for cell in grouped:
         key = (cell.member.key, cell.task_class)
-        checked = replace(cell, suspect=answer_health(cell.verdicts, cases))
+        checked = replace(cell, suspicion=answer_health(cell.verdicts, cases))
         scores[key] = {case.name: case.score for case in cell.cases if case.measured}
         if checked.complete:
             complete.add(key)
@@ -210,7 +210,7 @@ def measured_cells(
         replace(
             cell,
             interval=(float(low), float(high)),
-            suspect=answer_health(cell.verdicts, cases),
+            suspicion=answer_health(cell.verdicts, cases),
             epoch=nights.get((cell.member.key, cell.task_class)),
         )
         for cell, low, high in zip(grouped, lows, highs, strict=True)

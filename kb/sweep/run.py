@@ -269,6 +269,28 @@ def resume_night(
     return found
 
 
+def outage_answers(measurement: Measurement) -> list[str]:
+    """Runs a resume must ask again (their answers were an outage's, :mod:`kb.sweep.health`).
+
+    The replies that made a cell suspect, and every probe of a canary whose
+    answers were an outage's; the cells' other answers are real and reused.
+    """
+    labels = [
+        label
+        for cell, _ in measurement.cells
+        if cell.suspicion is not None
+        for label in sorted(cell.suspicion.labels)
+    ]
+    labels += [
+        run.label
+        for canary in measurement.canaries
+        if canary.unhealthy is not None
+        for probe in canary.probes
+        for run in probe.runs
+    ]
+    return labels
+
+
 def night_runs(plan: SweepPlan, measurement: Measurement) -> list[RunRecord]:
     """Every run of the night: those of cells a stopped invocation committed, then tonight's."""
     done = plan.resume.done_runs() if plan.resume is not None else []
@@ -317,13 +339,7 @@ def execute_sweep(
         engine.settled = plan.resume.journal if plan.resume is not None else None
         try:
             measurement = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
-            # A suspect cell's answers are an outage's: a resume must ask again.
-            engine.journal.discard(
-                verdict.target.label
-                for cell, _ in measurement.cells
-                if cell.suspect
-                for verdict in cell.verdicts
-            )
+            engine.journal.discard(outage_answers(measurement))
         finally:
             engine.journal.close()
         result = None
