@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -231,7 +232,31 @@ def replace_problem(path: Path) -> str | None:
     os.unlink(name)
     if path.exists() and _inode_flags(path) & (_IMMUTABLE_FL | _APPEND_FL):
         return "is immutable or append-only (chattr +i/+a): no write can replace it"
+    if path.exists() and _is_mount_point(path):
+        return "is a mount point (a bind mount?): no rename can replace it"
     return None
+
+
+def _is_mount_point(path: Path) -> bool:
+    """Whether ``path`` itself is mounted on (a file bind-mounted into a container, say).
+
+    Read from ``/proc/self/mountinfo`` (field 5, octal-escaped); ``False``
+    where the system does not tell.
+    """
+    try:
+        lines = Path("/proc/self/mountinfo").read_text("utf-8", "replace").splitlines()
+    except OSError:
+        return False
+    target = os.path.realpath(path)
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4 and _unescape_mount(fields[4]) == target:
+            return True
+    return False
+
+
+def _unescape_mount(text: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
 def _inode_flags(path: Path) -> int:

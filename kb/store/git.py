@@ -87,7 +87,7 @@ class GitStoreRepo:
         if not directory.is_dir():
             return None
         try:
-            status, out, _ = Git(str(directory)).execute(
+            status, out, err = Git(str(directory)).execute(
                 ["git", "rev-parse", "--is-inside-work-tree", "--show-toplevel"],
                 with_extended_output=True,
                 with_exceptions=False,
@@ -96,6 +96,7 @@ class GitStoreRepo:
             return None
         lines = out.splitlines()
         if status != 0 or len(lines) < 2 or lines[0] != "true":
+            _refuse_broken_repository(directory, err if status != 0 else "")
             return None
         top = Path(lines[1]).resolve()
         resolved = directory.resolve() / store_path.name
@@ -728,6 +729,30 @@ def ref_write_problem(err: str) -> str:
         f"git cannot update the ref ({err.strip()}); check that .git/refs and .git/packed-refs "
         "are writable (not read-only or chattr +i); nothing was committed"
     )
+
+
+def _refuse_broken_repository(directory: Path, said: str) -> None:
+    """A ``.git`` git cannot use (a file pointing nowhere) is an error, not a plain-file store.
+
+    Otherwise every commit would silently become a plain file write beside a
+    repository the user thinks holds the store's history.
+    """
+    for folder in (directory.resolve(), *directory.resolve().parents):
+        marker = folder / ".git"
+        if not (marker.exists() or marker.is_symlink()):
+            continue
+        if marker.is_dir() and not said.strip():
+            return  # a real repository whose work tree does not hold the store (its .git dir)
+        where = ""
+        if marker.is_file():
+            text = marker.read_text("utf-8", "replace").strip()
+            where = f" (it says {text[:120]!r})"
+        raise ConfigError(
+            str(marker),
+            f"git cannot use this repository{where}: {said.strip() or 'not a work tree'}; "
+            "repair it (or remove it to keep the store as a plain file): kb will not write the "
+            "store outside the git history it lives in",
+        )
 
 
 def store_version(head: bytes) -> int | None:
