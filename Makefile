@@ -26,10 +26,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Debian packages the tests use: git, and chromium for the HTML report test.
+# Debian packages the tests use: git, chromium for the HTML report test, strace to kill a
+# commit at each of its writes (tests/test_commit_window.py).
 system-deps:
-	@command -v git >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git chromium)
+	@command -v git >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 && \
+	  command -v strace >/dev/null 2>&1 || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git chromium strace)
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check kb tests bench

@@ -583,11 +583,14 @@ class KnowledgeStore:
         A commit another process is making right now (it holds the lock) is
         not interrupted.
         """
+        from kb.store.git import quick_location
+
+        where = quick_location(self.path)  # one git process, no GitPython: reads stay fast
+        if not self.home.intent_file(*(where or (None, None))).exists():
+            return None
         from filelock import Timeout
 
         path = self.intent_path
-        if not path.exists():
-            return None
         try:
             self._lock.acquire(timeout=0)
         except Timeout:

@@ -955,6 +955,32 @@ def catch_up(repo: GitStoreRepo, target: PushTarget, droppable: set[str]) -> str
     return remote_tip
 
 
+def quick_location(store_path: Path) -> tuple[Path, str] | None:
+    """The git directory and the store's work-tree path, by one git process (no GitPython).
+
+    For the checks every read makes (an interrupted commit waiting); ``None``
+    outside a work tree or where git cannot tell.
+    """
+    directory = store_path.parent
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(directory), "rev-parse", "--absolute-git-dir", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    lines = found.stdout.splitlines()
+    if found.returncode != 0 or len(lines) < 2:
+        return None
+    try:
+        rel = (directory.resolve() / store_path.name).relative_to(Path(lines[1]).resolve())
+    except ValueError:
+        return None
+    return Path(lines[0]), rel.as_posix()
+
+
 def read_guard_issue(store_path: Path, file_version: int) -> str | None:
     """Why a work-tree store must not be read as the store (``None``: it may).
 
