@@ -181,7 +181,7 @@ def _open_batches_phrase(open_batches: Sequence[str]) -> str:
 
 
 class JobInterrupted(KbError):
-    """A signal stopped the job before it committed anything.
+    """A signal stopped the job (``committed``: after its commit was made whole).
 
     ``in_flight`` counts the calls sent and not settled when the signal came
     (``None``: the job had no engine): the provider may bill them, and nothing
@@ -197,14 +197,21 @@ class JobInterrupted(KbError):
         *,
         in_flight: int | None = None,
         resumable: bool = False,
+        committed: str | None = None,
     ) -> None:
         self.signal_name = signal_name
         self.spent_usd = spent_usd
         self.open_batches = tuple(open_batches)
         self.in_flight = in_flight
         calls = f"; {in_flight_phrase(in_flight, resumable)}" if in_flight is not None else ""
+        # A signal during a commit waits for it: the commit is then whole, and said so.
+        what = (
+            f"after the commit was made ({committed})"
+            if committed
+            else "nothing committed, the store is unchanged"
+        )
         super().__init__(
-            f"interrupted by {signal_name}: nothing committed, the store is unchanged; "
+            f"interrupted by {signal_name}: {what}; "
             f"{usd(spent_usd)} spent on the runs that finished"
             f"{calls}{_open_batches_phrase(self.open_batches)}"
         )

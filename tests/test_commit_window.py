@@ -27,10 +27,15 @@ from pathlib import Path
 import pytest
 
 from tests.kill_points import (
+    KillPoint,
     Template,
     build_template,
     enumerate_window,
+    fresh_copy,
+    git,
+    kb,
     kb_command,
+    kill_at,
     killed_night_args,
     note_args,
     run_all,
@@ -60,6 +65,7 @@ def test_a_sweep_killed_at_every_write_of_its_commit_loses_nothing(
 ) -> None:
     command = kb_command(*killed_night_args(night_template))
     points = list(enumerate_window(night_template, command, tmp_path))
+    assert len(points) >= 30, points  # kb's renames, links, unlinks, fsyncs and git's
     print(f"{len(points)} kill points: {', '.join(str(p) for p, _ in points)}")
     assert_all_ok(run_all(trial_sweep, points, night_template))
 
@@ -69,5 +75,34 @@ def test_a_note_killed_at_every_write_of_its_commit_loses_nothing(
     night_template: Template, tmp_path: Path
 ) -> None:
     points = list(enumerate_window(night_template, kb_command(*note_args()), tmp_path))
+    assert len(points) >= 15, points
     print(f"{len(points)} kill points: {', '.join(str(p) for p, _ in points)}")
     assert_all_ok(run_all(trial_note, points, night_template))
+
+
+def trial_ctrl_c(template: Template, point: KillPoint, where: Path) -> None:
+    """Ctrl-C at ``point``: exit 130, one line saying whether the commit was made, whole."""
+    command = kb_command(*killed_night_args(template))
+    repo, env = fresh_copy(template, where), template.env
+    before = git(repo, env, "rev-parse", "HEAD")
+    done = kill_at(point, command, repo, env, signal_name="INT")
+    moved = git(repo, env, "rev-parse", "HEAD") != before
+    assert done.returncode == 130 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert ("after the commit was made (kb: sweep" in done.stderr) == moved, done.stderr
+    assert moved or "nothing committed, the store is unchanged" in done.stderr
+    assert kb(repo, env, "verify").returncode == 0  # no commit is left half made
+    assert git(repo, env, "status", "--porcelain") == ""
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_write_of_the_commit_leaves_it_made_or_undone_whole(
+    night_template: Template, tmp_path: Path
+) -> None:
+    """A signal waits while the commit window is open (SPEC 11.2, 13.1)."""
+    command = kb_command(*killed_night_args(night_template))
+    points = [
+        (point, where)
+        for point, where in enumerate_window(night_template, command, tmp_path)
+        if point.git_invocation is None
+    ]
+    assert_all_ok(run_all(trial_ctrl_c, points, night_template))

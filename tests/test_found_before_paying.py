@@ -79,3 +79,22 @@ def test_a_git_file_pointing_nowhere_is_an_error_not_a_plain_store(
     assert "git cannot use this repository" in result.stderr
     assert "gitdir: /nowhere/at/all" in result.stderr
     assert not (isolated / "rulvar.models.json").exists()
+
+
+def test_an_untracked_file_at_tonights_evidence_path_is_refused_before_any_call(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen]
+) -> None:
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, cases=5)
+    junk = repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.jsonl"
+    junk.parent.mkdir()
+    junk.write_text("junk\n")
+    before = state(repo)
+    night = kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1)
+    assert night.exit_code == 2
+    assert f"{junk}: is in the way: git does not track it" in night.stderr
+    assert "git restore" not in night.stderr  # it is not git's to restore
+    assert seen.requests == [] and state(repo) == before
+    junk.unlink()
+    assert kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1).exit_code == 0

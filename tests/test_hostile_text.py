@@ -31,7 +31,7 @@ from tests.cli_helpers import kb
 from tests.factories import eval_claim
 from tests.sweep_helpers import responses, write_spec
 
-HOSTILE = "[click](http://evil.example) @octocat <img src=//evil.example/p.png> a|b"
+HOSTILE = "[click](http://evil.example) @octocat </script><img src=//evil.example/p.png> a|b"
 MODEL = "scripted:[m](http://evil.example)@octocat|x`y"
 EFFORT = "<img src=x>|@e"
 SUBJECT = f"{MODEL}@{EFFORT}"

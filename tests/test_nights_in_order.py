@@ -100,6 +100,9 @@ def test_an_older_night_committing_after_a_newer_one_decides_nothing_over_it(
     assert all(cell.complete for cell, _ in done.cells)  # it exits 0 as its cells would
     assert done.report.claims == () and done.report.retired == ()
     assert {cell.newer_night for cell in done.report.cells} == {ID_3}
+    for cell in done.report.cells:  # what stands is what the store holds now, not at plan time
+        assert [p.claim_id.split("/")[0] for p in cell.prior_stands or ()] == [ID_3]
+        assert cell.epoch is None
     assert "evidence only" in done.commit.message if done.commit else False
     assert_newer_night_stands(repo, runner)
     tree = git(repo, "ls-tree", "-r", "--name-only", "HEAD", "kb-evidence").split()
@@ -135,3 +138,31 @@ def test_a_resumed_older_night_commits_its_evidence_and_pools_in_order(
         runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_2, "--report-id", "n2-again"
     )
     assert again.exit_code == 2 and "is older than" in again.stderr
+
+
+def test_an_older_night_is_never_pooled_into_an_epoch_that_began_after_it(
+    runner: CliRunner, repo: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    path = spec(repo / "s.toml")
+    assert kb(runner, "init").exit_code == 0
+    assert kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_1).exit_code == 0
+    killed = subprocess.run(
+        ["strace", "-o", "/dev/null", "-e", "trace=rename", "-e",
+         "inject=rename:signal=KILL:when=1", sys.executable, "-m", "kb", "sweep", str(path),
+         "--quiet", "--observed-at", NIGHT_2],
+        cwd=repo, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    third = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_3, "--new-epoch")
+    assert third.exit_code == 0, third.stderr
+    resumed = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_2, "--resume")
+    assert resumed.exit_code == 0, resumed.stderr
+    for epoch in read_epochs(repo / "rulvar.models.epochs.json").cells.values():
+        assert [n.report_id for n in epoch.nights] == [ID_3]  # night 2 stays evidence only
+        assert list(epoch.counts) == [1] * 20
+    tree = git(repo, "ls-tree", "-r", "--name-only", "HEAD", "kb-evidence").split()
+    assert f"kb-evidence/{ID_2}.jsonl" in tree

@@ -160,3 +160,18 @@ def test_one_failing_reply_is_suspect_exactly_at_three_prompts_and_a_tenth(
     assert (found is not None) == expect
     if found is not None:
         assert found.labels == {f"target:m/{n}" for n in names[real:]}
+
+
+def test_error_pages_that_differ_only_in_their_body_are_one_reply() -> None:
+    names = [f"c{i}" for i in range(24)]
+    cases = {name: case(name, f"answer {name}") for name in names}
+    page = "<!DOCTYPE html><html><head><title>503 Service Unavailable</title></head>"
+    verdicts = [verdict(n, f"answer {n}", f"answer {n}") for n in names[:8]]
+    verdicts += [
+        verdict(n, f"{page}<body>Ray ID: {i:08x}{n}</body></html>", f"answer {n}")
+        for i, n in enumerate(names[8:])
+    ]
+    found = answer_health(verdicts, cases)
+    assert found is not None
+    assert "16 of 24 replies were '<!DOCTYPE html><html><head><title>503 Service" in found.reason
+    assert len(found.labels) == 16

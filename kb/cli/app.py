@@ -98,13 +98,17 @@ class KbGroup(click.Group):
             _quiet_after_interrupt()
             app = ctx.find_object(App)
             engine = app.engine if app is not None else None
+            committed = app.last_commit() if app is not None else None
             if engine is None:
-                raise KbClickError(JobInterrupted(received.signal_name, 0.0)) from None
+                raise KbClickError(
+                    JobInterrupted(received.signal_name, 0.0, committed=committed)
+                ) from None
             stopped = JobInterrupted(
                 received.signal_name,
                 engine.spent_usd,
                 in_flight=engine.in_flight,  # outside a phase: none
                 resumable=engine.journal is not None,
+                committed=committed,
             )
             raise KbClickError(stopped) from None
         except BrokenPipeError:
@@ -197,8 +201,13 @@ class App:
         if not (self.writing or self.creating or self.reports_pending):
             pending = store.pending_commit()
             if pending is not None:
-                click.echo(f"warning: {interrupted_commit_line(pending)}", err=True)
+                click.echo(f"warning: {pending}", err=True)
         return store
+
+    def last_commit(self) -> str | None:
+        """The subject of the last commit this command made (``None``: none)."""
+        store = self.__dict__.get("store")  # only a store this command opened
+        return store.commits[-1] if store is not None and store.commits else None
 
     def settle(self) -> KnowledgeStore:
         """The store for a command that writes, after settling an interrupted commit.
@@ -212,14 +221,6 @@ class App:
         if said is not None:
             click.echo(f"kb: {said}", err=True)
         return store
-
-
-def interrupted_commit_line(label: str) -> str:
-    """What a read-only command says while an interrupted commit waits to be settled."""
-    return (
-        f"a kb commit was interrupted ({label}); the next kb command that writes settles it "
-        "(kb settle does only that; kb sweep SPEC --resume finishes a night)"
-    )
 
 
 pass_app = click.make_pass_decorator(App)

@@ -307,8 +307,9 @@ def verify(app: App) -> None:
 @pass_app
 def settle(app: App) -> None:
     """Finish or undo a kb commit a kill interrupted (every command that writes does it first)."""
-    app.settle()  # says what it did on stderr
-    click.echo("no kb commit is left interrupted")
+    app.writing = True
+    said = app.store.settle().describe()
+    click.echo(said if said is not None else "nothing to settle: no kb commit was interrupted")
 
 
 @cli.command()

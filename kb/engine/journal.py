@@ -247,7 +247,11 @@ def read_journal(path: Path) -> JournalState | None:
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             if number == len(lines):
                 break  # the last write was cut short by a crash: that run never settled
-            raise ConfigError(f"{path}:{number}", f"not a journaled run: {exc}") from None
+            raise ConfigError(
+                f"{path}:{number}",
+                f"not a journaled run: {exc}; delete that line (its run is asked again on "
+                "--resume) or the whole journal (the night is paid again from its start)",
+            ) from None
         count += 1
         if result.status == "ok":
             settled[result.label] = (str(entry["key"]), result)

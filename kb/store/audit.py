@@ -358,11 +358,7 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
     issues.extend(_beside_issues(store))
     pending = store.pending_commit()
     if pending is not None:
-        issues.append(
-            f"a kb commit was interrupted ({pending}) and is not settled yet: kb settle "
-            "finishes or undoes it (so does any kb command that writes; kb sweep SPEC --resume "
-            "finishes a night)"
-        )
+        issues.append(pending)
     if issues:
         raise ConfigError(str(store.path), issues)
     assert current is not None

@@ -22,6 +22,8 @@ processes commit at once and shares one temp file name between writers):
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,7 +32,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from kb.atomicfile import replace_problem, stream_temp_beside
+from kb.atomicfile import TEMP_SUFFIX, replace_problem, stream_temp_beside
 from kb.errors import (
     CasAttemptsExhausted,
     ConfigError,
@@ -156,6 +158,23 @@ class CommitResult:
         return self.change.ops
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block ends (then they are taken as usual).
+
+    Only the main thread can hold them; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _writer(content: bytes) -> Callable[[IO[bytes]], object]:
     return lambda handle: handle.write(content)
 
@@ -263,6 +282,8 @@ class KnowledgeStore:
         self.lock_timeout = lock_timeout
         self.warnings: list[str] = []
         """Things a caller should tell the user although the commit succeeded."""
+        self.commits: list[str] = []
+        """The subject of each commit this handle made (what an interrupt line names)."""
 
     @cached_property
     def home(self) -> StoreHome:
@@ -569,19 +590,26 @@ class KnowledgeStore:
         return legacy
 
     def _sweep_orphans(self) -> None:
-        """Temps and undo copies of writers killed before their intent: never needed."""
+        """Temps and undo copies of writers killed before their intent: never needed.
+
+        Also this store's half-written intent in the git directory (only its own:
+        another store of the repository has its own lock and its own files).
+        """
         try:
             evidence = self.home.evidence_dirs()
         except ConfigError:
             evidence = []
         sweep_orphans([self.path.parent, *evidence])
+        intent = self.intent_path
+        for orphan in intent.parent.glob(f".{intent.name}.*{TEMP_SUFFIX}"):
+            orphan.unlink(missing_ok=True)
 
     def pending_commit(self) -> str | None:
-        """The subject of a commit a kill interrupted and no writer settled yet (else ``None``).
+        """What to tell a command that only reads while a commit a kill interrupted waits.
 
-        For commands that only read: they say so and name what settles it.
-        A commit another process is making right now (it holds the lock) is
-        not interrupted.
+        ``None`` when none does (a commit another process is making right now,
+        holding the lock, is not interrupted). The line names the commit and
+        what settles it, or, for a record kb cannot read, what to do with it.
         """
         from kb.store.git import quick_location
 
@@ -601,7 +629,12 @@ class KnowledgeStore:
             return str(exc)
         finally:
             self._lock.release()
-        return intent.label if intent is not None else None
+        if intent is None:
+            return None
+        return (
+            f"a kb commit was interrupted ({intent.label}); the next kb command that writes "
+            "settles it (kb settle does only that; kb sweep SPEC --resume finishes a night)"
+        )
 
     def _commit_locked(
         self,
@@ -668,8 +701,48 @@ class KnowledgeStore:
         file is swapped into the work tree, the store last (readers look at
         it); only then does the ref move, by compare-and-swap. A failure at
         any step undoes the files already swapped and leaves the ref where it
-        was; a kill is settled by the next writer (:meth:`settle`).
+        was; a kill is settled by the next writer (:meth:`settle`). SIGINT and
+        SIGTERM wait while the window is open: the commit is made or undone
+        whole, and the signal is taken after it (:attr:`commits` says which).
         """
+        temps = self._write_temps(snapshot, change)
+        deleted = [self.path.parent / name for name in change.deleted]
+        try:
+            prepared = self._prepare_git_commit(
+                {target: temp for target, (temp, _) in temps.items()},
+                deleted,
+                head,
+                message,
+                trailers,
+            )
+            intent = CommitIntent(
+                message,
+                self._pending_files(temps, deleted, prepared),
+                report_id,
+                prepared.commit if prepared is not None else None,
+                prepared.expected_head if prepared is not None else None,
+                prepared.ref if prepared is not None else None,
+            )
+        except BaseException:
+            for temp, _ in temps.values():
+                temp.unlink(missing_ok=True)
+            raise
+        with _signals_held():
+            try:
+                window = CommitWindow.open(self.intent_path, intent, self._intent_base)
+            except BaseException:
+                for temp, _ in temps.values():
+                    temp.unlink(missing_ok=True)
+                raise
+            # From here the window owns the temps: undone or kept whole, or settled next.
+            self._swap_and_publish(window, prepared)
+            self.commits.append(message)
+        return prepared.commit if prepared is not None else None
+
+    def _write_temps(
+        self, snapshot: Snapshot | None, change: Change
+    ) -> dict[Path, tuple[Path, str]]:
+        """Each new file's bytes in an fsynced temp beside it, with their sha256."""
         temps: dict[Path, tuple[Path, str]] = {}
         deleted = [self.path.parent / name for name in change.deleted]
         targets = [self.path.parent / name for name in change.files]
@@ -685,29 +758,14 @@ class KnowledgeStore:
                 )
                 # Built from validated claims with a hash kb computed: as good as a full read.
                 verified.remember(temps[self.path][1])
-            prepared = self._prepare_git_commit(
-                {target: temp for target, (temp, _) in temps.items()},
-                deleted,
-                head,
-                message,
-                trailers,
-            )
-            window = CommitWindow.open(
-                self.intent_path,
-                CommitIntent(
-                    message,
-                    self._pending_files(temps, deleted, prepared),
-                    report_id,
-                    prepared.commit if prepared is not None else None,
-                    prepared.expected_head if prepared is not None else None,
-                    prepared.ref if prepared is not None else None,
-                ),
-                self._intent_base,
-            )
         except BaseException:
             for temp, _ in temps.values():
                 temp.unlink(missing_ok=True)
             raise
+        return temps
+
+    def _swap_and_publish(self, window: CommitWindow, prepared: PreparedCommit | None) -> None:
+        """Move the files in, then the ref; any failure before the ref moved undoes the files."""
         published = False
         try:
             window.swap()
@@ -715,7 +773,11 @@ class KnowledgeStore:
                 assert self.git is not None
                 self.git.publish(prepared)
                 published = True
-                if not self.git.set_index_blobs(prepared.blobs, prepared.removed):
+                try:
+                    indexed = self.git.set_index_blobs(prepared.blobs, prepared.removed)
+                except GitError:
+                    indexed = False  # git died updating it (killed): its index is not ours
+                if not indexed:
                     # A stale index would make a plain `git commit` revert the store:
                     # the commit is taken back instead (the ref by CAS, then the files).
                     self.git.unpublish(prepared)
@@ -729,7 +791,6 @@ class KnowledgeStore:
                 window.undo()
             raise
         window.close()
-        return prepared.commit if prepared is not None else None
 
     def _pending_files(
         self,

@@ -115,10 +115,24 @@ class GitStoreRepo:
         """A fresh name for an index of kb's own in the git directory (git creates the file)."""
         return self.git_dir / f"kb-index-{secrets.token_hex(8)}"
 
+    def left_locks(self) -> list[Path]:
+        """Lock files a git that died may have left on the branch, HEAD, refs or index."""
+        ref, _ = self.head()
+        common = Path(self.run("rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+        found = [
+            common / f"{ref}.lock",
+            self.git_dir / "HEAD.lock",
+            common / "packed-refs.lock",
+            self.git_dir / "index.lock",
+        ]
+        return [lock for lock in dict.fromkeys(found) if lock.exists()]
+
     def index_locked(self) -> str:
-        """What to say when git's index stays locked (its lock file named)."""
+        """What to say when git's index could not be updated (its lock file named)."""
         found = Path(self.run("rev-parse", "--git-path", "index").strip())
         lock = (found if found.is_absolute() else self.top / found).with_suffix(".lock")
+        if not lock.exists():
+            return "git could not update its index (git update-index died)"
         return (
             f"git's index stayed locked ({lock} exists): if no git command is running, a git "
             "that was killed left it: remove it and run the command again"
@@ -577,12 +591,19 @@ class GitStoreRepo:
         _, head = self.head()
         committed = self.blob_in_path(head, rel)
         present = self.hash_file(target) if target.exists() else None
-        if present != committed:
+        if present == committed:
+            return
+        if committed is None:
             raise StoreDirtyError(
                 str(target),
-                f"has changes git has not committed; commit them (git add {rel} && git "
-                f"commit) or discard them (git restore {rel}) before kb commits",
+                "is in the way: git does not track it and kb's commit would replace it; move "
+                "it away (or delete it) and run the command again",
             )
+        raise StoreDirtyError(
+            str(target),
+            f"has changes git has not committed; commit them (git add {rel} && git "
+            f"commit) or discard them (git restore {rel}) before kb commits",
+        )
 
     def blob_in_path(self, commit: str | None, rel: str) -> str | None:
         """The blob of ``rel`` in ``commit`` (``None`` when absent)."""
@@ -676,7 +697,7 @@ class GitStoreRepo:
             if moved_to == prepared.expected_head:
                 # Not a race (the ref is where it was): git could not write it. Retrying
                 # cannot help, so this is not a compare-and-swap conflict.
-                raise ConfigError(prepared.ref, ref_write_problem(err))
+                raise ConfigError(prepared.ref, ref_write_problem(err, self.left_locks()))
             raise KnowledgeCasError(
                 f"git {prepared.ref} moved from {(prepared.expected_head or 'unborn')[:12]} to "
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
@@ -720,11 +741,21 @@ def stale_lock_advice(err: str) -> str | None:
     )
 
 
-def ref_write_problem(err: str) -> str:
+def ref_write_problem(err: str, locks: Sequence[Path] = ()) -> str:
     """Why git could not move the branch although nobody else moved it."""
+    if locks:
+        named = ", ".join(str(lock) for lock in locks)
+        return (
+            f"git's lock file{'s' if len(locks) > 1 else ''} {named} "
+            f"{'are' if len(locks) > 1 else 'is'} left by a git process that was killed; if "
+            "no git command is running, remove them and run the command again; nothing was "
+            "committed"
+        )
     lock = stale_lock_advice(err)
     if lock is not None:
         return f"{lock}; nothing was committed"
+    if not err.strip():
+        return "git update-ref died without a word (killed?); nothing was committed"
     return (
         f"git cannot update the ref ({err.strip()}); check that .git/refs and .git/packed-refs "
         "are writable (not read-only or chattr +i); nothing was committed"

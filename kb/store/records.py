@@ -298,7 +298,7 @@ class CellRecord(WireModel):
     newer_night: str | None = Field(default=None, alias="newerNight")
     """The store already held a newer night of this cell when this one committed (its
     report id): this night claimed and retired nothing there (``outcome`` is what it
-    measured; ``epoch`` is before any pooling into the newer night's epoch)."""
+    measured; ``epoch`` is left out: the newer night's epoch is the cell's)."""
 
     @field_validator("total_cost_usd")
     @classmethod

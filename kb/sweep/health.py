@@ -11,7 +11,8 @@ its answered target runs show either sign:
   empty or whitespace;
 * **one failing reply for many** (an error page, from the first request
   or from some request on): one reply text (after trimming and collapsing
-  whitespace) answers at least :data:`SAME_REPLY_MIN_PROMPTS` distinct
+  whitespace; for an HTML page, its title: a CDN's page differs per request
+  only in its body) answers at least :data:`SAME_REPLY_MIN_PROMPTS` distinct
   prompts, makes up at least :data:`SAME_REPLY_SHARE` of the replies, and
   fails every case it answered. A weak classifier that always answers one
   label passes the cases that expect that label, so it is still measured
@@ -32,6 +33,7 @@ canary whose probes all came back empty is incomplete, never drift
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -84,8 +86,8 @@ def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) ->
         )
     by_reply: dict[str, list[CaseVerdict]] = {}
     for verdict in judged:
-        by_reply.setdefault(_flat(verdict.target.output), []).append(verdict)
-    for reply, answered in by_reply.items():
+        by_reply.setdefault(reply_kind(verdict.target.output), []).append(verdict)
+    for answered in by_reply.values():
         prompts = {(cases[v.name].system, cases[v.name].prompt) for v in answered}
         if (
             len(prompts) >= SAME_REPLY_MIN_PROMPTS
@@ -97,12 +99,30 @@ def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) ->
                 if len(answered) == len(judged)
                 else f"{len(answered)} of {len(judged)} replies were"
             )
+            example = _flat(answered[0].target.output)  # pages of one title may differ
             return Suspicion(
-                f"suspect: {many} {_shown(reply)}, to {len(prompts)} different prompts, "
+                f"suspect: {many} {_shown(example)}, to {len(prompts)} different prompts, "
                 "failing every case (an error page or a stuck provider?)",
                 frozenset(v.target.label for v in answered),
             )
     return None
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+
+
+def reply_kind(text: str | None) -> str:
+    """What makes replies "the same reply": the flattened text, or an HTML page's title.
+
+    A CDN's error page differs from request to request only in its body (a
+    request id, a time), so HTML pages are told apart by title alone.
+    """
+    flat = _flat(text)
+    lowered = flat[:2000].lower()
+    if lowered.startswith("<!doctype html") or "<html" in lowered:
+        found = _TITLE.search(flat)
+        return f"<html> titled {_flat(found.group(1))}" if found else "<html>"
+    return flat
 
 
 def _shown(reply: str) -> str:

@@ -71,6 +71,8 @@ def pool_older_night(current: CellEpoch, night: CellEpochNight) -> CellEpoch | N
     if current.start != prior.start or current.suite != prior.suite:
         return None
     own = night.epoch.nights[-1]
+    if stored_instant(current.start.observed_at) > stored_instant(own.observed_at):
+        return None  # an epoch that began after this night (a resume planned on it)
     if any(n.report_id == own.report_id for n in current.nights):
         return current  # pooled already
     scores = tuple(

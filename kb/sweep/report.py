@@ -25,7 +25,7 @@ from kb.store.records import (
     PriorStands,
     ReportFile,
 )
-from kb.store.snapshot import ClaimEntry
+from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.store.ttl import format_instant
 from kb.sweep.canary import CanaryResult
 from kb.sweep.cells import SweepCell
@@ -90,7 +90,8 @@ def cell_record(
             tuple(PriorStands(claim_id=c.id, polarity=c.polarity, status=c.status) for c in stands)
             or None
         ),
-        epoch=epoch_record(cell) if cell.complete else None,
+        # a newer night's epoch is the cell's now: this night's own view of it would mislead
+        epoch=epoch_record(cell) if cell.complete and newer_night is None else None,
         newer_night=newer_night,
     )
 
@@ -134,15 +135,18 @@ def sweep_report(
     canary: Sequence[CanaryResult],
     committed_version: int | None,
     newer: Mapping[tuple[str, str], str] | None = None,
+    snapshot: Snapshot | None = None,
 ) -> ReportFile:
     """The report of ``measurement`` once ``ops`` are committed (``None``: not committed).
 
     ``newer``: cells the store held a newer night of (their report ids): this
-    night decided nothing there (:mod:`kb.sweep.order`).
+    night decided nothing there (:mod:`kb.sweep.order`). ``snapshot``: the
+    store the change is decided against (the plan's by default), whose live
+    claims are the ones that stand.
     """
     held = newer or {}
     gate = plan.spec.gate
-    live = live_eval_claims(plan.snapshot)
+    live = live_eval_claims(snapshot if snapshot is not None else plan.snapshot)
     retired = retirements(ops)
     gone = {r.claim_id for r in retired}
 

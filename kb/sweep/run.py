@@ -133,7 +133,7 @@ def decide_change(
     ops = (*found.ops, *sweep_ops(snapshot, judged, gate, spec.gate))
     version = (snapshot.version + 1 if ops else snapshot.version) if committing else None
     canary = classified(measurement.canaries, found, version)
-    report = sweep_report(plan, decided, ops, canary, version, newer)
+    report = sweep_report(plan, decided, ops, canary, version, newer, snapshot)
     files = dict(found.files)
     notes = [found.note] if found.note else []
     if evidence is not None:
@@ -429,7 +429,11 @@ def _ready_to_spend(
     files += [store.home.directory / name for name in (writes.settings if writes else {})]
     canary = [store.home.canary_baselines] if plan.spec.canary is not None else []
     epochs = [store.home.epochs_file] if plan.suites else []
-    store.preflight(push=push, writes=[*files, journal, *canary, *epochs], clean=[*canary, *epochs])
+    # A file at one of the commit's paths that git does not hold as it is would stop the
+    # commit after every call was paid: found now.
+    store.preflight(
+        push=push, writes=[*files, journal, *canary, *epochs], clean=[*files, *canary, *epochs]
+    )
 
 
 def _report(

@@ -179,6 +179,25 @@ def site_directory_issue(directory: Path) -> str | None:
     )
 
 
+def script_json(value: object) -> str:
+    r"""JSON that is inert inside a ``<script>``: no ``</script>``, no ``<!--``, no markup.
+
+    ``<``, ``>`` and ``&`` (and U+2028/U+2029, which end a line in older
+    JavaScript) are written as ``\u`` escapes (``\u003c`` …), which JSON and
+    JavaScript read back as the same characters.
+    """
+    text = json.dumps(value, sort_keys=True)
+    for raw, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(raw, escaped)
+    return text
+
+
 def _page(title: str, body: str, script: str = "") -> str:
     tail = f"<script>{script}</script>" if script else ""
     return (
@@ -598,7 +617,7 @@ def compare_page(nights: Sequence[Night]) -> str:
         "</div>"
     )
     script = (
-        f"var D={json.dumps(data, sort_keys=True)};"
+        f"var D={script_json(data)};"
         "var q=new URLSearchParams(location.search),a=D[q.get('a')],b=D[q.get('b')];"
         "var t=document.querySelector('#diff tbody');"
         "if(!a||!b){document.getElementById('which').textContent="
