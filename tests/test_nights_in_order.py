@@ -128,7 +128,11 @@ def test_a_resumed_older_night_commits_its_evidence_and_pools_in_order(
         cwd=repo, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_3).exit_code == 0
+    tonight = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_3)
+    assert tonight.exit_code == 0, tonight.stderr
+    # The stopped night is not forgotten: tonight's sweep names it and what commits it.
+    assert f"the stopped night {ID_2} has 40 paid runs in its journal" in tonight.stderr
+    assert f"kb sweep s.toml --resume --report-id {ID_2} commits it" in tonight.stderr
     resumed = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_2, "--resume")
     assert resumed.exit_code == 0, resumed.stderr
     assert f"not decided: the store holds a newer night, {ID_3}" in " ".join(resumed.stdout.split())

@@ -185,7 +185,7 @@ def sweep(
     from kb.store.evidence import earlier_reports
     from kb.sweep.plan import parse_shard, prepare_sweep, refuse_future_instant
     from kb.sweep.report import plan_json, plan_text
-    from kb.sweep.run import execute_sweep, restart_warning, resume_night
+    from kb.sweep.run import execute_sweep, restart_warning, resume_night, stopped_nights
     from kb.views.html import cell_history, report_html
     from kb.views.report_text import (
         alarm_lines,
@@ -253,6 +253,8 @@ def sweep(
     again = restart_warning(plan, app.store, commit=not no_commit)
     if again is not None:  # before the first call (and in a dry run: what a run would pay)
         click.echo(f"warning: {again}", err=True)
+    for waiting in stopped_nights(plan, app.store):
+        click.echo(f"warning: {waiting}", err=True)
     if dry_run:
         return
     planned: dict[RunKind, int] = {

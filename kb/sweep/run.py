@@ -51,7 +51,7 @@ from kb.sweep.measure import MeasuredCell, Measurement, measure
 from kb.sweep.order import CellKey, cells_with_newer, newer_nights, pool_older_night
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_used_report_id
 from kb.sweep.report import sweep_report
-from kb.sweep.resume import Resume, SweptSpec, find_resume, journal_path
+from kb.sweep.resume import JOURNAL_SUFFIX, Resume, SweptSpec, find_resume, journal_path
 from kb.sweep.spec import SweepSpec
 
 
@@ -401,6 +401,32 @@ def restart_warning(plan: SweepPlan, store: KnowledgeStore, *, commit: bool = Tr
         f"a stopped sweep of {plan.report_id} {' and '.join(said)}; this sweep {how} "
         "for them again (kb sweep --resume reuses them)"
     )
+
+
+def stopped_nights(plan: SweepPlan, store: KnowledgeStore) -> list[str]:
+    """Other nights of this spec that stopped with paid runs in their journals (say so).
+
+    A Ctrl-C or a crash leaves a night's journal; nothing else would remind
+    anyone that those runs can still be committed with ``--resume``.
+    """
+    directory = evidence_target(plan.spec, store).directory
+    swept = SweptSpec.of(plan.spec.path, store)
+    found = []
+    for path in sorted(directory.glob(f"*{JOURNAL_SUFFIX}")):
+        try:
+            journal = read_journal(path)
+        except ConfigError:
+            continue  # told by the resume that reads it
+        if journal is None or journal.report_id == plan.report_id:
+            continue
+        if not swept.swept(journal.spec) or not journal.settled:
+            continue
+        found.append(
+            f"the stopped night {journal.report_id} has {len(journal.settled)} paid runs in its "
+            f"journal: kb sweep {plan.spec.path.name} --resume --report-id {journal.report_id} "
+            "commits it"
+        )
+    return found
 
 
 def _ready_to_spend(
