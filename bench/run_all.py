@@ -23,6 +23,7 @@ BENCHES = [
     ["dataset_bench.py"],
     ["truth_sim.py", "--seeds", "500", "--real-seeds", "10"],  # about 20 minutes
     ["peers.py"],  # inspect_ai and promptfoo when installed (skipped with a line when not)
+    ["kill_points.py"],  # a fresh night killed at every write of its commit (minutes)
 ]
 
 
