@@ -242,13 +242,11 @@ def test_an_untracked_existing_store_is_refused(repo: Path) -> None:
         KnowledgeStore(path).commit(adds("b"), 1, CTX)
 
 
-def test_a_crash_before_any_file_moved_is_finished_from_its_temps(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def crash_before_the_swap(monkeypatch: pytest.MonkeyPatch) -> tuple[KnowledgeStore, bytes]:
+    """Store v1 holds ``a``; committing ``b`` dies after its intent, before any file moved."""
     store = KnowledgeStore("rulvar.models.json")
     store.commit(adds("a"), 0, CTX)
-    path = repo / "rulvar.models.json"
-    old_bytes = path.read_bytes()
+    old_bytes = store.path.read_bytes()
 
     def killed(*args: object) -> None:
         raise SystemExit("killed after the intent was written, before the file replace")
@@ -256,6 +254,14 @@ def test_a_crash_before_any_file_moved_is_finished_from_its_temps(
     with monkeypatch.context() as patch, pytest.raises(SystemExit):
         patch.setattr(CommitWindow, "swap", killed)
         store.commit(adds("b"), 1, CTX)
+    return store, old_bytes
+
+
+def test_a_crash_before_any_file_moved_is_finished_from_its_temps(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, old_bytes = crash_before_the_swap(monkeypatch)
+    path = store.path
     assert path.read_bytes() == old_bytes  # the file is the previous valid store
     # HEAD never moves before the file is in place (SPEC 12.3): git still has v1.
     assert "store v1" in git(repo, "log", "-1", "--format=%s")
@@ -275,17 +281,8 @@ def test_a_crash_before_any_file_moved_is_finished_from_its_temps(
 def test_a_crash_whose_files_were_touched_since_is_undone(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = KnowledgeStore("rulvar.models.json")
-    store.commit(adds("a"), 0, CTX)
-    path = repo / "rulvar.models.json"
-    old_bytes = path.read_bytes()
-
-    def killed(*args: object) -> None:
-        raise SystemExit("killed before the file replace")
-
-    with monkeypatch.context() as patch, pytest.raises(SystemExit):
-        patch.setattr(CommitWindow, "swap", killed)
-        store.commit(adds("b"), 1, CTX)
+    store, old_bytes = crash_before_the_swap(monkeypatch)
+    path = store.path
     for temp in repo.glob(".rulvar.models.json.*.kb-tmp"):
         temp.unlink()  # someone cleaned up: the commit's new store is nowhere now
     settled = KnowledgeStore("rulvar.models.json").settle()

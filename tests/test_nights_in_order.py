@@ -12,6 +12,9 @@ user meets it, through a real ``kb sweep --resume`` of an older night.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -56,6 +59,17 @@ def claims(repo: Path) -> list[dict[str, object]]:
     found = json.loads((repo / STORE).read_text())["claims"]
     assert isinstance(found, list)
     return found
+
+
+def stop_night_2_before_its_commit(repo: Path, path: Path) -> None:
+    """Night 2 is paid and journaled, then killed at its first rename (its commit's intent)."""
+    killed = subprocess.run(
+        ["strace", "-o", "/dev/null", "-e", "trace=rename", "-e",
+         "inject=rename:signal=KILL:when=1", sys.executable, "-m", "kb", "sweep", str(path),
+         "--quiet", "--observed-at", NIGHT_2],
+        cwd=repo, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
 
 
 def assert_newer_night_stands(repo: Path, runner: CliRunner) -> None:
@@ -113,21 +127,10 @@ def test_a_resumed_older_night_commits_its_evidence_and_pools_in_order(
     runner: CliRunner, repo: Path
 ) -> None:
     """A night stopped before its commit, resumed after a newer night committed."""
-    import signal
-    import subprocess
-    import sys
-
     path = spec(repo / "s.toml")
     assert kb(runner, "init").exit_code == 0
     assert kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_1).exit_code == 0
-    # Night 2 is paid and journaled, then killed before its commit (at its first rename).
-    killed = subprocess.run(
-        ["strace", "-o", "/dev/null", "-e", "trace=rename", "-e",
-         "inject=rename:signal=KILL:when=1", sys.executable, "-m", "kb", "sweep", str(path),
-         "--quiet", "--observed-at", NIGHT_2],
-        cwd=repo, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    stop_night_2_before_its_commit(repo, path)
     tonight = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_3)
     assert tonight.exit_code == 0, tonight.stderr
     # The stopped night is not forgotten: tonight's sweep names it and what commits it.
@@ -147,20 +150,10 @@ def test_a_resumed_older_night_commits_its_evidence_and_pools_in_order(
 def test_an_older_night_is_never_pooled_into_an_epoch_that_began_after_it(
     runner: CliRunner, repo: Path
 ) -> None:
-    import signal
-    import subprocess
-    import sys
-
     path = spec(repo / "s.toml")
     assert kb(runner, "init").exit_code == 0
     assert kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_1).exit_code == 0
-    killed = subprocess.run(
-        ["strace", "-o", "/dev/null", "-e", "trace=rename", "-e",
-         "inject=rename:signal=KILL:when=1", sys.executable, "-m", "kb", "sweep", str(path),
-         "--quiet", "--observed-at", NIGHT_2],
-        cwd=repo, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    stop_night_2_before_its_commit(repo, path)
     third = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_3, "--new-epoch")
     assert third.exit_code == 0, third.stderr
     resumed = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_2, "--resume")
