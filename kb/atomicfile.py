@@ -7,11 +7,11 @@ directory, are fsynced, the temp file takes the target's permission bits
 directory is fsynced. A failure removes the temp file and is reported as an
 ``OSError`` naming the *target*, never the temp file's name.
 
-Split in two (:func:`write_temp_beside`, :func:`replace_with`) because a
+Split in two (:func:`stream_temp_beside`, :func:`replace_with`) because a
 store commit writes every file before it publishes its git commit: the
-:class:`Replacement` swaps a set of files in (and removes others) so that,
-until it is kept, every step can be undone — the ref only moves once every
-file is in place, and a ref that cannot move puts the old files back.
+commit window (:mod:`kb.store.commit_window`) swaps a set of files in under
+an intent, so that until the ref moves every step can be undone, and a kill
+is settled by the next writer.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import hashlib
 import io
 import os
 import re
-import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -86,14 +85,19 @@ class _Digesting(io.RawIOBase):
         return len(view)
 
 
-def stream_temp_beside(path: Path, fill: Callable[[IO[bytes]], object]) -> tuple[Path, str]:
+def stream_temp_beside(
+    path: Path, fill: Callable[[IO[bytes]], object], owner: str = ""
+) -> tuple[Path, str]:
     """A new, fsynced temp file next to ``path`` (with its mode) that ``fill`` writes.
 
     Returns the temp file and the sha256 of what was written, so a large file
-    is never held in memory to be written or hashed.
+    is never held in memory to be written or hashed. ``owner`` goes into the
+    name (``.<name>.<owner>-<random>.kb-tmp``) so that whoever made it can
+    tell its own leftovers from another writer's.
     """
+    prefix = f".{path.name}.{owner}-" if owner else f".{path.name}."
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=path.parent)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     temp = Path(name)
@@ -128,80 +132,6 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-class Replacement:
-    """Files swapped in (and removed) as one undoable step.
-
-    Each target that exists is first kept as an undo copy beside it (a hard
-    link: O(1) whatever its size; a copy where links are refused), then the
-    new file is renamed over it. :meth:`undo` puts every target back as it
-    was; :meth:`keep` drops the undo copies. Leftover copies of a killed
-    writer are cleared with its temp files (:func:`temp_files_beside`).
-    """
-
-    def __init__(self) -> None:
-        self._done: list[tuple[Path, Path | None]] = []
-        """(target, its undo copy or ``None`` when it did not exist), in order."""
-
-    def _keep_old(self, path: Path) -> Path | None:
-        if not path.exists():
-            return None
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=BACKUP_SUFFIX, dir=path.parent)
-        os.close(fd)
-        backup = Path(name)
-        backup.unlink()
-        try:
-            os.link(path, backup)
-        except OSError:
-            try:
-                shutil.copy2(path, backup)
-            except OSError as exc:
-                backup.unlink(missing_ok=True)
-                raise OSError(exc.errno, exc.strerror, str(path)) from None
-        return backup
-
-    def put(self, temp: Path, path: Path) -> None:
-        """Swap ``temp`` in as ``path`` (undoable)."""
-        with _target_named(temp, path):
-            backup = self._keep_old(path)
-            try:
-                os.replace(temp, path)
-            except BaseException:
-                if backup is not None:
-                    backup.unlink(missing_ok=True)
-                raise
-        self._done.append((path, backup))
-        fsync_directory(path.parent)
-
-    def remove(self, path: Path) -> None:
-        """Remove ``path`` (undoable)."""
-        backup = self._keep_old(path)
-        if backup is None:
-            return
-        try:
-            path.unlink()
-        except OSError as exc:
-            backup.unlink(missing_ok=True)
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
-        self._done.append((path, backup))
-
-    def undo(self) -> None:
-        """Put every target back as it was, newest change first."""
-        for path, backup in reversed(self._done):
-            if backup is None:
-                path.unlink(missing_ok=True)
-            else:
-                os.replace(backup, path)
-            fsync_directory(path.parent)
-        self._done.clear()
-
-    def keep(self) -> None:
-        """The change stands: drop the undo copies."""
-        for _, backup in self._done:
-            if backup is not None:
-                backup.unlink(missing_ok=True)
-        self._done.clear()
 
 
 _FS_IOC_GETFLAGS = 0x80086601

@@ -106,3 +106,21 @@ def test_ctrl_c_at_any_write_of_the_commit_leaves_it_made_or_undone_whole(
         if point.git_invocation is None
     ]
     assert_all_ok(run_all(trial_ctrl_c, points, night_template))
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_commit_waits_for_it_with_other_threads_running(
+    night_template: Template, tmp_path: Path
+) -> None:
+    """A worker pool's reader threads are alive: the kernel may hand SIGINT to any of them."""
+    from dataclasses import replace
+
+    threaded = replace(night_template, env={**night_template.env, "KB_WORKERS": "1"})
+    command = kb_command(*killed_night_args(threaded))
+    renames = [
+        (point, where)
+        for point, where in enumerate_window(threaded, command, tmp_path)
+        if point.git_invocation is None and point.call == "rename"
+    ]
+    assert len(renames) >= 3  # the intent, the evidence files, the store
+    trial_ctrl_c(threaded, *renames[-1])  # the store's rename: the heart of the commit

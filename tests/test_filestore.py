@@ -127,12 +127,15 @@ def test_read_only_handle_has_no_way_to_write(isolated: Path) -> None:
 
 
 def test_orphaned_temp_files_never_block_and_are_cleared(isolated: Path) -> None:
-    orphan = isolated / ".rulvar.models.json.abc123.kb-tmp"
+    owner = KnowledgeStore("rulvar.models.json").owner
+    orphan = isolated / f".rulvar.models.json.{owner}-abc123.kb-tmp"
     orphan.write_text("half a store")
+    other = isolated / ".rulvar.models.json.abc123.kb-tmp"  # not this store's: left alone
+    other.write_text("someone else's")
     (isolated / ".rulvar.models.json.lock").write_text("")  # a dead writer's lock file
     store = KnowledgeStore("rulvar.models.json", lock_timeout=5)
     store.commit(adds("a"), 0, CTX)
-    assert not orphan.exists()
+    assert not orphan.exists() and other.exists()
     assert store.read().version == 1
 
 
@@ -181,12 +184,12 @@ def test_commits_into_an_unborn_branch(isolated: Path) -> None:
     assert git(isolated, "log", "--format=%s") == "kb: sweep r1: +1 claim (store v1)\n"
 
 
-def test_concurrent_git_activity_is_a_detected_conflict(
+def test_a_commit_the_branch_moved_under_is_made_again_on_top(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A concurrent git commit lands just before the ref moves: kb's commit goes on top."""
     store = KnowledgeStore("rulvar.models.json")
     store.commit(adds("a"), 0, CTX)
-    before = (repo / "rulvar.models.json").read_bytes()
     real_publish = GitStoreRepo.publish
     moved = []
 
@@ -197,19 +200,40 @@ def test_concurrent_git_activity_is_a_detected_conflict(
         return real_publish(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(GitStoreRepo, "publish", someone_commits_first)
-    with pytest.raises(KnowledgeCasError, match="moved"):
-        store.commit(adds("b"), 1, CTX)
-    assert (repo / "rulvar.models.json").read_bytes() == before
-    assert git(repo, "log", "-1", "--format=%s") == "user: concurrent commit\n"
-    # The rebase loop simply builds on the user's commit next time.
-    moved.clear()
-    monkeypatch.setattr(GitStoreRepo, "publish", real_publish)
-    result = store.commit_with_rebase(lambda s: adds("b"), CTX)
-    assert result is not None
+    result = store.commit(adds("b"), 1, CTX)
+    assert result.git_commit == git(repo, "rev-parse", "HEAD").strip()
     assert git(repo, "log", "-2", "--format=%s").splitlines() == [
         "kb: sweep r1: +1 claim (store v2)",
         "user: concurrent commit",
     ]
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+    assert [c.id for c in store.read().claims] == ["a", "b"]
+
+
+def test_a_branch_that_moved_kbs_files_is_a_detected_conflict(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The concurrent commit changed the store itself: undone, and the rebase loop retries."""
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, CTX)
+    real_publish = GitStoreRepo.publish
+    other = repo.parent / "other"
+    git(repo.parent, "clone", "-q", str(repo), str(other))
+    KnowledgeStore(other / "rulvar.models.json").commit(adds("theirs"), 1, CTX)
+    moved = []
+
+    def someone_pulls_first(self: GitStoreRepo, *args: object, **kwargs: object) -> object:
+        if not moved:
+            moved.append(True)
+            git(repo, "fetch", "-q", str(other), "main")
+            git(repo, "update-ref", "refs/heads/main", "FETCH_HEAD")  # the branch moves alone
+        return real_publish(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GitStoreRepo, "publish", someone_pulls_first)
+    with pytest.raises(KnowledgeCasError, match="moved"):
+        store.commit(adds("b"), 1, CTX)
+    assert git(repo, "log", "-1", "--format=%s").startswith("kb: sweep r1: +1 claim (store v2)")
+    assert "theirs" in git(repo, "show", "HEAD:rulvar.models.json")
 
 
 @pytest.mark.parametrize("how", ["unstaged", "staged", "deleted"])
@@ -395,3 +419,57 @@ def test_an_intent_kb_cannot_read_is_one_line_and_nothing_moves(repo: Path) -> N
     with pytest.raises(ConfigError, match="interrupted commit cannot be read"):
         store.commit_with_rebase(lambda s: adds("b"), CTX)
     assert (repo / "rulvar.models.json").read_bytes() == before
+
+
+def test_a_commit_git_gc_pruned_is_undone_not_retried_forever(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, old_bytes = crash_before_the_swap(monkeypatch)
+    git(repo, "gc", "--quiet", "--prune=now")  # the built commit was never reachable
+    settled = KnowledgeStore("rulvar.models.json").settle()
+    assert settled.outcome == "undone" and "git gc" in settled.detail
+    assert store.path.read_bytes() == old_bytes
+    assert git(repo, "status", "--porcelain", "--ignored") == ""
+
+
+def test_a_file_changed_after_the_crash_is_never_overwritten(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull, a checkout or an edit after the crash: the commit is undone, the file kept."""
+    store, _ = crash_before_the_swap(monkeypatch)
+    edited = store.path.read_bytes().replace(b'"a"', b'"a-edited"')
+    store.path.write_bytes(edited)  # what git pull or a hand edit leaves there
+    settled = KnowledgeStore("rulvar.models.json").settle()
+    assert settled.outcome == "undone"
+    assert "rulvar.models.json changed since; left as they are" in settled.detail
+    assert store.path.read_bytes() == edited
+
+
+def test_another_store_beside_it_never_sweeps_this_ones_pending_files(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = KnowledgeStore("a.json")
+    first.commit(adds("a"), 0, CTX)
+
+    def killed(*args: object) -> None:
+        raise SystemExit("killed before the file replace")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit):
+        patch.setattr(CommitWindow, "swap", killed)
+        first.commit(adds("b"), 1, CTX)
+    KnowledgeStore("b.json").commit(adds("x"), 0, CTX)  # a write to another store here
+    settled = KnowledgeStore("a.json").settle()
+    assert settled.outcome == "finished"  # its temp was left alone: the commit is whole
+    assert [c.id for c in KnowledgeStore("a.json").read().claims] == ["a", "b"]
+
+
+def test_a_repository_git_declines_to_look_into_is_a_plain_store_not_an_error(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git(isolated, "init", "-q")
+    inner = isolated / "inner"
+    inner.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(isolated))
+    store = KnowledgeStore(inner / "rulvar.models.json")
+    store.initialize(CTX)
+    assert store.git is None and (inner / "rulvar.models.json").exists()

@@ -254,10 +254,10 @@ def test_every_write_of_a_commit_can_fail_and_nothing_is_half_done(
 
             real_temp = filestore.stream_temp_beside
 
-            def temp(path: Path, fill: Any) -> tuple[Path, str]:
+            def temp(path: Path, fill: Any, owner: str = "") -> tuple[Path, str]:
                 if path.name.endswith(where):
                     fail()
-                return real_temp(path, fill)
+                return real_temp(path, fill, owner)
 
             patch.setattr(filestore, "stream_temp_beside", temp)
         else:

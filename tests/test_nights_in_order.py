@@ -163,3 +163,34 @@ def test_an_older_night_is_never_pooled_into_an_epoch_that_began_after_it(
         assert list(epoch.counts) == [1] * 20
     tree = git(repo, "ls-tree", "-r", "--name-only", "HEAD", "kb-evidence").split()
     assert f"kb-evidence/{ID_2}.jsonl" in tree
+
+
+def test_a_newer_night_committing_after_an_older_one_keeps_it_in_the_epoch(
+    runner: CliRunner, repo: Path
+) -> None:
+    """The usual order of a re-run: last night's job finishes first, tonight's commits second."""
+    path = spec(repo / "s.toml")
+    assert kb(runner, "init").exit_code == 0
+    assert kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_1).exit_code == 0
+    store = KnowledgeStore(repo / STORE)
+    tonight = prepare_sweep(
+        load_spec(path),
+        store.read(),
+        observed_at=parse_flag_instant(NIGHT_3),
+        epochs=read_epochs(store.home.epochs_file),
+    )
+    rerun = kb(runner, "sweep", str(path), "--quiet", "--observed-at", NIGHT_2)
+    assert rerun.exit_code == 0, rerun.stderr
+    done = execute_sweep(tonight, store, Engine(EngineConfig(concurrency=4)))
+    assert all(cell.complete for cell, _ in done.cells)
+    found = claims(repo)
+    live = sorted(str(c["id"]) for c in found if c["status"] == "active")
+    assert live == [f"{ID_3}/scripted:m0/extraction", f"{ID_3}/scripted:m1/extraction"]
+    for epoch in read_epochs(repo / "rulvar.models.epochs.json").cells.values():
+        assert [n.report_id for n in epoch.nights] == [
+            "kb-sweep-2026-11-27T02:00:00.000Z",
+            ID_2,
+            ID_3,
+        ]
+        assert list(epoch.counts) == [3] * 20
+    assert kb(runner, "verify").exit_code == 0

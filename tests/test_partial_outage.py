@@ -175,3 +175,15 @@ def test_error_pages_that_differ_only_in_their_body_are_one_reply() -> None:
     assert found is not None
     assert "16 of 24 replies were '<!DOCTYPE html><html><head><title>503 Service" in found.reason
     assert len(found.labels) == 16
+
+
+def test_answers_that_contain_html_are_not_taken_for_one_error_page() -> None:
+    """A model failing an HTML task writes pages; each is its own answer."""
+    names = [f"c{i}" for i in range(20)]
+    cases = {name: case(name, f"answer {name}") for name in names}
+    verdicts = [verdict(n, f"answer {n}", f"answer {n}") for n in names[:16]]
+    verdicts += [
+        verdict(n, f"```html\n<html><body><h1>Page {n}</h1></body></html>\n```", f"answer {n}")
+        for n in names[16:]
+    ]
+    assert answer_health(verdicts, cases) is None

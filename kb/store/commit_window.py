@@ -54,6 +54,9 @@ HIDDEN_PATTERNS = (f".*{TEMP_SUFFIX}", f".*{BACKUP_SUFFIX}", f".*{INTENT_SUFFIX}
 """What ``.git/info/exclude`` lists so that ``git add -A`` never sees a commit's leftovers."""
 
 
+FileState = Literal["new", "old", "other"]
+
+
 @dataclass(frozen=True)
 class PendingFile:
     """One target of the commit: what it will hold, and how to put it back."""
@@ -68,6 +71,9 @@ class PendingFile:
     """The undo copy of what the target held (``None``: it did not exist)."""
     rel: str | None = None
     """Its path in the git work tree (``None``: not part of the git commit)."""
+    old_stamp: tuple[int, int] | None = None
+    """(size, mtime in ns) of the old file when the undo copy was made: an edit in place
+    (which a hard-linked undo copy would share) changes it."""
 
     def holds_new(self) -> bool:
         """Whether the target holds what the commit puts there (is absent, for a removal)."""
@@ -75,11 +81,36 @@ class PendingFile:
             return not self.path.exists()
         return file_sha256(self.path) == self.sha256
 
-    def durable(self) -> bool:
-        """Whether the new bytes are on disk: in the target, or still whole in the temp."""
+    def holds_old(self) -> bool:
+        """Whether the target still holds what it held before the commit (absent: absent)."""
+        if self.backup is None:
+            return not self.path.exists()
+        if not self.backup.exists() or not self.path.exists():
+            return False
+        if self.old_stamp is not None:
+            return file_stamp(self.path) == self.old_stamp  # untouched since (no edit in place)
+        return file_sha256(self.path) == file_sha256(self.backup)
+
+    def state(self) -> FileState:
+        """Where the target stands: ``new``, ``old`` or ``other``.
+
+        ``new``: the commit's bytes are in place; ``old``: nothing moved it
+        yet; ``other``: someone changed it since (a pull, a checkout, an edit).
+        """
         if self.holds_new():
+            return "new"
+        return "old" if self.holds_old() else "other"
+
+    def finishable(self) -> bool:
+        """In place, or still old with the new bytes whole in the fsynced temp."""
+        found = self.state()
+        if found == "new":
             return True
-        return self.temp is not None and file_sha256(self.temp) == self.sha256
+        if found == "other":
+            return False
+        return self.sha256 is None or (
+            self.temp is not None and file_sha256(self.temp) == self.sha256
+        )
 
 
 @dataclass(frozen=True)
@@ -127,6 +158,7 @@ class CommitIntent:
                     "sha256": f.sha256,
                     "temp": named(f.temp),
                     "backup": named(f.backup),
+                    "oldStamp": list(f.old_stamp) if f.old_stamp else None,
                     "rel": f.rel,
                 }
                 for f in self.files
@@ -152,6 +184,7 @@ class CommitIntent:
                     path(item.get("temp")),
                     path(item.get("backup")),
                     item.get("rel"),
+                    tuple(item["oldStamp"]) if item.get("oldStamp") else None,
                 )
                 for item in document["files"]
             )
@@ -174,15 +207,21 @@ class CommitIntent:
     def complete(self) -> bool:
         """Whether every file of the commit is complete on disk.
 
-        Renamed in, or whole in its fsynced temp; a removal always is (removing
-        the file finishes it).
+        Renamed in, or untouched with its new bytes whole in the fsynced temp
+        (a removal: removing it finishes it). A file someone changed since
+        (neither the old nor the new bytes) makes the commit incomplete.
         """
-        return all(f.sha256 is None or f.durable() for f in self.files)
+        return all(f.finishable() for f in self.files)
+
+    @property
+    def changed_since(self) -> tuple[PendingFile, ...]:
+        """The files that hold neither the commit's bytes nor their old ones."""
+        return tuple(f for f in self.files if f.state() == "other")
 
     def finish_files(self) -> None:
-        """Move in, in order, every file of a complete commit that is not in place yet."""
+        """Move in, in order, each file of a complete commit still holding its old bytes."""
         for pending in self.files:
-            if pending.holds_new():
+            if pending.state() != "old":
                 continue
             if pending.temp is not None:
                 os.replace(pending.temp, pending.path)
@@ -208,6 +247,19 @@ def file_sha256(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """(size, mtime in ns) of a file (``None``: there is none).
+
+    No inode: a repository copied or moved after a crash keeps sizes and
+    modification times (``cp -a``), not inodes.
+    """
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_size, found.st_mtime_ns)
+
+
 def read_intent(path: Path, base: Path) -> CommitIntent | None:
     """The intent at ``path``, its relative paths under ``base`` (``None``: none is pending)."""
     try:
@@ -226,12 +278,12 @@ def looks_legacy(path: Path) -> bool:
     return len(first) >= 40 and all(chr(b) in "0123456789abcdef" for b in first[:40])
 
 
-def _undo_copy(path: Path) -> Path | None:
+def _undo_copy(path: Path, owner: str) -> Path | None:
     """A hidden hard link to ``path`` beside it (a copy where links are refused)."""
     if not path.exists():
         return None
     for _ in range(100):
-        backup = path.with_name(f".{path.name}.{secrets.token_hex(4)}{BACKUP_SUFFIX}")
+        backup = path.with_name(f".{path.name}.{owner}-{secrets.token_hex(4)}{BACKUP_SUFFIX}")
         try:
             os.link(path, backup)
             return backup
@@ -256,12 +308,14 @@ class CommitWindow:
     _moved: list[PendingFile] = field(default_factory=list)
 
     @classmethod
-    def open(cls, intent_path: Path, intent: CommitIntent, base: Path) -> CommitWindow:
+    def open(cls, intent_path: Path, intent: CommitIntent, base: Path, owner: str) -> CommitWindow:
         """Make each target's undo copy, then write the intent: nothing has moved yet."""
         files: list[PendingFile] = []
         try:
             for pending in intent.files:
-                files.append(replace(pending, backup=_undo_copy(pending.path)))
+                backup = _undo_copy(pending.path, owner)
+                stamp = file_stamp(pending.path) if backup is not None else None
+                files.append(replace(pending, backup=backup, old_stamp=stamp))
             opened = replace(intent, files=tuple(files))
             write_atomic(intent_path, opened.render(base))
         except BaseException:
@@ -299,21 +353,23 @@ class CommitWindow:
 def restore(files: Sequence[PendingFile], keep: Iterable[Path] = ()) -> None:
     """Undo: each target that holds the commit's bytes gets its old bytes back.
 
-    A target the commit never reached is left alone, and so is one in
-    ``keep`` (what git's branch holds already). A target that holds neither
-    the old nor the new bytes is someone else's edit and is never touched.
+    A target the commit never reached (still old) is left alone, and so is
+    one in ``keep`` (what git's branch holds already). A target that holds
+    neither the old nor the new bytes is someone else's (a pull, an edit) and
+    is never touched; nor is one whose undo copy is gone (nothing to put back).
     """
     kept = set(keep)
     for pending in reversed(files):
-        if pending.path in kept:
+        if pending.path in kept or pending.state() != "new":
             continue
-        moved = pending.holds_new() and (pending.sha256 is not None or pending.backup is not None)
-        if not moved:
-            continue
-        if pending.backup is not None and pending.backup.exists():
+        if pending.backup is not None:
+            if not pending.backup.exists():
+                continue
             os.replace(pending.backup, pending.path)
         elif pending.sha256 is not None:
             pending.path.unlink(missing_ok=True)
+        else:
+            continue  # a removal of a file that was not there: nothing to put back
         fsync_directory(pending.path.parent)
 
 
@@ -335,6 +391,10 @@ class Decision:
     outcome: Literal["finished", "undone"]
     commit: str | None = None
     """The git commit that stands for it (finished inside git)."""
+    how: Literal["stands", "move", "again", "files"] = "files"
+    """Finished: the branch holds it already (``stands``), the ref moves to it
+    (``move``), it is committed again on a branch that moved (``again``), or
+    outside git only its files (``files``)."""
     keep: tuple[Path, ...] = ()
     """Files an undo leaves as they are: git's branch holds their new bytes already."""
     detail: str = ""
@@ -344,7 +404,16 @@ class Decision:
         """Outside git: finished when every file is complete, else undone."""
         if intent.complete:
             return cls("finished")
-        return cls("undone", detail="not every file was in place")
+        return cls("undone", detail=incomplete_detail(intent))
+
+
+def incomplete_detail(intent: CommitIntent) -> str:
+    """Why an interrupted commit cannot be finished, in a few words."""
+    changed = intent.changed_since
+    if changed:
+        names = ", ".join(f.path.name for f in changed[:3])
+        return f"{names} changed since; left as they are"
+    return "the new bytes of a file are gone"
 
 
 @dataclass(frozen=True)
@@ -377,11 +446,21 @@ class Settled:
         return f"undid an interrupted commit ({self.detail}): {self.label}{resume}"
 
 
-def sweep_orphans(directories: Iterable[Path]) -> None:
-    """Remove temps and undo copies no intent names (a writer killed before its intent)."""
+def sweep_orphans(directories: Iterable[Path], owner: str) -> None:
+    """Remove the temps and undo copies ``owner``'s writers killed before their intent left.
+
+    Only names carrying ``owner`` (see :func:`kb.atomicfile.stream_temp_beside`):
+    another store writing into the same directory (or a shared evidence
+    directory), a merge driver or a cassette keeps its own.
+    """
     for directory in dict.fromkeys(directories):
         if not directory.is_dir():
             continue
         for suffix in (TEMP_SUFFIX, BACKUP_SUFFIX):
-            for orphan in directory.glob(f".*{suffix}"):
+            for orphan in directory.glob(f".*.{glob_escape(owner)}-*{suffix}"):
                 orphan.unlink(missing_ok=True)
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob's special characters matched literally."""
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in name)

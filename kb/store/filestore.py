@@ -21,6 +21,7 @@ processes commit at once and shares one temp file name between writers):
 
 from __future__ import annotations
 
+import hashlib
 import random
 import signal
 import threading
@@ -160,19 +161,29 @@ class CommitResult:
 
 @contextmanager
 def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block ends (then they are taken as usual).
+    """SIGINT and SIGTERM wait until the block ends, then are taken as usual.
 
-    Only the main thread can hold them; elsewhere this does nothing.
+    Python runs signal handlers in the main thread whichever thread the
+    kernel delivers to (worker readers and litellm start threads), so the
+    handlers are swapped for ones that only note the signal, and the first
+    one noted is raised again once the old handlers are back. Outside the
+    main thread (where handlers cannot be set) this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    noted: list[int] = []
+    watched = (signal.SIGINT, signal.SIGTERM)
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: noted.append(signum)) for sig in watched
+    }
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 def _writer(content: bytes) -> Callable[[IO[bytes]], object]:
@@ -562,21 +573,27 @@ class KnowledgeStore:
         if intent is None:
             self._sweep_orphans()
             return Settled("none")
-        if intent.complete:
-            intent.finish_files()
-        found = (
-            self.git.settle_intent(intent)
-            if self.git is not None and intent.commit is not None
-            else Decision.on_disk(intent)
-        )
-        if found.outcome == "undone":
+        git = self.git if intent.commit is not None else None
+        found = git.decide_intent(intent) if git is not None else Decision.on_disk(intent)
+        commit = None
+        if found.outcome == "finished":
+            intent.finish_files()  # decided first: only files still holding their old bytes
+            commit = git.finish_intent(intent, found) if git is not None else None
+        else:
             restore(intent.files, found.keep)
+            if git is not None:
+                git.undo_index(intent)
         drop_leftovers(intent.files)
         path.unlink(missing_ok=True)
         self._sweep_orphans()
-        return Settled(found.outcome, intent.label, intent.report_id, found.commit, found.detail)
+        detail = found.detail or (
+            " (made again on top of the commit the branch moved to meanwhile)"
+            if found.how == "again"
+            else ""
+        )
+        return Settled(found.outcome, intent.label, intent.report_id, commit, detail)
 
-    def _read_intent(self, path: Path) -> CommitIntent | None:
+    def _read_intent(self, path: Path, *, settling: bool = True) -> CommitIntent | None:
         from kb.store.commit_window import looks_legacy, read_intent
 
         try:
@@ -584,25 +601,39 @@ class KnowledgeStore:
         except ConfigError:
             if self.git is None or not looks_legacy(path):
                 raise
-        legacy = self.git.legacy_intent(path)  # written by kb 3
+        legacy = self.git.legacy_intent(path, materialize=settling)  # written by kb 3
+        if legacy is None and not settling:
+            return None
         if legacy is None:  # its commit is not in git: nothing of it reached the branch
             path.unlink(missing_ok=True)
         return legacy
 
     def _sweep_orphans(self) -> None:
-        """Temps and undo copies of writers killed before their intent: never needed.
+        """Temps and undo copies this store's writers left when killed before their intent.
 
-        Also this store's half-written intent in the git directory (only its own:
-        another store of the repository has its own lock and its own files).
+        Only this store's own (their names carry :attr:`owner`): another store
+        beside it, or sharing its evidence directory, has its own lock and its
+        own commits in flight.
         """
         try:
             evidence = self.home.evidence_dirs()
         except ConfigError:
             evidence = []
-        sweep_orphans([self.path.parent, *evidence])
+        sweep_orphans([self.path.parent, *evidence], self.owner)
         intent = self.intent_path
         for orphan in intent.parent.glob(f".{intent.name}.*{TEMP_SUFFIX}"):
             orphan.unlink(missing_ok=True)
+
+    @cached_property
+    def owner(self) -> str:
+        """A tag in the names of this store's temp files and undo copies.
+
+        The hash of the store's path in its work tree (its file name outside
+        git): the same when the repository is moved or copied after a crash,
+        different for every other store of the repository.
+        """
+        name = self.git.rel if self.git is not None else self.path.name
+        return hashlib.sha256(name.encode()).hexdigest()[:8]
 
     def pending_commit(self) -> str | None:
         """What to tell a command that only reads while a commit a kill interrupted waits.
@@ -624,7 +655,7 @@ class KnowledgeStore:
         except Timeout:
             return None
         try:
-            intent = self._read_intent(path)
+            intent = self._read_intent(path, settling=False)
         except ConfigError as exc:
             return str(exc)
         finally:
@@ -729,15 +760,15 @@ class KnowledgeStore:
             raise
         with _signals_held():
             try:
-                window = CommitWindow.open(self.intent_path, intent, self._intent_base)
+                window = CommitWindow.open(self.intent_path, intent, self._intent_base, self.owner)
             except BaseException:
                 for temp, _ in temps.values():
                     temp.unlink(missing_ok=True)
                 raise
             # From here the window owns the temps: undone or kept whole, or settled next.
-            self._swap_and_publish(window, prepared)
+            commit = self._swap_and_publish(window, prepared)
             self.commits.append(message)
-        return prepared.commit if prepared is not None else None
+        return commit
 
     def _write_temps(
         self, snapshot: Snapshot | None, change: Change
@@ -751,10 +782,10 @@ class KnowledgeStore:
             for name, content in change.files.items():
                 target = self.path.parent / name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                temps[target] = stream_temp_beside(target, _writer(content))
+                temps[target] = stream_temp_beside(target, _writer(content), self.owner)
             if snapshot is not None:
                 temps[self.path] = stream_temp_beside(
-                    self.path, lambda handle: write_store(snapshot, handle)
+                    self.path, lambda handle: write_store(snapshot, handle), self.owner
                 )
                 # Built from validated claims with a hash kb computed: as good as a full read.
                 verified.remember(temps[self.path][1])
@@ -764,33 +795,47 @@ class KnowledgeStore:
             raise
         return temps
 
-    def _swap_and_publish(self, window: CommitWindow, prepared: PreparedCommit | None) -> None:
-        """Move the files in, then the ref; any failure before the ref moved undoes the files."""
-        published = False
+    def _swap_and_publish(
+        self, window: CommitWindow, prepared: PreparedCommit | None
+    ) -> str | None:
+        """Move the files in, point the index at them, then move the ref; the commit that stands.
+
+        The index is updated before the ref moves: a kill between the two then
+        leaves the new files staged on the old ``HEAD`` (committing them loses
+        nothing), never a new ``HEAD`` over a stale index that a plain ``git
+        commit`` would turn into an older store. When the branch moved just
+        before the ref (a concurrent ``git commit``), the commit is settled
+        at once as the next writer would: made again on top when the branch
+        left kb's files alone, else undone and the rebase loop retries.
+        """
+        staged = False
         try:
             window.swap()
             if prepared is not None:
                 assert self.git is not None
-                self.git.publish(prepared)
-                published = True
                 try:
                     indexed = self.git.set_index_blobs(prepared.blobs, prepared.removed)
                 except GitError:
                     indexed = False  # git died updating it (killed): its index is not ours
                 if not indexed:
-                    # A stale index would make a plain `git commit` revert the store:
-                    # the commit is taken back instead (the ref by CAS, then the files).
-                    self.git.unpublish(prepared)
-                    published = False
                     raise GitError(
                         f"{self.git.index_locked()}; nothing was committed (a sweep: run it "
                         "again with --resume, which reuses its journaled runs)"
                     )
+                staged = True
+                self.git.publish(prepared)
+        except KnowledgeCasError:
+            settled = self._settle_locked()
+            if settled.outcome == "finished":
+                return settled.git_commit
+            raise
         except Exception:
-            if not published:
-                window.undo()
+            window.undo()  # the files first: unstaging refreshes the index from them
+            if staged and self.git is not None and prepared is not None:
+                self.git.unstage(prepared)
             raise
         window.close()
+        return prepared.commit if prepared is not None else None
 
     def _pending_files(
         self,

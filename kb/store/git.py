@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from kb.atomicfile import BACKUP_SUFFIX, write_atomic
 from kb.errors import ConfigError, GitError, KnowledgeCasError, PushRejected, StoreDirtyError
-from kb.store.commit_window import CommitIntent, Decision, PendingFile
+from kb.store.commit_window import CommitIntent, Decision, PendingFile, incomplete_detail
 from kb.store.layout import conflict_advice, conflict_lines
 
 if TYPE_CHECKING:
@@ -478,51 +478,90 @@ class GitStoreRepo:
 
     # -- settling a commit a kill interrupted -------------------------------------------
 
-    def settle_intent(self, intent: CommitIntent) -> Decision:
-        """Finish or undo the git side of an interrupted commit (see :mod:`kb.store.commit_window`).
+    def decide_intent(self, intent: CommitIntent) -> Decision:
+        """How the git side of an interrupted commit settles (reads only; see the module).
 
-        * the branch points at the commit: it stands — the index is pointed at its blobs;
-        * the branch is where the commit was built: finished (the ref moves by CAS) when
-          every file is complete on disk, else undone;
-        * the branch moved meanwhile (the user committed what ``git status`` showed, a
-          pull): when every file is complete and the branch holds, for each of them, the
-          commit's bytes or its parent's, the same change is committed again on top of
-          the branch (same message and trailers); otherwise undone, keeping every file
-          whose new bytes the branch already holds.
+        * the branch holds the commit (points at it, or the user committed on top):
+          it stands;
+        * the branch is where the commit was built: finished (the ref will move)
+          when every file is complete on disk, else undone;
+        * the branch moved meanwhile (the user committed what ``git status``
+          showed): when every file is complete and the branch holds, for each,
+          the commit's bytes or its parent's, the same change is committed again
+          on top; otherwise undone, keeping each file whose new bytes the branch
+          holds already;
+        * the commit is gone from git (``git gc`` pruned it): undone.
         """
         assert intent.commit is not None
         ref, head = self.head()
-        blobs = {f.rel: self.blob_in_path(intent.commit, f.rel) for f in intent.tracked if f.rel}
-        if head == intent.commit:
-            self._point_index(blobs)
-            return Decision("finished", intent.commit)
-        complete = all(f.holds_new() for f in intent.files)  # the caller moved complete ones in
+        if self.resolve(intent.commit) is None:
+            return Decision("undone", detail="its commit is gone from git (git gc pruned it)")
+        if head is not None and self.is_ancestor(intent.commit, head):
+            return Decision("finished", intent.commit, "stands")
+        complete = intent.complete
         if ref == intent.ref and head == intent.parent:
             if not complete:
-                return Decision("undone", detail="not every file was in place")
-            self._move_ref(ref, intent.commit, head)
-            self._point_index(blobs)
-            return Decision("finished", intent.commit)
+                return Decision("undone", detail=incomplete_detail(intent))
+            return Decision("finished", intent.commit, "move")
+        blobs = self._intent_blobs(intent)
         holds = {rel: self.blob_in_path(head, rel) for rel in blobs}
         parents = {rel: self.blob_in_path(intent.parent, rel) for rel in blobs}
         kept = tuple(f.path for f in intent.tracked if f.rel and holds[f.rel] == blobs[f.rel])
-        moved = f"{ref.removeprefix('refs/heads/')} moved to {(head or 'unborn')[:12]}"
         if ref != intent.ref or head is None:
-            return Decision("undone", keep=kept, detail=f"{moved} meanwhile")
+            where = ref.removeprefix("refs/heads/")
+            return Decision("undone", keep=kept, detail=f"HEAD is on {where} now")
+        moved = f"{ref.removeprefix('refs/heads/')} moved to {head[:12]} meanwhile"
         if not complete or any(holds[r] not in (blobs[r], parents[r]) for r in blobs):
-            why = "not every file was in place" if not complete else "it changed kb's files"
-            return Decision("undone", keep=kept, detail=f"{moved} meanwhile and {why}")
+            why = incomplete_detail(intent) if not complete else "it changed kb's files"
+            return Decision("undone", keep=kept, detail=f"{moved} and {why}")
+        return Decision("finished", intent.commit, "again")
+
+    def finish_intent(self, intent: CommitIntent, decision: Decision) -> str:
+        """Carry out a finished decision once the files are in place; the commit that stands."""
+        assert intent.commit is not None
+        ref, head = self.head()
+        blobs = self._intent_blobs(intent)
+        if decision.how == "stands":
+            if head == intent.commit:
+                self._point_index(blobs)
+            return intent.commit
+        if decision.how == "move":
+            self._move_ref(ref, intent.commit, head)
+            self._point_index(blobs)
+            return intent.commit
+        assert head is not None
         again = self._commit_again(intent.commit, head, blobs)
         self._move_ref(ref, again, head)
         self._point_index(blobs)
-        detail = f" (made again on top of {head[:12]}, which the branch moved to meanwhile)"
-        return Decision("finished", again, detail=detail)
+        return again
 
-    def legacy_intent(self, path: Path) -> CommitIntent | None:
+    def undo_index(self, intent: CommitIntent) -> None:
+        """Unstage what an undone commit staged (the index is updated before the ref moves).
+
+        Each of its files whose index entry holds the commit's blob goes back
+        to ``HEAD``'s; entries the user changed since are left as they are.
+        """
+        _, head = self.head()
+        ours = self._intent_blobs(intent)
+        staged = {rel: self._index_blob(rel) for rel in ours}
+        back = [rel for rel, blob in ours.items() if blob is not None and staged[rel] == blob]
+        heads = {rel: self.blob_in_path(head, rel) for rel in back}
+        self._point_index(heads)
+
+    def _index_blob(self, rel: str) -> str | None:
+        out = self.try_run("ls-files", "-s", "--", rel)
+        return out.split()[1] if out else None
+
+    def _intent_blobs(self, intent: CommitIntent) -> dict[str, str | None]:
+        return {f.rel: self.blob_in_path(intent.commit, f.rel) for f in intent.tracked if f.rel}
+
+    def legacy_intent(self, path: Path, *, materialize: bool = True) -> CommitIntent | None:
         """An intent kb 3 wrote (its commit's oid, then the files beside the store), as today's.
 
         kb 3 kept no undo copies in its intent: each file's old bytes are
-        taken from the commit's parent and kept as the undo copy now.
+        taken from the commit's parent and kept as the undo copy now — only
+        with ``materialize`` (settling, under the lock): a read that only
+        names the commit writes nothing.
         """
         try:
             lines = path.read_text("utf-8").splitlines()
@@ -538,7 +577,7 @@ class GitStoreRepo:
             new, old = self.blob_in_path(commit, rel), self.blob_in_path(parent, rel)
             sha = hashlib.sha256(self.read_blob(new)).hexdigest() if new else None
             backup = None
-            if old is not None and target.parent.is_dir():
+            if materialize and old is not None and target.parent.is_dir():
                 fd, name = tempfile.mkstemp(
                     prefix=f".{target.name}.", suffix=BACKUP_SUFFIX, dir=target.parent
                 )
@@ -615,6 +654,8 @@ class GitStoreRepo:
     def set_index_blobs(self, blobs: Mapping[str, str], removed: Sequence[str] = ()) -> bool:
         """Point the user's index entries for these paths (and only them) at their blobs.
 
+        The work tree must hold these blobs already: the entries' stat data is
+        refreshed from the files, and git re-reads a file that differs.
         Any git command the user runs meanwhile (even ``git status``) may
         hold ``index.lock`` for a moment, so contention is retried briefly.
         If the index stays locked it returns ``False``: the commit still
@@ -703,15 +744,13 @@ class GitStoreRepo:
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
             )
 
-    def unpublish(self, prepared: PreparedCommit) -> None:
-        """Move the ref back to the prepared commit's parent (CAS: only from that commit)."""
-        if prepared.expected_head is None:
-            args = ["-d", prepared.ref, prepared.commit]
-        else:
-            args = [prepared.ref, prepared.expected_head, prepared.commit]
-        status, _, err = self.call("update-ref", "-m", "kb: take back", *args)
-        if status != 0:
-            raise GitError(f"could not take back {prepared.commit[:12]}: {err.strip()}")
+    def unstage(self, prepared: PreparedCommit) -> None:
+        """Point the index entries a commit staged back at its parent's blobs (it did not land)."""
+        rels = [*prepared.blobs, *prepared.removed]
+        self.set_index_blobs(
+            {rel: blob for rel in rels if (blob := self.blob_in_path(prepared.expected_head, rel))},
+            [rel for rel in rels if self.blob_in_path(prepared.expected_head, rel) is None],
+        )
 
 
 @dataclass(frozen=True)
@@ -748,8 +787,8 @@ def ref_write_problem(err: str, locks: Sequence[Path] = ()) -> str:
         return (
             f"git's lock file{'s' if len(locks) > 1 else ''} {named} "
             f"{'are' if len(locks) > 1 else 'is'} left by a git process that was killed; if "
-            "no git command is running, remove them and run the command again; nothing was "
-            "committed"
+            f"no git command is running, remove {'them' if len(locks) > 1 else 'it'} and run "
+            "the command again; nothing was committed"
         )
     lock = stale_lock_advice(err)
     if lock is not None:
@@ -766,23 +805,31 @@ def _refuse_broken_repository(directory: Path, said: str) -> None:
     """A ``.git`` git cannot use (a file pointing nowhere) is an error, not a plain-file store.
 
     Otherwise every commit would silently become a plain file write beside a
-    repository the user thinks holds the store's history.
+    repository the user thinks holds the store's history. Only the nearest
+    ``.git`` itself is judged: git declining to look above a ceiling
+    (``GIT_CEILING_DIRECTORIES``, a file-system boundary) leaves a plain store.
     """
     for folder in (directory.resolve(), *directory.resolve().parents):
         marker = folder / ".git"
         if not (marker.exists() or marker.is_symlink()):
             continue
-        if marker.is_dir() and not said.strip():
-            return  # a real repository whose work tree does not hold the store (its .git dir)
+        checked = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--git-dir"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if checked.returncode == 0:
+            return  # a usable repository: git chose not to treat the store as in it
         where = ""
         if marker.is_file():
-            text = marker.read_text("utf-8", "replace").strip()
-            where = f" (it says {text[:120]!r})"
+            where = f" (it says {marker.read_text('utf-8', 'replace').strip()[:120]!r})"
+        reason = checked.stderr.strip() or said.strip() or "not a repository"
         raise ConfigError(
             str(marker),
-            f"git cannot use this repository{where}: {said.strip() or 'not a work tree'}; "
-            "repair it (or remove it to keep the store as a plain file): kb will not write the "
-            "store outside the git history it lives in",
+            f"git cannot use this repository{where}: {reason}; repair it (or remove it to "
+            "keep the store as a plain file): kb will not write the store outside the git "
+            "history it lives in",
         )
 
 

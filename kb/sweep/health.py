@@ -118,10 +118,11 @@ def reply_kind(text: str | None) -> str:
     request id, a time), so HTML pages are told apart by title alone.
     """
     flat = _flat(text)
-    lowered = flat[:2000].lower()
-    if lowered.startswith("<!doctype html") or "<html" in lowered:
+    lowered = flat[:200].lower()
+    if lowered.startswith(("<!doctype html", "<html")):  # the reply is a page, not about one
         found = _TITLE.search(flat)
-        return f"<html> titled {_flat(found.group(1))}" if found else "<html>"
+        if found is not None:
+            return f"<html> titled {_flat(found.group(1))}"
     return flat
 
 

@@ -61,18 +61,45 @@ def pool_older_night(current: CellEpoch, night: CellEpochNight) -> CellEpoch | N
     """``current`` with an older night's measurements pooled in (``None``: its epoch is gone).
 
     The older night measured the epoch its plan found (``night.suite.prior``);
-    only when that is still the open epoch — same start, same suite — do its
-    case scores count. A night that began an epoch of its own measured none
-    that is still open.
+    only when that is still the open epoch — same start, same suite, begun no
+    later than the night — do its case scores count. A night that began an
+    epoch of its own measured none that is still open.
+    """
+    own = night.epoch.nights[-1]
+    if not _measured(current, night) or stored_instant(current.start.observed_at) > stored_instant(
+        own.observed_at
+    ):
+        return None
+    return _pooled(current, night, newest=False)
+
+
+def rebase_epoch(current: CellEpoch | None, night: CellEpochNight) -> CellEpoch:
+    """The epoch a night writes when the file may hold other nights since its plan.
+
+    A night commits the epoch it measured; when another night (an older one,
+    committed first) pooled into that same epoch meanwhile, that night's cases
+    stay: the file's sums plus this night's, the nights in order, and this
+    night's detectors and rotation (it is the newest).
     """
     prior = night.suite.prior
+    if current is None or prior is None or current == prior or not _measured(current, night):
+        return night.epoch
+    return _pooled(current, night, newest=True)
+
+
+def _measured(current: CellEpoch, night: CellEpochNight) -> bool:
+    """Whether ``current`` is the epoch ``night`` measured (and continued, not began)."""
+    prior = night.suite.prior
     if night.restarted is not None or prior is None:
-        return None
-    if current.start != prior.start or current.suite != prior.suite:
-        return None
+        return False
+    return current.start == prior.start and current.suite == prior.suite
+
+
+def _pooled(current: CellEpoch, night: CellEpochNight, *, newest: bool) -> CellEpoch:
+    """``current`` plus what ``night`` added to the epoch it planned on, nights in order."""
+    prior = night.suite.prior
+    assert prior is not None
     own = night.epoch.nights[-1]
-    if stored_instant(current.start.observed_at) > stored_instant(own.observed_at):
-        return None  # an epoch that began after this night (a resume planned on it)
     if any(n.report_id == own.report_id for n in current.nights):
         return current  # pooled already
     scores = tuple(
@@ -86,7 +113,8 @@ def pool_older_night(current: CellEpoch, night: CellEpochNight) -> CellEpoch | N
     nights = sorted(
         (*current.nights, own), key=lambda n: (stored_instant(n.observed_at), n.report_id)
     )
-    return current.model_copy(update={"scores": scores, "counts": counts, "nights": tuple(nights)})
+    state = night.epoch if newest else current
+    return state.model_copy(update={"scores": scores, "counts": counts, "nights": tuple(nights)})
 
 
 def cells_with_newer(newer: Mapping[CellKey, str]) -> frozenset[str]:

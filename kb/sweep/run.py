@@ -48,7 +48,13 @@ from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
-from kb.sweep.order import CellKey, cells_with_newer, newer_nights, pool_older_night
+from kb.sweep.order import (
+    CellKey,
+    cells_with_newer,
+    newer_nights,
+    pool_older_night,
+    rebase_epoch,
+)
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_used_report_id
 from kb.sweep.report import sweep_report
 from kb.sweep.resume import JOURNAL_SUFFIX, Resume, SweptSpec, find_resume, journal_path
@@ -193,7 +199,7 @@ def epochs_after(
             if pooled is not None:
                 cells[key] = pooled
         elif cell.complete:
-            cells[key] = night.epoch
+            cells[key] = rebase_epoch(cells.get(key), night)
         elif night.suite.restart is not None or (
             night.restarted is not None and night.restarted != "alarm"
         ):
