@@ -441,7 +441,7 @@ class Settled:
             f"; its runs are journaled: kb sweep SPEC --resume --report-id {self.report_id} "
             "commits the night"
             if self.report_id
-            else ""
+            else "; nothing of it was committed: run that command again"
         )
         return f"undid an interrupted commit ({self.detail}): {self.label}{resume}"
 
