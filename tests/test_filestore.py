@@ -473,3 +473,41 @@ def test_a_repository_git_declines_to_look_into_is_a_plain_store_not_an_error(
     store = KnowledgeStore(inner / "rulvar.models.json")
     store.initialize(CTX)
     assert store.git is None and (inner / "rulvar.models.json").exists()
+
+
+def crash_before_the_ref_moves(
+    monkeypatch: pytest.MonkeyPatch, context: CommitContext = CTX
+) -> KnowledgeStore:
+    """Store v1 holds ``a``; committing ``b`` dies with its files in place and staged."""
+    store = KnowledgeStore("rulvar.models.json")
+    store.commit(adds("a"), 0, context)
+
+    def killed(*args: object) -> None:
+        raise SystemExit("killed after the index update, before the ref moved")
+
+    with monkeypatch.context() as patch, pytest.raises(SystemExit):
+        patch.setattr(GitStoreRepo, "publish", killed)
+        store.commit(adds("b"), 1, context)
+    return store
+
+
+def test_a_staged_commit_git_gc_pruned_is_unstaged_too(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = crash_before_the_ref_moves(monkeypatch)
+    git(repo, "gc", "--quiet", "--prune=now")
+    assert KnowledgeStore("rulvar.models.json").settle().outcome == "undone"
+    assert git(repo, "status", "--porcelain", "--ignored") == ""  # nothing left staged
+    assert git(repo, "show", "HEAD:rulvar.models.json") == store.path.read_text()
+
+
+def test_a_note_the_user_committed_whole_is_not_committed_twice(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crash_before_the_ref_moves(monkeypatch, CommitContext("note", "al", label="b"))
+    git(repo, "commit", "-qam", "user: commit -a")  # takes the staged store, the note in it
+    settled = KnowledgeStore("rulvar.models.json").settle()
+    assert settled.outcome == "finished"
+    assert git(repo, "log", "-1", "--format=%s") == "user: commit -a\n"  # no empty kb commit
+    assert KnowledgeStore("rulvar.models.json").settle().outcome == "none"
+    assert [c.id for c in KnowledgeStore("rulvar.models.json").read().claims] == ["a", "b"]

@@ -187,3 +187,18 @@ def test_answers_that_contain_html_are_not_taken_for_one_error_page() -> None:
         for n in names[16:]
     ]
     assert answer_health(verdicts, cases) is None
+
+
+def test_whole_page_answers_with_a_plain_title_are_each_their_own_answer() -> None:
+    names = [f"c{i}" for i in range(20)]
+    cases = {name: case(name, f"answer {name}") for name in names}
+    verdicts = [verdict(n, f"answer {n}", f"answer {n}") for n in names[:16]]
+    verdicts += [
+        verdict(
+            n,
+            f"<!DOCTYPE html><html><head><title>Document</title></head><body>{n}</body></html>",
+            f"answer {n}",
+        )
+        for n in names[16:]
+    ]
+    assert answer_health(verdicts, cases) is None

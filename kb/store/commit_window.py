@@ -429,6 +429,8 @@ class Settled:
     """The commit that now stands for it (finished inside git)."""
     detail: str = ""
     """How it was finished or why it was undone."""
+    changed: tuple[str, ...] = ()
+    """Files of it someone changed since (left as they are)."""
 
     def describe(self) -> str | None:
         """One line for the user (``None``: nothing was interrupted)."""
@@ -441,6 +443,8 @@ class Settled:
             f"; its runs are journaled: kb sweep SPEC --resume --report-id {self.report_id} "
             "commits the night"
             if self.report_id
+            else f"; check {', '.join(self.changed)} before running that command again"
+            if self.changed
             else "; nothing of it was committed: run that command again"
         )
         return f"undid an interrupted commit ({self.detail}): {self.label}{resume}"

@@ -574,6 +574,7 @@ class KnowledgeStore:
             self._sweep_orphans()
             return Settled("none")
         git = self.git if intent.commit is not None else None
+        changed = tuple(f.path.name for f in intent.changed_since)
         found = git.decide_intent(intent) if git is not None else Decision.on_disk(intent)
         commit = None
         if found.outcome == "finished":
@@ -591,7 +592,14 @@ class KnowledgeStore:
             if found.how == "again"
             else ""
         )
-        return Settled(found.outcome, intent.label, intent.report_id, commit, detail)
+        return Settled(
+            found.outcome,
+            intent.label,
+            intent.report_id,
+            commit,
+            detail,
+            changed if found.outcome == "undone" else (),
+        )
 
     def _read_intent(self, path: Path, *, settling: bool = True) -> CommitIntent | None:
         from kb.store.commit_window import looks_legacy, read_intent
@@ -601,7 +609,7 @@ class KnowledgeStore:
         except ConfigError:
             if self.git is None or not looks_legacy(path):
                 raise
-        legacy = self.git.legacy_intent(path, materialize=settling)  # written by kb 3
+        legacy = self.git.legacy_intent(path, materialize=settling, owner=self.owner)  # kb 3
         if legacy is None and not settling:
             return None
         if legacy is None:  # its commit is not in git: nothing of it reached the branch
@@ -611,15 +619,19 @@ class KnowledgeStore:
     def _sweep_orphans(self) -> None:
         """Temps and undo copies this store's writers left when killed before their intent.
 
-        Only this store's own (their names carry :attr:`owner`): another store
-        beside it, or sharing its evidence directory, has its own lock and its
-        own commits in flight.
+        Only this store's own (their names carry :attr:`owner`), in its own
+        directory and the evidence directories inside its work tree: another
+        store has its own lock and its own commits in flight.
         """
         try:
             evidence = self.home.evidence_dirs()
         except ConfigError:
             evidence = []
-        sweep_orphans([self.path.parent, *evidence], self.owner)
+        # An evidence directory outside the store's own tree may be shared with a store of
+        # the same name elsewhere (same tag): its orphans stay there, where git sees nothing.
+        home = self.git.top if self.git is not None else self.path.parent
+        own = [d for d in evidence if d.resolve().is_relative_to(home.resolve())]
+        sweep_orphans([self.path.parent, *own], self.owner)
         intent = self.intent_path
         for orphan in intent.parent.glob(f".{intent.name}.*{TEMP_SUFFIX}"):
             orphan.unlink(missing_ok=True)

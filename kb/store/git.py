@@ -505,6 +505,9 @@ class GitStoreRepo:
             return Decision("finished", intent.commit, "move")
         blobs = self._intent_blobs(intent)
         holds = {rel: self.blob_in_path(head, rel) for rel in blobs}
+        whole = all(holds[r] == blobs[r] for r in blobs)  # the branch holds all of it
+        if head is not None and whole and self._made_again(intent, head):
+            return Decision("finished", intent.commit, "stands")
         parents = {rel: self.blob_in_path(intent.parent, rel) for rel in blobs}
         kept = tuple(f.path for f in intent.tracked if f.rel and holds[f.rel] == blobs[f.rel])
         if ref != intent.ref or head is None:
@@ -514,7 +517,22 @@ class GitStoreRepo:
         if not complete or any(holds[r] not in (blobs[r], parents[r]) for r in blobs):
             why = incomplete_detail(intent) if not complete else "it changed kb's files"
             return Decision("undone", keep=kept, detail=f"{moved} and {why}")
+        if intent.report_id is None and whole:
+            return Decision("finished", intent.commit, "stands")  # your commit holds all of it
+        # A night's commit is made again even when your commit holds every file of it:
+        # the night counts as committed by its Kb-Report trailer (an empty commit records it).
         return Decision("finished", intent.commit, "again")
+
+    def _made_again(self, intent: CommitIntent, head: str) -> bool:
+        """Whether ``HEAD``'s history since the commit's parent holds it made again already.
+
+        (A settle killed after it moved the ref: the same message and trailers.)
+        """
+        assert intent.commit is not None
+        message = self.run("show", "-s", "--format=%B", intent.commit, strip=False)
+        since = f"{intent.parent}..{head}" if intent.parent else head
+        status, out, _ = self.call("log", "--format=%B%x00", since, strip=False)
+        return status == 0 and message.strip() in [m.strip() for m in out.split("\0")]
 
     def finish_intent(self, intent: CommitIntent, decision: Decision) -> str:
         """Carry out a finished decision once the files are in place; the commit that stands."""
@@ -542,11 +560,18 @@ class GitStoreRepo:
         to ``HEAD``'s; entries the user changed since are left as they are.
         """
         _, head = self.head()
-        ours = self._intent_blobs(intent)
-        staged = {rel: self._index_blob(rel) for rel in ours}
-        back = [rel for rel, blob in ours.items() if blob is not None and staged[rel] == blob]
-        heads = {rel: self.blob_in_path(head, rel) for rel in back}
-        self._point_index(heads)
+        back = []
+        for pending in intent.tracked:
+            assert pending.rel is not None
+            staged = self._index_blob(pending.rel)
+            # By content, not by the commit's blobs: the commit may be gone (git gc).
+            if (
+                staged is not None
+                and pending.sha256 is not None
+                and (hashlib.sha256(self.read_blob(staged)).hexdigest() == pending.sha256)
+            ):
+                back.append(pending.rel)
+        self._point_index({rel: self.blob_in_path(head, rel) for rel in back})
 
     def _index_blob(self, rel: str) -> str | None:
         out = self.try_run("ls-files", "-s", "--", rel)
@@ -555,7 +580,9 @@ class GitStoreRepo:
     def _intent_blobs(self, intent: CommitIntent) -> dict[str, str | None]:
         return {f.rel: self.blob_in_path(intent.commit, f.rel) for f in intent.tracked if f.rel}
 
-    def legacy_intent(self, path: Path, *, materialize: bool = True) -> CommitIntent | None:
+    def legacy_intent(
+        self, path: Path, *, materialize: bool = True, owner: str = ""
+    ) -> CommitIntent | None:
         """An intent kb 3 wrote (its commit's oid, then the files beside the store), as today's.
 
         kb 3 kept no undo copies in its intent: each file's old bytes are
@@ -579,7 +606,7 @@ class GitStoreRepo:
             backup = None
             if materialize and old is not None and target.parent.is_dir():
                 fd, name = tempfile.mkstemp(
-                    prefix=f".{target.name}.", suffix=BACKUP_SUFFIX, dir=target.parent
+                    prefix=f".{target.name}.{owner}-", suffix=BACKUP_SUFFIX, dir=target.parent
                 )
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(self.read_blob(old))

@@ -109,19 +109,26 @@ def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) ->
 
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+_ERROR_TITLE = re.compile(
+    r"\b[45]\d\d\b|error|unavailable|bad gateway|timed? ?out|forbidden|denied|too many"
+    r"|cloudflare|just a moment|maintenance",
+    re.IGNORECASE,
+)
+"""What an error page's title says (a model's own pages are told apart by their text)."""
 
 
 def reply_kind(text: str | None) -> str:
     """What makes replies "the same reply": the flattened text, or an HTML page's title.
 
     A CDN's error page differs from request to request only in its body (a
-    request id, a time), so HTML pages are told apart by title alone.
+    request id, a time), so a page whose title reads like an error (a status
+    code, "unavailable", "bad gateway" …) is told apart by its title alone.
     """
     flat = _flat(text)
     lowered = flat[:200].lower()
     if lowered.startswith(("<!doctype html", "<html")):  # the reply is a page, not about one
         found = _TITLE.search(flat)
-        if found is not None:
+        if found is not None and _ERROR_TITLE.search(found.group(1)):
             return f"<html> titled {_flat(found.group(1))}"
     return flat
 
