@@ -17,7 +17,7 @@ from kb.engine.journal import RunJournal, read_journal
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, EngineConfig
 from tests.cli_helpers import unwrapped
-from tests.engine_helpers import plan, scripted
+from tests.engine_helpers import engine_for, plan, scripted
 from tests.fake_batches import BatchSeen, fake_batch_server
 from tests.sweep_helpers import loopback_model, responses, scripted_model, write_spec
 
@@ -44,7 +44,7 @@ def openai(base: str, name: str = "gpt-4o-mini") -> ModelSpec:
 
 def test_a_batch_answers_every_run_at_the_batch_price_and_nothing_goes_live() -> None:
     with fake_batch_server() as (base, seen):
-        results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+        results = Engine.build(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
         live = Engine(EngineConfig()).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
     assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS]  # in plan order
     assert [r.output for r in results] == [r.output for r in live]
@@ -64,7 +64,7 @@ def test_one_batch_per_model_and_other_providers_run_live() -> None:
             *plan(scripted("here", responses={"x": "y"}), ["x"]),
             *plan(openai(base, "gpt-4.1-mini"), PROMPTS[2:]),
         ]
-        results = Engine(BATCH).run(runs, SpendEnvelope(cap=None))
+        results = Engine.build(BATCH).run(runs, SpendEnvelope(cap=None))
     assert [r.output for r in results] == [
         "echo: one",
         "echo: two",
@@ -81,7 +81,7 @@ def test_one_batch_per_model_and_other_providers_run_live() -> None:
 
 def test_a_failed_batch_settles_each_run_as_an_error_with_its_reason() -> None:
     with fake_batch_server(BatchSeen(scenario="fail")) as (base, _):
-        results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+        results = Engine.build(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
     assert {r.status for r in results} == {"error"}
     assert all("the batch batch_1 failed: model not batchable" in (r.error or "") for r in results)
     assert all(r.cost_usd == 0 for r in results)
@@ -89,7 +89,7 @@ def test_a_failed_batch_settles_each_run_as_an_error_with_its_reason() -> None:
 
 def test_an_expired_batch_keeps_what_it_answered() -> None:
     with fake_batch_server(BatchSeen(scenario="expire", answered=2)) as (base, _):
-        results = Engine(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+        results = Engine.build(BATCH).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
     assert [r.status for r in results] == ["ok", "ok", "error", "error"]
     assert results[0].output == "echo: one"
     assert (results[2].error or "").startswith(
@@ -100,7 +100,7 @@ def test_an_expired_batch_keeps_what_it_answered() -> None:
 def test_partial_results_fail_only_the_rejected_requests() -> None:
     prompts = ["fine", "reject this", "also fine"]
     with fake_batch_server(BatchSeen(scenario="partial")) as (base, _):
-        results = Engine(BATCH).run(plan(openai(base), prompts), SpendEnvelope(cap=None))
+        results = Engine.build(BATCH).run(plan(openai(base), prompts), SpendEnvelope(cap=None))
     assert [r.status for r in results] == ["ok", "error", "ok"]
     assert "HTTP 400: this prompt was rejected" in (results[1].error or "")
 
@@ -112,7 +112,7 @@ def test_a_literal_api_key_authenticates_every_batch_call_as_a_live_call(
     literal = "sk-literal-batch-key-0123"
     with fake_batch_server() as (base, seen):
         spec = ModelSpec("openai:gpt-4o-mini", params={"api_base": base, "api_key": literal})
-        results = Engine(BATCH).run(plan(spec, PROMPTS), SpendEnvelope(cap=None))
+        results = Engine.build(BATCH).run(plan(spec, PROMPTS), SpendEnvelope(cap=None))
     assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS], results[0].error
     assert (
         seen.calls("POST", "/v1/batches") == 1 and seen.calls("POST", "/v1/chat/completions") == 0
@@ -125,7 +125,7 @@ def test_a_literal_api_key_authenticates_every_batch_call_as_a_live_call(
 def test_an_unreachable_batch_endpoint_is_an_error_not_a_crash() -> None:
     with fake_batch_server() as (base, _):
         pass  # the server is gone: nothing listens on its port any more
-    results = Engine(BATCH).run(plan(openai(base), PROMPTS[:1]), SpendEnvelope(cap=None))
+    results = Engine.build(BATCH).run(plan(openai(base), PROMPTS[:1]), SpendEnvelope(cap=None))
     assert results[0].status == "error" and "uploading the batch file" in (results[0].error or "")
 
 
@@ -134,7 +134,7 @@ def test_a_journaled_batch_is_polled_again_not_sent_again(tmp_path: Path) -> Non
     seen = BatchSeen(polls_to_finish=10**9)  # never finishes while the first engine waits
     with fake_batch_server(seen) as (base, _):
         journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
-        stopper = Engine(BATCH, journal=journal)
+        stopper = engine_for(BATCH, journal=journal)
         stopper.on_batch = lambda state: stopper.cancel() if state.status == "in_progress" else None
         first = stopper.run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
         journal.close()
@@ -142,7 +142,7 @@ def test_a_journaled_batch_is_polled_again_not_sent_again(tmp_path: Path) -> Non
         state = read_journal(path)
         assert state is not None and list(state.batches.values()) == ["batch_1"]
         seen.polls_to_finish = 0  # the provider finishes the batch while kb was stopped
-        results = Engine(BATCH, settled=state).run(
+        results = engine_for(BATCH, settled=state).run(
             plan(openai(base), PROMPTS), SpendEnvelope(cap=None)
         )
     assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS]
@@ -153,12 +153,12 @@ def test_a_batch_that_ended_is_never_waited_on_again(tmp_path: Path) -> None:
     path = tmp_path / "night.journal.jsonl"
     with fake_batch_server(BatchSeen(scenario="fail")) as (base, seen):
         journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
-        Engine(BATCH, journal=journal).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
+        engine_for(BATCH, journal=journal).run(plan(openai(base), PROMPTS), SpendEnvelope(cap=None))
         journal.close()
         state = read_journal(path)
         assert state is not None and state.batches == {}
         seen.scenario = "complete"
-        again = Engine(BATCH, settled=state).run(
+        again = engine_for(BATCH, settled=state).run(
             plan(openai(base), PROMPTS), SpendEnvelope(cap=None)
         )
     assert {r.status for r in again} == {"ok"}
@@ -317,7 +317,7 @@ def test_canary_probes_stay_live_in_batch_mode() -> None:
     with fake_batch_server() as (base, seen):
         spec = openai(base)
         probe = PlannedRun("canary:p", "canary", spec, build_request(spec, "Ping?"))
-        (result,) = Engine(BATCH).run([probe], SpendEnvelope(cap=None))
+        (result,) = Engine.build(BATCH).run([probe], SpendEnvelope(cap=None))
     assert result.output == "echo: Ping?"
     assert seen.calls("POST", "/v1/chat/completions") == 1 and seen.batches == {}
 
@@ -358,7 +358,9 @@ def test_a_journaled_batched_run_keeps_its_batch_when_reused(tmp_path: Path) -> 
     path = tmp_path / "night.journal.jsonl"
     with fake_batch_server() as (base, _):
         journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
-        first = Engine(BATCH, journal=journal).run(plan(openai(base), PROMPTS), SpendEnvelope(None))
+        first = engine_for(BATCH, journal=journal).run(
+            plan(openai(base), PROMPTS), SpendEnvelope(None)
+        )
         journal.close()
     assert {r.batch_id for r in first} == {"batch_1"}
     state = read_journal(path)

@@ -35,7 +35,7 @@ PROMPTS = ["a", "b", "b", "bad", "c", "b", "a"]
 
 
 def engine(concurrency: int, cassette: Cassette | None = None) -> Engine:
-    return Engine(
+    return Engine.build(
         EngineConfig(
             concurrency=concurrency,
             per_provider=concurrency,

@@ -308,7 +308,7 @@ def test_a_runs_latency_leaves_out_the_wait_for_a_worker(monkeypatch: pytest.Mon
             return ProviderReply("y", Usage(1, 1), 0.0, "declared")
 
     monkeypatch.setattr(kb.engine.scheduler, "time", clock)
-    engine = Engine(FAST, workers=StartingWorkers())  # type: ignore[arg-type]
+    engine = Engine.build(FAST, workers=StartingWorkers())  # type: ignore[arg-type]
     (result,) = engine.run(plan(scripted("s"), ["x"]), SpendEnvelope(cap=None))
     assert result.status == "ok" and result.latency_ms == pytest.approx(250.0)
 

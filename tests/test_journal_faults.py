@@ -210,9 +210,9 @@ def test_a_batch_the_journal_cannot_record_is_named_as_billing_and_not_resumable
     """The batch exists at the provider once created; a resume could not find it."""
     from kb.engine.budget import SpendEnvelope
     from kb.engine.requests import ModelSpec
-    from kb.engine.scheduler import Engine, EngineConfig
+    from kb.engine.scheduler import EngineConfig
     from kb.errors import JournalUnwritable
-    from tests.engine_helpers import plan
+    from tests.engine_helpers import engine_for, plan
     from tests.fake_batches import fake_batch_server
 
     path = tmp_path / "night.journal.jsonl"
@@ -225,7 +225,7 @@ def test_a_batch_the_journal_cannot_record_is_named_as_billing_and_not_resumable
         journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
         FullDisk(monkeypatch, room=path.stat().st_size, where="write")  # full after the header
         with pytest.raises(JournalUnwritable) as stopped:
-            Engine(config, journal=journal).run(plan(spec, ["a", "b"]), SpendEnvelope(cap=None))
+            engine_for(config, journal=journal).run(plan(spec, ["a", "b"]), SpendEnvelope(cap=None))
         journal.close()
         polled = seen.calls("GET", "/v1/batches/batch_1")
     said = str(stopped.value)

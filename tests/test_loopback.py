@@ -62,7 +62,7 @@ def test_a_planted_key_never_reaches_the_cassette(isolated: Path) -> None:
     path = isolated / "run.jsonl"
     with fake_openai_server() as (base, _):
         cassette = Cassette(path, "record")
-        engine = Engine(CONFIG, cassette=cassette)
+        engine = Engine.build(CONFIG, cassette=cassette)
         spec = ModelSpec(
             "openai:fake-model",
             params={
@@ -94,7 +94,7 @@ def test_secrets_echoed_by_a_provider_or_nested_in_params_never_reach_the_casset
                 "metadata": {"origin": authed_base},
             },
         )
-        engine = Engine(CONFIG, cassette=Cassette(path, "record"))
+        engine = Engine.build(CONFIG, cassette=Cassette(path, "record"))
         (result,) = engine.run(plan(spec, ["echo-auth"]), SpendEnvelope(cap=None))
         engine.finish()
     assert result.status == "error" and "Incorrect API key provided: ***" in (result.error or "")

@@ -30,6 +30,11 @@ def key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KB_TEST_KEY", "sk-test-workers")
 
 
+def pooled(pool: WorkerPool | None) -> Engine:
+    """The engine a job builds with ``pool`` making its calls."""
+    return Engine.build(FAST, workers=pool)
+
+
 def openai(base: str) -> ModelSpec:
     return ModelSpec(
         "openai:fake-model",
@@ -51,7 +56,7 @@ def test_workers_answer_exactly_what_the_main_process_would() -> None:
     def night(pool: WorkerPool | None) -> list:  # type: ignore[type-arg]
         with fake_openai_server() as (base, _):  # a fresh server: its 429 comes once each
             runs = plan(openai(base), prompts) + plan(scripted("s", responses={"x": "y"}), ["x"])
-            return Engine(FAST, workers=pool).run(runs, SpendEnvelope(cap=None))
+            return pooled(pool).run(runs, SpendEnvelope(cap=None))
 
     here = night(None)
     pool = WorkerPool(2)
@@ -71,11 +76,11 @@ def test_a_worker_that_dies_fails_its_calls_as_retryable_and_the_rest_go_on() ->
         pool = WorkerPool(2)
         pool.start()
         try:
-            warm = Engine(FAST, workers=pool).run(plan(openai(base), ["warm"]), SpendEnvelope(None))
+            warm = pooled(pool).run(plan(openai(base), ["warm"]), SpendEnvelope(None))
             assert warm[0].status == "ok"
             pool.wait_ready()
             os.kill(pool.pids()[0], signal.SIGKILL)
-            results = Engine(FAST, workers=pool).run(
+            results = pooled(pool).run(
                 plan(openai(base), [f"q{i}" for i in range(6)]), SpendEnvelope(cap=None)
             )
         finally:
@@ -93,7 +98,7 @@ def test_when_no_worker_is_left_calls_are_made_in_process() -> None:
             pool.wait_ready()
             os.kill(pool.pids()[0], signal.SIGKILL)
             pool.wait_all()
-            results = Engine(FAST, workers=pool).run(plan(openai(base), ["a"]), SpendEnvelope(None))
+            results = pooled(pool).run(plan(openai(base), ["a"]), SpendEnvelope(None))
         finally:
             pool.stop()
     assert results[0].status == "ok" and results[0].output == "echo: a"
@@ -156,7 +161,7 @@ def test_a_parent_that_cannot_import_litellm_leaves_the_calls_to_the_sweep(
             pool.wait_all()  # it ended, and with it every pipe
             assert not pool.usable(openai(base))
             assert tried.exists() and pool._parent is not None and pool._parent.wait() == 1
-            results = Engine(FAST, workers=pool).run(plan(openai(base), ["a"]), SpendEnvelope(None))
+            results = pooled(pool).run(plan(openai(base), ["a"]), SpendEnvelope(None))
         finally:
             pool.stop()
     assert results[0].status == "ok" and results[0].output == "echo: a"  # made in-process
@@ -168,7 +173,7 @@ def test_calls_stay_in_the_sweeps_process_unless_workers_are_asked_for() -> None
 
 def test_the_engine_without_workers_is_unchanged() -> None:
     config = EngineConfig()
-    assert Engine(config).workers is None
+    assert Engine.build(config).transport.workers is None  # type: ignore[attr-defined]
 
 
 # -- kb sweep through workers -----------------------------------------------------------------
@@ -248,7 +253,7 @@ def test_a_broken_model_fails_the_same_through_a_worker() -> None:
 
     def outcome(pool: WorkerPool | None) -> object:
         try:
-            return fields(Engine(FAST, workers=pool).run(plan(broken, ["x"]), SpendEnvelope(None)))
+            return fields(pooled(pool).run(plan(broken, ["x"]), SpendEnvelope(None)))
         except KbError as error:
             return (type(error).__name__, str(error))
 

@@ -24,8 +24,8 @@ from kb.checkpoint.spec import CheckpointSpec, leakage_issues
 from kb.engine.budget import SpendEnvelope, usd
 from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec, ProviderRequest, build_request
-from kb.engine.runs import RunResult
-from kb.engine.scheduler import Engine, PlannedRun
+from kb.engine.runs import PlannedRun, RunResult
+from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, unique_names
 from kb.evals.suite import CaseRun, CaseVerdict, judge_phase, run_pairs, target_phase

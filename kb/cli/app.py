@@ -107,7 +107,7 @@ class KbGroup(click.Group):
                 received.signal_name,
                 engine.spent_usd,
                 in_flight=engine.in_flight,  # outside a phase: none
-                resumable=engine.journal is not None,
+                resumable=engine.resumable,
                 committed=committed,
             )
             raise KbClickError(stopped) from None
@@ -290,7 +290,9 @@ class EngineFlags:
     replay: Path | None
 
 
-def build_engine(app: App, config: EngineConfig, flags: EngineFlags) -> Engine:
+def build_engine(
+    app: App, config: EngineConfig, flags: EngineFlags, workers: WorkerPool | None = None
+) -> Engine:
     """An engine with the cassette ``--record``/``--replay`` ask for (kept on ``app``)."""
     from kb.engine.cassette import Cassette
     from kb.engine.scheduler import Engine
@@ -304,7 +306,7 @@ def build_engine(app: App, config: EngineConfig, flags: EngineFlags) -> Engine:
         if flags.record
         else None
     )
-    app.engine = Engine(config, cassette=cassette)
+    app.engine = Engine.build(config, cassette=cassette, workers=workers)
     return app.engine
 
 

@@ -204,8 +204,7 @@ def sweep(
     config = sweep_engine_config(spec, engine_flags.concurrency, batch=batch)
     for warning in spec.warnings + spec.sweep.unused_settings(batch=config.batch):
         click.echo(f"warning: {warning}", err=True)
-    engine = build_engine(app, config, engine_flags)
-    engine.workers = workers
+    engine = build_engine(app, config, engine_flags, workers)
     if not (dry_run or no_commit):
         app.settle()  # before anything reads the store: a night a kill cut short is decided first
     stopped = None

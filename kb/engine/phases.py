@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from kb.engine.budget import SpendForecast, forecast_spend
-from kb.engine.scheduler import PlannedRun
+from kb.engine.runs import PlannedRun
 from kb.errors import ConfigError
 
 

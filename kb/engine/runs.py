@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from kb.engine.requests import ProviderRequest
+    from kb.engine.requests import ModelSpec, ProviderRequest
 
 RunStatus = Literal["ok", "exhausted", "error", "cancelled", "refused"]
 RunKind = Literal["target", "judge", "canary"]
@@ -73,3 +73,15 @@ class RunResult:
     def without_timings(self) -> RunResult:
         """The same run with timing fields cleared (to compare equal runs)."""
         return replace(self, started_at=None, ended_at=None)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One call the job intends to make."""
+
+    label: str
+    kind: RunKind
+    spec: ModelSpec
+    request: ProviderRequest
+    ceiling_usd: float | None = None
+    """The run's own budget (``budgetUsd``); ``None`` means no per-run ceiling."""

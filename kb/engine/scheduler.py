@@ -1,18 +1,26 @@
-"""Running a plan of provider calls: concurrency, retries, budgets, cassettes.
+"""Running a plan of provider calls: order, the envelope, concurrency, retries, signals.
 
 :class:`Engine` takes a *phase* — a list of :class:`PlannedRun` in plan
-order — and returns one :class:`RunResult` per run, in plan order. Beyond
-rulvar, which calls models one after another, runs execute concurrently
-under a global limit and a per-provider limit, with kb's own retries:
-429, 5xx, timeouts and connection failures are retried with jittered
-exponential back-off, honouring the provider's ``retry-after``.
+order — and returns one :class:`RunResult` per run, in plan order. Where an
+answer comes from is its **transport** (:mod:`kb.engine.transports`: live
+litellm calls in this process or in workers, a cassette's replay, with a
+recording or a journal around it; a batch transport for providers with a
+batch API); the engine keeps what holds whatever the transport:
 
-Concurrency never changes a result. Everything a result depends on is
-fixed before the first call: envelope authorizations are taken in plan
-order up front (see :mod:`kb.engine.budget`), cassette occurrence numbers
-are assigned in plan order, and results are returned in plan order. Only
-the timing fields (``started_at``, ``ended_at``) differ between a run at
-concurrency 1 and at 64.
+* everything a result depends on is fixed before the first call: the
+  transport's prepaid runs are found, envelope authorizations are taken in
+  plan order (see :mod:`kb.engine.budget`), and each request's occurrence
+  number and place in the job are assigned in plan order; results come back
+  in plan order — so concurrency never changes a result, only the timing
+  fields (``started_at``, ``ended_at``);
+* calls run under a global and a per-provider limit, with kb's own retries
+  (429, 5xx, timeouts, connection failures; jittered exponential back-off,
+  honouring ``retry-after``) for a transport that retries;
+* every settled run is handed to the transport in the step that settles it,
+  before its slot lets another call start (a journal that cannot write stops
+  the phase before another call is sent);
+* SIGINT/SIGTERM stop the phase: no call starts after, the calls in flight
+  are cut short and counted.
 """
 
 from __future__ import annotations
@@ -22,21 +30,24 @@ import random
 import signal
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
-from kb.engine.cassette import Cassette, Exchange
-from kb.engine.requests import ModelSpec, ProviderRequest, credentials_of
-from kb.engine.runs import RunKind, RunResult, RunStatus
-from kb.errors import ConfigError, JobInterrupted, JournalUnwritable, KbError
+from kb.engine.runs import PlannedRun, RunResult
+from kb.engine.transports.base import BatchTransport, Reply, Transport, ledger_of
+from kb.engine.transports.live import LiveTransport
+from kb.errors import ConfigError, JobInterrupted, JournalUnwritable, KbError, ProviderFailure
 
 if TYPE_CHECKING:
-    from kb.engine.adapter import LiteLLMAdapter
     from kb.engine.batch import BatchState
+    from kb.engine.cassette import Cassette
     from kb.engine.journal import JournalState, RunJournal
     from kb.engine.workers import WorkerPool
+
+__all__ = ["Engine", "EngineConfig", "PlannedRun"]
 
 
 @dataclass(frozen=True)
@@ -67,50 +78,75 @@ class EngineConfig:
             raise ConfigError("engine", "max_retries must be >= 0 and timeout_s > 0")
 
 
-@dataclass(frozen=True)
-class PlannedRun:
-    """One call the job intends to make."""
-
-    label: str
-    kind: RunKind
-    spec: ModelSpec
-    request: ProviderRequest
-    ceiling_usd: float | None = None
-    """The run's own budget (``budgetUsd``); ``None`` means no per-run ceiling."""
-
-
 @dataclass
 class Engine:
     """Executes phases of runs; one engine serves one job (a sweep, a canary …)."""
 
     config: EngineConfig = field(default_factory=EngineConfig)
-    cassette: Cassette | None = None
+    transport: Transport = field(default_factory=LiveTransport)
+    batches: BatchTransport | None = None
+    """Takes the runs it accepts as batches (batch mode); ``None``: every run is live."""
     on_settled: Callable[[RunResult], None] | None = None
     """Called once per settled run (progress bars); never changes a result."""
-    journal: RunJournal | None = None
-    """Where every settled run is written as it settles (``kb sweep --resume`` reads it)."""
-    settled: JournalState | None = None
-    """Runs an earlier, stopped invocation settled ok: served from here, never paid twice."""
     on_batch: Callable[[BatchState], None] | None = None
     """Called after each poll of a batch (progress); never changes a result."""
-    workers: WorkerPool | None = None
-    """Worker processes that make the calls (:mod:`kb.engine.workers`); ``None``: in-process."""
-    _seen: dict[str, int] = field(default_factory=dict, init=False)
-    _seq: int = field(default=0, init=False)
-    _cancelled: bool = field(default=False, init=False)
-    _adapter: LiteLLMAdapter | None = field(default=None, init=False)
-    _envelope: SpendEnvelope | None = field(default=None, init=False)
-    _batched: dict[int, asyncio.Future[RunResult]] = field(default_factory=dict, init=False)
     open_batches: set[str] = field(default_factory=set, init=False)
     """Batches created and not yet finished (an interruption says they are still billed)."""
     interrupted_by: str | None = field(default=None, init=False)
     """The signal (``SIGINT``/``SIGTERM``) that stopped a phase, if one did."""
     cut_short: int | None = field(default=None, init=False)
     """Calls in flight when a phase was stopped (a signal, the journal): sent, not settled."""
+    _seen: dict[str, int] = field(default_factory=dict, init=False)
+    _seq: int = field(default=0, init=False)
+    _cancelled: bool = field(default=False, init=False)
+    _envelope: SpendEnvelope | None = field(default=None, init=False)
+    _batched: dict[int, asyncio.Future[RunResult]] = field(default_factory=dict, init=False)
     _in_flight: int = field(default=0, init=False)
     _journal_failure: JournalUnwritable | None = field(default=None, init=False)
     _unjournaled_batches: list[str] = field(default_factory=list, init=False)
     _phase_tasks: list[asyncio.Task[Any]] = field(default_factory=list, init=False)
+
+    @classmethod
+    def build(
+        cls,
+        config: EngineConfig | None = None,
+        *,
+        cassette: Cassette | None = None,
+        workers: WorkerPool | None = None,
+    ) -> Engine:
+        """The engine of a job, its transports composed in this one place.
+
+        Live calls (in ``workers`` where they can make them), or a cassette's
+        replay; a recording around the live calls when the cassette records;
+        every registered batch API for batch mode (never for a replay).
+        """
+        from kb.engine.transports.batches import BatchRouter
+        from kb.engine.transports.record import RecordingTransport
+        from kb.engine.transports.replay import ReplayTransport
+
+        config = config or EngineConfig()
+        if cassette is not None and cassette.mode == "replay":
+            return cls(config, ReplayTransport(cassette))
+        live = LiveTransport(workers)
+        transport: Transport = live if cassette is None else RecordingTransport(live, cassette)
+        batches = (
+            BatchRouter.of(live, config.batch_poll_s, config.batch_poll_max_s)
+            if config.batch
+            else None
+        )
+        return cls(config, transport, batches)
+
+    @contextmanager
+    def journaled(self, journal: RunJournal, state: JournalState | None) -> Iterator[None]:
+        """While the block runs, every settled run is journaled and ``state``'s are reused."""
+        from kb.engine.transports.journaled import JournaledTransport
+
+        inner = self.transport
+        self.transport = JournaledTransport(inner, journal, state)
+        try:
+            yield
+        finally:
+            self.transport = inner
 
     @property
     def spent_usd(self) -> float:
@@ -123,9 +159,9 @@ class Engine:
         return self._in_flight
 
     @property
-    def replaying(self) -> bool:
-        """True when answers come from a cassette and no provider is called."""
-        return self.cassette is not None and self.cassette.mode == "replay"
+    def resumable(self) -> bool:
+        """Settled runs are journaled (an interrupted job can be resumed)."""
+        return self.transport.resumable
 
     def cancel(self) -> None:
         """Stop: runs not yet finished settle ``cancelled``."""
@@ -137,83 +173,67 @@ class Engine:
 
     def finish(self) -> None:
         """Write the cassette when recording."""
-        if self.cassette is not None and self.cassette.mode == "record":
-            self.cassette.save()
+        from kb.engine.transports.record import RecordingTransport
+
+        found: object = self.transport
+        while found is not None:
+            if isinstance(found, RecordingTransport):
+                found.cassette.save()
+            found = getattr(found, "inner", None)
 
     async def _run_phase(
         self, runs: Sequence[PlannedRun], envelope: SpendEnvelope
     ) -> list[RunResult]:
         self._envelope = envelope
-        if envelope.cap is not None:
-            unbounded = [run.label for run in runs if run.ceiling_usd is None]
-            if unbounded:
-                raise ConfigError(
-                    "budgets",
-                    f"a capped envelope needs a per-run ceiling on every run "
-                    f"({len(unbounded)} without one, e.g. {unbounded[0]})",
-                )
-        reused = [self._reusable(run) for run in runs]
-        reservations = [
-            Reservation(run.label, 0)
-            if earlier is not None
-            else envelope.authorize(
-                run.label, run.ceiling_usd if run.ceiling_usd is not None else 0
-            )
-            if envelope.cap is not None or run.ceiling_usd is not None
-            else Reservation(run.label, 0)
-            for run, earlier in zip(runs, reused, strict=True)
-        ]
-        numbering = []
-        for run in runs:
-            key = run.request.key
-            numbering.append((self._seen.get(key, 0), self._seq))
-            self._seen[key] = self._seen.get(key, 0) + 1
-            self._seq += 1
+        prepaid = [self.transport.prepaid(run) for run in runs]
+        reservations = _authorize(runs, prepaid, envelope)
+        numbering = self._number(runs)
         limit = asyncio.Semaphore(self.config.concurrency)
         per_provider: dict[str, asyncio.Semaphore] = {}
-        tasks: list[asyncio.Task[RunResult]] = []
-        batches = self._batch_groups(runs, reused, reservations, [seq for _, seq in numbering])
+        batches = self._batch_groups(runs, prepaid, reservations, [seq for _, seq in numbering])
         self._phase_tasks = []
         watched = _stop_on_signals(self._interrupt)
+        tasks: list[asyncio.Task[RunResult]] = []
         try:
             async with asyncio.TaskGroup() as group:
                 self._phase_tasks += [
                     group.create_task(self._run_batch([runs[i] for i in members], futures))
                     for members, futures in batches
                 ]
-                tasks += [
-                    group.create_task(
-                        self._settle(
-                            run,
-                            earlier,
-                            reservation,
-                            occurrence,
-                            seq,
-                            envelope,
-                            limit,
-                            per_provider.setdefault(
-                                run.spec.provider, asyncio.Semaphore(self.config.per_provider)
-                            ),
-                        )
+                for run, earlier, reservation, (occurrence, seq) in zip(
+                    runs, prepaid, reservations, numbering, strict=True
+                ):
+                    slots = (
+                        limit,
+                        per_provider.setdefault(
+                            run.spec.provider, asyncio.Semaphore(self.config.per_provider)
+                        ),
                     )
-                    for run, earlier, reservation, (occurrence, seq) in zip(
-                        runs, reused, reservations, numbering, strict=True
+                    task = group.create_task(
+                        self._settle(run, earlier, reservation, occurrence, seq, slots)
                     )
-                ]
-                self._phase_tasks += tasks
-                for task in tasks:
                     task.add_done_callback(self._report_settled)
+                    tasks.append(task)
+                self._phase_tasks += tasks
         except* KbError as group_error:
             raise group_error.exceptions[0] from None
         finally:
             _unwatch(watched)
             self._batched.clear()
             self._phase_tasks = []
-            if self._adapter is not None:
-                await self._adapter.aclose()
-                self._adapter = None
+            await self.transport.aclose()
         self._raise_if_stopped()
         return [task.result() for task in tasks]
+
+    def _number(self, runs: Sequence[PlannedRun]) -> list[tuple[int, int]]:
+        """Each run's occurrence of its request and its place in the job, in plan order."""
+        numbering = []
+        for run in runs:
+            key = run.request.key
+            numbering.append((self._seen.get(key, 0), self._seq))
+            self._seen[key] = self._seen.get(key, 0) + 1
+            self._seq += 1
+        return numbering
 
     def _raise_if_stopped(self) -> None:
         """A stopped phase ends in one error saying what it cut short (the journal's first)."""
@@ -228,7 +248,7 @@ class Engine:
                 self.spent_usd,
                 batches,
                 in_flight=self.cut_short or 0,
-                resumable=self.journal is not None,
+                resumable=self.resumable,
             )
 
     def _interrupt(self, signal_name: str) -> None:
@@ -254,16 +274,14 @@ class Engine:
             if task is not current:
                 task.cancel()
 
-    def _journaled(self, write: Callable[[RunJournal], None]) -> bool:
-        """Write to the journal (when there is one); a refused write stops the phase.
+    def _kept(self, write: Callable[[], None]) -> bool:
+        """Keep something settled (journal, record); a journal that refuses stops the phase.
 
-        Called in the task that holds what it writes, before that task gives
-        the loop back: so no call can start after a write that failed.
+        Called in the task that holds what it keeps, before that task gives the
+        loop back: so no call can start after a write that failed.
         """
-        if self.journal is None:
-            return True
         try:
-            write(self.journal)
+            write()
         except JournalUnwritable as failure:
             if self._journal_failure is None:
                 self._journal_failure = failure
@@ -277,12 +295,6 @@ class Engine:
         if self.on_settled is not None:
             self.on_settled(task.result())
 
-    def _reusable(self, run: PlannedRun) -> RunResult | None:
-        """The journaled ok run of an earlier invocation that asked exactly this."""
-        if self.settled is None:
-            return None
-        return self.settled.reusable(run.label, run.request.key)
-
     async def _settle(
         self,
         run: PlannedRun,
@@ -290,20 +302,11 @@ class Engine:
         reservation: Reservation | None,
         occurrence: int,
         seq: int,
-        envelope: SpendEnvelope,
-        limit: asyncio.Semaphore,
-        provider_limit: asyncio.Semaphore,
+        slots: tuple[asyncio.Semaphore, asyncio.Semaphore],
     ) -> RunResult:
-        """The run's result, journaled in the step that settles it.
-
-        The call's slots were released in this same step: the journal line is
-        on disk (or the phase stopped) before any run waiting on a slot sends.
-        """
-        result = await self._outcome(
-            run, earlier, reservation, occurrence, seq, envelope, limit, provider_limit
-        )
-        if result.status != "cancelled":
-            self._journaled(lambda journal: journal.record(result))
+        """The run's result, handed to the transport in the step that settles it."""
+        result = await self._outcome(run, earlier, reservation, occurrence, seq, slots)
+        self._kept(lambda: self.transport.settled(run, occurrence, seq, result))
         return result
 
     async def _outcome(
@@ -313,10 +316,10 @@ class Engine:
         reservation: Reservation | None,
         occurrence: int,
         seq: int,
-        envelope: SpendEnvelope,
-        limit: asyncio.Semaphore,
-        provider_limit: asyncio.Semaphore,
+        slots: tuple[asyncio.Semaphore, asyncio.Semaphore],
     ) -> RunResult:
+        if earlier is not None:  # paid for by the invocation that journaled it
+            return earlier
         base = RunResult(
             label=run.label,
             kind=run.kind,
@@ -324,100 +327,42 @@ class Engine:
             status="refused",
             request=run.request,
         )
-        if earlier is not None:  # paid for by the invocation that journaled it
-            return _replace(earlier, request=run.request, label=run.label, kind=run.kind)
         if reservation is None:
-            return _replace(base, error="the spend envelope refused this run before it started")
+            return replace(base, error="the spend envelope refused this run before it started")
+        envelope = self._envelope
+        assert envelope is not None
         if self._cancelled:
             envelope.settle(reservation, 0)
-            return _replace(base, status="cancelled")
+            return replace(base, status="cancelled")
         try:
             waiting = self._batched.get(seq)
-            if waiting is not None:
-                result = await waiting
-            else:
-                result = await self._call(run, occurrence, limit, provider_limit)
+            result = (
+                await waiting if waiting is not None else await self._call(run, occurrence, slots)
+            )
         except asyncio.CancelledError:
             envelope.settle(reservation, 0)
             raise
         envelope.settle(reservation, result.cost_usd)
-        if (
-            result.status == "ok"
-            and run.ceiling_usd is not None
-            and result.cost_usd > 0
-            and debit_micros(result.cost_usd) > debit_micros(run.ceiling_usd)
-        ):
-            result = _replace(
-                result,
-                status="exhausted",
-                error=f"cost ${result.cost_usd:.6f} exceeded the run's ceiling "
-                f"${run.ceiling_usd:.6f}",
-            )
-        if self.cassette is not None and self.cassette.mode == "record" and not result.replayed:
-            self.cassette.record(
-                Exchange(
-                    key=run.request.key,
-                    occurrence=occurrence,
-                    seq=seq,
-                    request=run.request.canonical(),
-                    status="ok" if result.status in ("ok", "exhausted") else "error",
-                    output=result.output,
-                    usage=result.usage,
-                    cost_usd=result.cost_usd,
-                    error=None if result.status in ("ok", "exhausted") else result.error,
-                    attempts=result.attempts,
-                    price_source=result.price_source,
-                ),
-                credentials_of(run.spec.params),
-            )
-        return result
+        return _within_ceiling(run, result)
 
     async def _call(
-        self,
-        run: PlannedRun,
-        occurrence: int,
-        limit: asyncio.Semaphore,
-        provider_limit: asyncio.Semaphore,
+        self, run: PlannedRun, occurrence: int, slots: tuple[asyncio.Semaphore, asyncio.Semaphore]
     ) -> RunResult:
+        """The call with kb's retries (a transport that does not retry answers once)."""
+        limit, provider_limit = slots
         base = RunResult(
             label=run.label, kind=run.kind, model=run.spec.key, status="ok", request=run.request
         )
-        if self.replaying:
-            assert self.cassette is not None
-            exchange = self.cassette.lookup(run.request, occurrence, run.label)
-            now = time.monotonic()
-            status: RunStatus = "ok" if exchange.status == "ok" else "error"
-            return _replace(
-                base,
-                status=status,
-                output=exchange.output,
-                usage=exchange.usage,
-                cost_usd=exchange.cost_usd,
-                error=exchange.error,
-                attempts=exchange.attempts,
-                price_source=exchange.price_source,
-                replayed=True,
-                started_at=now,
-                ended_at=now,
-            )
-        from kb.errors import ProviderFailure
-
         started = None
         attempts = 0
         while True:
             if self._cancelled:
-                return _replace(
-                    base,
-                    status="cancelled",
-                    attempts=attempts,
-                    started_at=started,
-                    ended_at=time.monotonic(),
-                )
+                return _ended(base, started, status="cancelled", attempts=attempts)
             # The provider's slot first: a task queued on one busy provider must not
             # sit on a global slot that another provider's run could use.
             async with provider_limit, limit:
                 if started is None:
-                    await self._ready_to_call(run)  # not the provider's time: kept out of latency
+                    await self.transport.ready(run)  # not the provider's time: not latency
                     started = time.monotonic()
                 if self._cancelled:  # stopped while this run waited: it sends nothing
                     continue
@@ -428,55 +373,42 @@ class Engine:
                 except ProviderFailure as failure:
                     error = failure
                 else:
-                    return _replace(
-                        base,
-                        output=reply.text,
-                        usage=reply.usage,
-                        cost_usd=reply.cost_usd,
-                        price_source=reply.price_source,
-                        attempts=attempts,
-                        started_at=started,
-                        ended_at=time.monotonic(),
-                    )
-            if not error.retryable or attempts > self.config.max_retries:
-                return _replace(
-                    base,
-                    status="error",
-                    error=error.message,
-                    attempts=attempts,
-                    started_at=started,
-                    ended_at=time.monotonic(),
-                )
+                    return _answered(base, reply, attempts, started)
+            if (
+                not self.transport.retries
+                or not error.retryable
+                or attempts > self.config.max_retries
+            ):
+                return _ended(base, started, status="error", error=error.message, attempts=attempts)
             await asyncio.sleep(self._backoff(attempts, error.retry_after))
+
+    async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Reply:
+        """One attempt at the call, counted in flight from when it is sent until it ends."""
+        self._in_flight += 1
+        try:
+            return await self.transport.complete(run, occurrence, timeout_s)
+        finally:
+            self._in_flight -= 1
 
     def _batch_groups(
         self,
         runs: Sequence[PlannedRun],
-        reused: Sequence[RunResult | None],
+        prepaid: Sequence[RunResult | None],
         reservations: Sequence[Reservation | None],
         seqs: Sequence[int],
     ) -> list[tuple[list[int], list[asyncio.Future[RunResult]]]]:
-        """The runs to send as batches, grouped (indexes in plan order); futures set up.
+        """The runs the batch transport takes, grouped (indexes in plan order); futures set up.
 
-        Only runs that will really call a provider with a batch API: not served from
-        the journal, authorized by the envelope, not replayed from a cassette.
+        Only runs that will really call a provider: not prepaid, authorized.
         """
-        if not self.config.batch or self.replaying:
+        if self.batches is None:
             return []
-        from kb.engine.batch import batchable, group_key
-
-        groups: dict[tuple[str, str, str], list[int]] = {}
+        groups: dict[Hashable, list[int]] = {}
         for index, (run, earlier, reservation) in enumerate(
-            zip(runs, reused, reservations, strict=True)
+            zip(runs, prepaid, reservations, strict=True)
         ):
-            # canary probes stay live: the drift they look for decides the night's plan
-            if (
-                earlier is None
-                and reservation is not None
-                and run.kind != "canary"
-                and batchable(run.spec)
-            ):
-                groups.setdefault(group_key(run.spec, run.request), []).append(index)
+            if earlier is None and reservation is not None and self.batches.accepts(run):
+                groups.setdefault(self.batches.group(run), []).append(index)
         loop = asyncio.get_running_loop()
         found = []
         for members in groups.values():
@@ -489,114 +421,21 @@ class Engine:
     async def _run_batch(
         self, runs: Sequence[PlannedRun], futures: Sequence[asyncio.Future[RunResult]]
     ) -> None:
-        """Send ``runs`` as one batch, wait for it, and settle each run's future."""
-        from kb.engine.batch import (
-            BatchMembers,
-            batch_state,
-            input_file,
-            missing_reason,
-            poll_delays,
-            read_results,
-        )
-        from kb.errors import ProviderFailure
-
-        names = BatchMembers(tuple((run.label, run.request.key) for run in runs))
-        spec, request = runs[0].spec, runs[0].request
-        started = time.monotonic()
-        sent: str | None = None  # the batch id, once the provider has it
-
-        def settle_all(answer: Callable[[int, PlannedRun], RunResult]) -> None:
-            for index, (run, future) in enumerate(zip(runs, futures, strict=True)):
-                if not future.done():
-                    future.set_result(replace(answer(index, run), batch_id=sent))
-
-        def failed(run: PlannedRun, message: str) -> RunResult:
-            return RunResult(
-                label=run.label,
-                kind=run.kind,
-                model=run.spec.key,
-                status="error",
-                request=run.request,
-                error=message,
-                attempts=1,
-                started_at=started,
-                ended_at=time.monotonic(),
-            )
-
-        def cancelled(_: int, run: PlannedRun) -> RunResult:
-            return replace(failed(run, "cancelled"), status="cancelled")
-
-        adapter = self._live_adapter()
+        """Let the batch transport settle ``runs``; each run's future gets its result."""
+        assert self.batches is not None
         try:
-            batch_id = self.settled.batches.get(names.key) if self.settled else None
-            if batch_id is None:
-                if self._cancelled:
-                    settle_all(cancelled)
-                    return
-                batch_id = await adapter.submit_batch(
-                    spec, request, input_file(names, [r.request for r in runs]), names.key[:16]
-                )
-                created = batch_id
-                if not self._journaled(lambda journal: journal.record_batch(names.key, created)):
-                    self._unjournaled_batches.append(created)  # billed; no resume will know it
-                    settle_all(cancelled)
-                    return
-            sent = batch_id
-            self.open_batches.add(batch_id)
-            delays = poll_delays(self.config.batch_poll_s, self.config.batch_poll_max_s)
-            while True:
-                state = batch_state(await adapter.batch_status(spec, request, batch_id))
-                if self.on_batch is not None:
-                    self.on_batch(state)
-                if state.done:
-                    self.open_batches.discard(batch_id)
-                    break
-                if self._cancelled:  # kb stops waiting; the batch stays journaled for --resume
-                    settle_all(cancelled)
-                    return
-                await asyncio.sleep(next(delays))
-            output = (
-                await adapter.batch_file(spec, request, state.output_file_id)
-                if state.output_file_id
-                else None
-            )
-            errors = (
-                await adapter.batch_file(spec, request, state.error_file_id)
-                if state.error_file_id
-                else None
-            )
-        except ProviderFailure as failure:
-            said = failure.message
-            settle_all(lambda _, run: failed(run, said))
-            return
+            results = await self.batches.settle(runs, _BatchPhase(self), self.on_batch)
         except asyncio.CancelledError:
-            settle_all(cancelled)
+            for run, future in zip(runs, futures, strict=True):
+                if not future.done():
+                    cut = RunResult(
+                        run.label, run.kind, run.spec.key, "cancelled", request=run.request
+                    )
+                    future.set_result(cut)
             raise
-        if state.status != "completed":
-            over, status = batch_id, state.status
-            self._journaled(lambda journal: journal.record_batch_end(over, status))
-        answers = read_results(output, errors)
-        ended = time.monotonic()
-
-        def answered(index: int, run: PlannedRun) -> RunResult:
-            found = answers.get(names.custom_id(index))
-            if found is None:
-                return failed(run, missing_reason(state))
-            if found.text is None:
-                return failed(run, f"batch {state.batch_id}: {found.error}")
-            cost, source = adapter.batch_cost(run.spec, run.request, found.usage)
-            return replace(
-                failed(run, ""),
-                status="ok",
-                error=None,
-                output=found.text,
-                usage=found.usage,
-                cost_usd=cost,
-                price_source=source,
-                ended_at=ended,
-            )
-
-        settle_all(answered)
+        for future, result in zip(futures, results, strict=True):
+            if not future.done():
+                future.set_result(result)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Jittered exponential back-off; never shorter than the provider's ``retry-after``."""
@@ -609,55 +448,100 @@ class Engine:
             delay = max(delay, min(retry_after, max(self.config.backoff_max_s * 4, 120.0)))
         return delay
 
-    async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Any:
-        """One attempt at the call, counted in flight from when it is sent until it ends."""
-        self._in_flight += 1
-        try:
-            return await self._attempt_once(run, occurrence, timeout_s)
-        finally:
-            self._in_flight -= 1
 
-    async def _attempt_once(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Any:
-        """One attempt at the call: in a worker process when there is one, else here."""
-        from kb.errors import ProviderFailure
+class _BatchPhase:
+    """What the engine lets a batch transport ask of the running phase."""
 
-        workers = self._workers_for(run)
-        if workers is None:
-            return await self._live_adapter().complete(
-                run.spec, run.request, occurrence=occurrence, timeout_s=timeout_s
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._ledger = ledger_of(engine.transport)
+
+    @property
+    def stopped(self) -> bool:
+        return self._engine._cancelled
+
+    def batch_for(self, members: str) -> str | None:
+        return self._ledger.batch_for(members) if self._ledger is not None else None
+
+    def note_batch(self, members: str, batch_id: str) -> bool:
+        ledger = self._ledger
+        if ledger is None:
+            return True
+        if self._engine._kept(lambda: ledger.record_batch(members, batch_id)):
+            return True
+        self._engine._unjournaled_batches.append(batch_id)  # billed; no resume will know it
+        return False
+
+    def note_batch_end(self, batch_id: str, status: str) -> None:
+        ledger = self._ledger
+        if ledger is not None:
+            self._engine._kept(lambda: ledger.record_batch_end(batch_id, status))
+
+    def opened(self, batch_id: str) -> None:
+        self._engine.open_batches.add(batch_id)
+
+    def closed(self, batch_id: str) -> None:
+        self._engine.open_batches.discard(batch_id)
+
+
+def _authorize(
+    runs: Sequence[PlannedRun], prepaid: Sequence[RunResult | None], envelope: SpendEnvelope
+) -> list[Reservation | None]:
+    """Every run's authorization, in plan order, before the first call (prepaid: free)."""
+    if envelope.cap is not None:
+        unbounded = [run.label for run in runs if run.ceiling_usd is None]
+        if unbounded:
+            raise ConfigError(
+                "budgets",
+                f"a capped envelope needs a per-run ceiling on every run "
+                f"({len(unbounded)} without one, e.g. {unbounded[0]})",
             )
-        try:
-            # the worker times the call out itself; this bound only catches a stuck worker
-            async with asyncio.timeout(timeout_s + 30):
-                return await workers.complete(
-                    run.spec, run.request, occurrence=occurrence, timeout_s=timeout_s
-                )
-        except TimeoutError:
-            raise ProviderFailure("the worker process did not answer", retryable=True) from None
-
-    def _workers_for(self, run: PlannedRun) -> WorkerPool | None:
-        """The pool that makes this run's calls; ``None``: this process makes them."""
-        workers = self.workers
-        return workers if workers is not None and workers.usable(run.spec) else None
-
-    async def _ready_to_call(self, run: PlannedRun) -> None:
-        """Until a call can be sent: litellm imported here, or a worker ready for it."""
-        workers = self._workers_for(run)
-        if workers is not None:
-            await workers.when_ready()
-        else:
-            self._live_adapter()
-
-    def _live_adapter(self) -> LiteLLMAdapter:
-        if self._adapter is None:
-            from kb.engine.adapter import LiteLLMAdapter
-
-            self._adapter = LiteLLMAdapter()
-        return self._adapter
+    return [
+        Reservation(run.label, 0)
+        if earlier is not None
+        else envelope.authorize(run.label, run.ceiling_usd if run.ceiling_usd is not None else 0)
+        if envelope.cap is not None or run.ceiling_usd is not None
+        else Reservation(run.label, 0)
+        for run, earlier in zip(runs, prepaid, strict=True)
+    ]
 
 
-def _replace(result: RunResult, **changes: Any) -> RunResult:
-    return replace(result, **changes)
+def _answered(base: RunResult, reply: Reply, attempts: int, started: float) -> RunResult:
+    """The run as its reply settles it (a replayed failure settles ``error``)."""
+    ended = time.monotonic()
+    return replace(
+        base,
+        status="error" if reply.error is not None else "ok",
+        error=reply.error,
+        output=reply.output,
+        usage=reply.usage,
+        cost_usd=reply.cost_usd,
+        price_source=reply.price_source,
+        attempts=reply.attempts if reply.attempts is not None else attempts,
+        replayed=reply.replayed,
+        started_at=ended if reply.replayed else started,
+        ended_at=ended,
+    )
+
+
+def _ended(base: RunResult, started: float | None, **changes: Any) -> RunResult:
+    return replace(base, started_at=started, ended_at=time.monotonic(), **changes)
+
+
+def _within_ceiling(run: PlannedRun, result: RunResult) -> RunResult:
+    """A run that cost more than its own ceiling settles ``exhausted`` (never graded)."""
+    if (
+        result.status == "ok"
+        and run.ceiling_usd is not None
+        and result.cost_usd > 0
+        and debit_micros(result.cost_usd) > debit_micros(run.ceiling_usd)
+    ):
+        return replace(
+            result,
+            status="exhausted",
+            error=f"cost ${result.cost_usd:.6f} exceeded the run's ceiling ${run.ceiling_usd:.6f}",
+        )
+    return result
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

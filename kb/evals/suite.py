@@ -23,8 +23,8 @@ from typing import NamedTuple
 from kb.engine.budget import SpendEnvelope
 from kb.engine.phases import Phase
 from kb.engine.requests import ModelSpec, build_request
-from kb.engine.runs import RunResult
-from kb.engine.scheduler import Engine, PlannedRun
+from kb.engine.runs import PlannedRun, RunResult
+from kb.engine.scheduler import Engine
 from kb.errors import GraderError
 from kb.evals.cases import Case, JudgeGrader, case_fingerprint, expected_text, unique_names
 from kb.evals.graders import Grade, grade, judge_request, judge_spec, parse_verdict

@@ -30,8 +30,8 @@ from typing import Literal
 from kb.engine.budget import SpendEnvelope
 from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec, build_request
-from kb.engine.runs import RunResult
-from kb.engine.scheduler import Engine, PlannedRun
+from kb.engine.runs import PlannedRun, RunResult
+from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
 from kb.store.baselines import BaselinesFile, judge, probe_set_id
 from kb.store.canonical import js_stringify, sha256_hex

@@ -335,19 +335,20 @@ def execute_sweep(
         if store.git is not None:
             store.git.exclude(journal)  # a working file of this clone, never committed
         context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
-        engine.journal = RunJournal.open(
+        opened = RunJournal.open(
             journal,
             plan.report_id,
             format_instant(plan.observed_at),
             spec=SweptSpec.of(plan.spec.path, store).name,
             cut=context.cut,
         )
-        engine.settled = plan.resume.journal if plan.resume is not None else None
+        earlier = plan.resume.journal if plan.resume is not None else None
         try:
-            measurement = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
-            engine.journal.discard(outage_answers(measurement))
+            with engine.journaled(opened, earlier):
+                measurement = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
+            opened.discard(outage_answers(measurement))
         finally:
-            engine.journal.close()
+            opened.close()
         result = None
         if measurement.measured_any:
             result = store.commit_with_rebase(
