@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
 from kb.engine.runs import PlannedRun, RunResult
+from kb.engine.transports import compose, save_recordings
 from kb.engine.transports.base import BatchTransport, Reply, Transport, ledger_of
 from kb.engine.transports.live import LiveTransport
 from kb.errors import ConfigError, JobInterrupted, JournalUnwritable, KbError, ProviderFailure
@@ -96,8 +97,7 @@ class Engine:
     """The signal (``SIGINT``/``SIGTERM``) that stopped a phase, if one did."""
     cut_short: int | None = field(default=None, init=False)
     """Calls in flight when a phase was stopped (a signal, the journal): sent, not settled."""
-    _seen: dict[str, int] = field(default_factory=dict, init=False)
-    _seq: int = field(default=0, init=False)
+    _numbering: Numbering = field(default_factory=lambda: Numbering(), init=False)
     _cancelled: bool = field(default=False, init=False)
     _envelope: SpendEnvelope | None = field(default=None, init=False)
     _batched: dict[int, asyncio.Future[RunResult]] = field(default_factory=dict, init=False)
@@ -114,39 +114,9 @@ class Engine:
         cassette: Cassette | None = None,
         workers: WorkerPool | None = None,
     ) -> Engine:
-        """The engine of a job, its transports composed in this one place.
-
-        Live calls (in ``workers`` where they can make them), or a cassette's
-        replay; a recording around the live calls when the cassette records;
-        every registered batch API for batch mode (never for a replay).
-        """
-        from kb.engine.transports.batches import BatchRouter
-        from kb.engine.transports.record import RecordingTransport
-        from kb.engine.transports.replay import ReplayTransport
-
+        """The engine of a job, its transports composed in one place (:func:`compose`)."""
         config = config or EngineConfig()
-        if cassette is not None and cassette.mode == "replay":
-            return cls(config, ReplayTransport(cassette))
-        live = LiveTransport(workers)
-        transport: Transport = live if cassette is None else RecordingTransport(live, cassette)
-        batches = (
-            BatchRouter.of(live, config.batch_poll_s, config.batch_poll_max_s)
-            if config.batch
-            else None
-        )
-        return cls(config, transport, batches)
-
-    @contextmanager
-    def journaled(self, journal: RunJournal, state: JournalState | None) -> Iterator[None]:
-        """While the block runs, every settled run is journaled and ``state``'s are reused."""
-        from kb.engine.transports.journaled import JournaledTransport
-
-        inner = self.transport
-        self.transport = JournaledTransport(inner, journal, state)
-        try:
-            yield
-        finally:
-            self.transport = inner
+        return cls(config, *compose(config, cassette, workers))
 
     @property
     def spent_usd(self) -> float:
@@ -173,13 +143,7 @@ class Engine:
 
     def finish(self) -> None:
         """Write the cassette when recording."""
-        from kb.engine.transports.record import RecordingTransport
-
-        found: object = self.transport
-        while found is not None:
-            if isinstance(found, RecordingTransport):
-                found.cassette.save()
-            found = getattr(found, "inner", None)
+        save_recordings(self.transport)
 
     async def _run_phase(
         self, runs: Sequence[PlannedRun], envelope: SpendEnvelope
@@ -187,17 +151,17 @@ class Engine:
         self._envelope = envelope
         prepaid = [self.transport.prepaid(run) for run in runs]
         reservations = _authorize(runs, prepaid, envelope)
-        numbering = self._number(runs)
+        numbering = [self._numbering.next(run.request.key) for run in runs]
         limit = asyncio.Semaphore(self.config.concurrency)
         per_provider: dict[str, asyncio.Semaphore] = {}
-        batches = self._batch_groups(runs, prepaid, reservations, [seq for _, seq in numbering])
+        batches = _batch_groups(self, runs, prepaid, reservations, [seq for _, seq in numbering])
         self._phase_tasks = []
         watched = _stop_on_signals(self._interrupt)
         tasks: list[asyncio.Task[RunResult]] = []
         try:
             async with asyncio.TaskGroup() as group:
                 self._phase_tasks += [
-                    group.create_task(self._run_batch([runs[i] for i in members], futures))
+                    group.create_task(_run_batch(self, [runs[i] for i in members], futures))
                     for members, futures in batches
                 ]
                 for run, earlier, reservation, (occurrence, seq) in zip(
@@ -222,34 +186,10 @@ class Engine:
             self._batched.clear()
             self._phase_tasks = []
             await self.transport.aclose()
-        self._raise_if_stopped()
+        stopped = _stopped(self)
+        if stopped is not None:
+            raise stopped
         return [task.result() for task in tasks]
-
-    def _number(self, runs: Sequence[PlannedRun]) -> list[tuple[int, int]]:
-        """Each run's occurrence of its request and its place in the job, in plan order."""
-        numbering = []
-        for run in runs:
-            key = run.request.key
-            numbering.append((self._seen.get(key, 0), self._seq))
-            self._seen[key] = self._seen.get(key, 0) + 1
-            self._seq += 1
-        return numbering
-
-    def _raise_if_stopped(self) -> None:
-        """A stopped phase ends in one error saying what it cut short (the journal's first)."""
-        batches = sorted(self.open_batches)
-        if self._journal_failure is not None:
-            raise self._journal_failure.stopped(
-                self.cut_short or 0, batches, self._unjournaled_batches
-            )
-        if self.interrupted_by is not None:
-            raise JobInterrupted(
-                self.interrupted_by,
-                self.spent_usd,
-                batches,
-                in_flight=self.cut_short or 0,
-                resumable=self.resumable,
-            )
 
     def _interrupt(self, signal_name: str) -> None:
         """A signal arrived: stop every run now (their reservations are released)."""
@@ -380,7 +320,7 @@ class Engine:
                 or attempts > self.config.max_retries
             ):
                 return _ended(base, started, status="error", error=error.message, attempts=attempts)
-            await asyncio.sleep(self._backoff(attempts, error.retry_after))
+            await asyncio.sleep(backoff_s(self.config, attempts, error.retry_after))
 
     async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Reply:
         """One attempt at the call, counted in flight from when it is sent until it ends."""
@@ -390,63 +330,113 @@ class Engine:
         finally:
             self._in_flight -= 1
 
-    def _batch_groups(
-        self,
-        runs: Sequence[PlannedRun],
-        prepaid: Sequence[RunResult | None],
-        reservations: Sequence[Reservation | None],
-        seqs: Sequence[int],
-    ) -> list[tuple[list[int], list[asyncio.Future[RunResult]]]]:
-        """The runs the batch transport takes, grouped (indexes in plan order); futures set up.
 
-        Only runs that will really call a provider: not prepaid, authorized.
-        """
-        if self.batches is None:
-            return []
-        groups: dict[Hashable, list[int]] = {}
-        for index, (run, earlier, reservation) in enumerate(
-            zip(runs, prepaid, reservations, strict=True)
-        ):
-            if earlier is None and reservation is not None and self.batches.accepts(run):
-                groups.setdefault(self.batches.group(run), []).append(index)
-        loop = asyncio.get_running_loop()
-        found = []
-        for members in groups.values():
-            futures: list[asyncio.Future[RunResult]] = [loop.create_future() for _ in members]
-            for index, future in zip(members, futures, strict=True):
-                self._batched[seqs[index]] = future
-            found.append((members, futures))
+@contextmanager
+def journaled(engine: Engine, journal: RunJournal, state: JournalState | None) -> Iterator[None]:
+    """While the block runs, ``engine``'s settled runs are journaled and ``state``'s reused."""
+    from kb.engine.transports.journaled import JournaledTransport
+
+    inner = engine.transport
+    engine.transport = JournaledTransport(inner, journal, state)
+    try:
+        yield
+    finally:
+        engine.transport = inner
+
+
+def _stopped(engine: Engine) -> KbError | None:
+    """What a stopped phase ends in: one error saying what it cut short (the journal's first)."""
+    batches = sorted(engine.open_batches)
+    if engine._journal_failure is not None:
+        return engine._journal_failure.stopped(
+            engine.cut_short or 0, batches, engine._unjournaled_batches
+        )
+    if engine.interrupted_by is not None:
+        return JobInterrupted(
+            engine.interrupted_by,
+            engine.spent_usd,
+            batches,
+            in_flight=engine.cut_short or 0,
+            resumable=engine.resumable,
+        )
+    return None
+
+
+class Numbering:
+    """Each request's occurrence (identical requests before it) and its place in the job.
+
+    Taken in plan order for a whole phase before its first call, so a
+    cassette's n-th identical request is the same at any concurrency.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+        self._seq = 0
+
+    def next(self, key: str) -> tuple[int, int]:
+        """The next run's (occurrence, seq)."""
+        found = (self._seen.get(key, 0), self._seq)
+        self._seen[key] = found[0] + 1
+        self._seq += 1
         return found
 
-    async def _run_batch(
-        self, runs: Sequence[PlannedRun], futures: Sequence[asyncio.Future[RunResult]]
-    ) -> None:
-        """Let the batch transport settle ``runs``; each run's future gets its result."""
-        assert self.batches is not None
-        try:
-            results = await self.batches.settle(runs, _BatchPhase(self), self.on_batch)
-        except asyncio.CancelledError:
-            for run, future in zip(runs, futures, strict=True):
-                if not future.done():
-                    cut = RunResult(
-                        run.label, run.kind, run.spec.key, "cancelled", request=run.request
-                    )
-                    future.set_result(cut)
-            raise
-        for future, result in zip(futures, results, strict=True):
-            if not future.done():
-                future.set_result(result)
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        """Jittered exponential back-off; never shorter than the provider's ``retry-after``."""
-        exponential = min(
-            self.config.backoff_max_s, self.config.backoff_base_s * 2.0 ** (attempt - 1)
-        )
-        delay: float = exponential * random.uniform(0.5, 1.0)
-        if retry_after is not None:
-            # Honour the provider, up to a bound: a retry-after of hours is a refusal.
-            delay = max(delay, min(retry_after, max(self.config.backoff_max_s * 4, 120.0)))
-        return delay
+def _batch_groups(
+    engine: Engine,
+    runs: Sequence[PlannedRun],
+    prepaid: Sequence[RunResult | None],
+    reservations: Sequence[Reservation | None],
+    seqs: Sequence[int],
+) -> list[tuple[list[int], list[asyncio.Future[RunResult]]]]:
+    """The runs the engine's batch transport takes, grouped (indexes in plan order).
+
+    Only runs that will really call a provider: not prepaid, authorized. Each
+    run's future is where its live task waits for the batch's answer.
+    """
+    if engine.batches is None:
+        return []
+    groups: dict[Hashable, list[int]] = {}
+    for index, (run, earlier, reservation) in enumerate(
+        zip(runs, prepaid, reservations, strict=True)
+    ):
+        if earlier is None and reservation is not None and engine.batches.accepts(run):
+            groups.setdefault(engine.batches.group(run), []).append(index)
+    loop = asyncio.get_running_loop()
+    found = []
+    for members in groups.values():
+        futures: list[asyncio.Future[RunResult]] = [loop.create_future() for _ in members]
+        for index, future in zip(members, futures, strict=True):
+            engine._batched[seqs[index]] = future
+        found.append((members, futures))
+    return found
+
+
+async def _run_batch(
+    engine: Engine, runs: Sequence[PlannedRun], futures: Sequence[asyncio.Future[RunResult]]
+) -> None:
+    """Let the batch transport settle ``runs``; each run's future gets its result."""
+    assert engine.batches is not None
+    try:
+        results = await engine.batches.settle(runs, _BatchPhase(engine), engine.on_batch)
+    except asyncio.CancelledError:
+        for run, future in zip(runs, futures, strict=True):
+            if not future.done():
+                cut = RunResult(run.label, run.kind, run.spec.key, "cancelled", request=run.request)
+                future.set_result(cut)
+        raise
+    for future, result in zip(futures, results, strict=True):
+        if not future.done():
+            future.set_result(result)
+
+
+def backoff_s(config: EngineConfig, attempt: int, retry_after: float | None) -> float:
+    """Jittered exponential back-off; never shorter than the provider's ``retry-after``."""
+    exponential = min(config.backoff_max_s, config.backoff_base_s * 2.0 ** (attempt - 1))
+    delay: float = exponential * random.uniform(0.5, 1.0)
+    if retry_after is not None:
+        # Honour the provider, up to a bound: a retry-after of hours is a refusal.
+        delay = max(delay, min(retry_after, max(config.backoff_max_s * 4, 120.0)))
+    return delay
 
 
 class _BatchPhase:

@@ -24,7 +24,7 @@ from hashlib import sha256
 from pathlib import Path
 
 from kb.engine.journal import RunJournal, read_journal
-from kb.engine.scheduler import Engine
+from kb.engine.scheduler import Engine, journaled
 from kb.errors import ConfigError
 from kb.store.baselines import BaselinesFile
 from kb.store.diff import Side, StoreDiff, diff_snapshots
@@ -344,7 +344,7 @@ def execute_sweep(
         )
         earlier = plan.resume.journal if plan.resume is not None else None
         try:
-            with engine.journaled(opened, earlier):
+            with journaled(engine, opened, earlier):
                 measurement = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
             opened.discard(outage_answers(measurement))
         finally:
