@@ -28,7 +28,7 @@ from kb.engine.cassette import Cassette  # noqa: E402
 from kb.engine.scheduler import Engine, EngineConfig  # noqa: E402
 from kb.store.filestore import KnowledgeStore  # noqa: E402
 from kb.store.ttl import parse_instant  # noqa: E402
-from kb.sweep.run import run_sweep  # noqa: E402
+from kb.sweep.run import SweepOptions, run_sweep  # noqa: E402
 from kb.sweep.spec import load_spec  # noqa: E402
 from tests.fake_openai_main import server_process  # noqa: E402
 
@@ -61,7 +61,7 @@ def sweep_wall(
     spec_path: Path, store: Path, concurrency: int, cassette: Cassette | None = None
 ) -> float:
     spec = load_spec(spec_path)
-    engine = Engine(
+    engine = Engine.build(
         EngineConfig(concurrency=concurrency, per_provider=concurrency), cassette=cassette
     )
     start = time.perf_counter()
@@ -69,11 +69,13 @@ def sweep_wall(
         spec,
         KnowledgeStore(store),
         engine,
+        SweepOptions(commit=False),
         observed_at=parse_instant("2026-11-29T02:00:00Z"),
-        commit=False,
     )
     wall = time.perf_counter() - start
-    assert all(cell.complete for cell, _ in report.cells), "the benchmark sweep must be complete"
+    assert report is not None and all(cell.complete for cell, _ in report.cells), (
+        "the benchmark sweep must be complete"
+    )
     return wall
 
 

@@ -313,6 +313,7 @@ def real_sweep(regime: str, pool: int, seed: int) -> RealRun:
             at = START_MS + t * DAY_MS
             engine = Engine(EngineConfig(concurrency=64, per_provider=64, max_retries=0))
             report = run_sweep(load_spec(spec_path), store, engine, observed_at=at)
+            assert report is not None
             for cell, _ in report.cells:
                 calls[int(cell.member.ref.removeprefix("scripted:m"))] += len(cell.verdicts)
                 if cell.epoch is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,10 +36,12 @@ from kb.textwidth import wrapped
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import ExitStack
 
     from kb.engine.runs import RunKind, RunResult
-    from kb.engine.scheduler import EngineConfig
+    from kb.engine.scheduler import Engine, EngineConfig
     from kb.sweep.plan import SweepPlan
+    from kb.sweep.run import PlannedSweep, SweepReport
     from kb.sweep.spec import SweepSpec
 
 
@@ -180,23 +183,13 @@ def sweep(
     push: bool,
 ) -> None:
     """Measure the pool on the spec's cases and commit the claims (one commit)."""
-    from kb.store.diff import diff_markdown
-    from kb.store.epochs import read_epochs
-    from kb.store.evidence import earlier_reports
-    from kb.sweep.plan import parse_shard, prepare_sweep, refuse_future_instant
-    from kb.sweep.report import plan_json, plan_text
-    from kb.sweep.run import execute_sweep, restart_warning, resume_night, stopped_nights
-    from kb.views.html import cell_history, report_html
-    from kb.views.report_text import (
-        alarm_lines,
-        incomplete_summary,
-        summary_text,
-        sweep_markdown,
-    )
+    from contextlib import ExitStack
 
-    tries = resolve_attempts(attempts, push)
-    _output_dir_exists(html_path, "--html")
-    _output_dir_exists(summary_path, "--summary")
+    from kb.sweep.plan import parse_shard
+    from kb.sweep.run import SweepOptions, run_sweep
+
+    for path, flag in ((html_path, "--html"), (summary_path, "--summary")):
+        _output_dir_exists(path, flag)
     _output_dir_exists(engine_flags.record, "--record")
     # first: the workers import litellm while the spec, the store and git are read
     workers = start_workers(dry_run=dry_run, replay=engine_flags.replay)
@@ -205,75 +198,89 @@ def sweep(
     for warning in spec.warnings + spec.sweep.unused_settings(batch=config.batch):
         click.echo(f"warning: {warning}", err=True)
     engine = build_engine(app, config, engine_flags, workers)
-    if not (dry_run or no_commit):
-        app.settle()  # before anything reads the store: a night a kill cut short is decided first
-    stopped = None
-    if resume:
-        given = app.instant(observed_at, "--observed-at") if observed_at else None
-        stopped = resume_night(spec, app.store, report_id=report_id, observed_at=given)
-        observed_at = observed_at or stopped.observed_at
-    instant = app.instant(observed_at, "--observed-at")
-    if observed_at is not None:
-        refuse_future_instant(instant, app.as_of, "--observed-at")
-    plan = prepare_sweep(
-        spec,
-        app.store.read(),
-        observed_at=instant,
-        report_id=report_id,
-        shard=parse_shard(shard) if shard else None,
-        commit=not no_commit,
-        resume=stopped,
-        epochs=read_epochs(app.store.home.epochs_file),
-        new_epoch=new_epoch,
-    )
-    batches = None  # what batch mode will do (None: off, or --replay calls no provider)
-    if config.batch and engine_flags.replay is None:
-        from kb.engine.batch import batch_forecast
-
-        journal = stopped.journal if stopped is not None else None
-        batches = batch_forecast(
-            plan.job.phase("targets").runs,
-            lambda run: (
-                journal is not None and journal.reusable(run.label, run.request.key) is not None
-            ),
-            judged=plan.job.phase("judges").later > 0,
-        )
-    if dry_run and as_json:
-        echo_json({**plan_json(plan), "batch": batches.to_json() if batches else None})
-    elif as_json and not quiet:  # a refused plan is one line on stderr, not the plan block
-        plan.check_budget(allow_partial=allow_partial)
-        click.echo(plan_text(plan, list_runs=False), err=True)
-    elif not quiet or dry_run:
-        click.echo(plan_text(plan, list_runs=dry_run))
-    if config.batch and (not quiet or dry_run) and not as_json:
-        said = batches.text if batches else "batch mode: off for --replay (no provider is called)"
-        click.echo("\n".join(wrapped(said, more="  ")))
-    plan.check_budget(allow_partial=allow_partial)
-    again = restart_warning(plan, app.store, commit=not no_commit)
-    if again is not None:  # before the first call (and in a dry run: what a run would pay)
-        click.echo(f"warning: {again}", err=True)
-    for waiting in stopped_nights(plan, app.store):
-        click.echo(f"warning: {waiting}", err=True)
-    if dry_run:
-        return
-    planned: dict[RunKind, int] = {
-        "canary": plan.job.phase("canary").size,
-        "target": plan.job.phase("targets").size,
-        "judge": plan.job.phase("judges").size,
-    }
-    with progress_bar(
-        plan.job.size, enabled=not quiet, planned=planned, grade=running_grade(plan)
-    ) as advance:
-        engine.on_settled = engine.on_batch = advance
-        done = execute_sweep(
-            plan,
-            app.store,
+    # a writing sweep settles a night a kill cut short before anything reads the store
+    store = app.store if dry_run or no_commit else app.settle()
+    options = SweepOptions(
+        report_id, parse_shard(shard) if shard else None, not no_commit, resume, new_epoch,
+        dry_run, allow_partial, resolve_attempts(attempts, push), push, not no_evidence,
+        fail_on_drift, allow_incomplete,
+    )  # fmt: skip
+    shown = SweepShown(as_json, quiet, dry_run, config.batch, allow_partial)
+    with ExitStack() as bars:
+        done = run_sweep(
+            spec,
+            store,
             engine,
-            commit=not no_commit,
-            attempts=tries,
-            push=push,
-            evidence=not no_evidence,
+            options,
+            observed_at=app.instant(observed_at, "--observed-at") if observed_at else None,
+            as_of=app.as_of,
+            on_plan=shown.plan,
+            on_ready=lambda planned: shown.ready(planned, engine, bars),
         )
+    if done is not None:
+        show_sweep(done, app, html_path, summary_path, as_json)
+        if done.failures():
+            raise JobFailedError("; ".join(done.failures()))
+
+
+@dataclass(frozen=True)
+class SweepShown:
+    """How ``kb sweep`` shows a plan before its first call, and its progress."""
+
+    as_json: bool
+    quiet: bool
+    dry_run: bool
+    batch: bool
+    allow_partial: bool
+
+    def plan(self, planned: PlannedSweep) -> None:
+        """The plan block (a refused plan under ``--json``: one line, not the block)."""
+        from kb.sweep.report import plan_json, plan_text
+
+        plan, batches = planned.plan, planned.batches
+        if self.dry_run and self.as_json:
+            echo_json({**plan_json(plan), "batch": batches.to_json() if batches else None})
+        elif self.as_json and not self.quiet:
+            plan.check_budget(allow_partial=self.allow_partial)
+            click.echo(plan_text(plan, list_runs=False), err=True)
+        elif not self.quiet or self.dry_run:
+            click.echo(plan_text(plan, list_runs=self.dry_run))
+        if self.batch and (not self.quiet or self.dry_run) and not self.as_json:
+            said = (
+                batches.text if batches else "batch mode: off for --replay (no provider is called)"
+            )
+            click.echo("\n".join(wrapped(said, more="  ")))
+
+    def ready(self, planned: PlannedSweep, engine: Engine, bars: ExitStack) -> None:
+        """The warnings, then a progress bar over the night's runs (a terminal only)."""
+        for warning in planned.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        if self.dry_run:
+            return
+        job = planned.plan.job
+        planned_runs: dict[RunKind, int] = {
+            "canary": job.phase("canary").size,
+            "target": job.phase("targets").size,
+            "judge": job.phase("judges").size,
+        }
+        bar = progress_bar(
+            job.size,
+            enabled=not self.quiet,
+            planned=planned_runs,
+            grade=running_grade(planned.plan),
+        )
+        engine.on_settled = engine.on_batch = bars.enter_context(bar)
+
+
+def show_sweep(
+    done: SweepReport, app: App, html_path: Path | None, summary_path: Path | None, as_json: bool
+) -> None:
+    """What a sweep did: the files asked for, the report, drifts and alarms (stderr)."""
+    from kb.store.diff import diff_markdown
+    from kb.store.evidence import earlier_reports
+    from kb.views.html import cell_history, report_html
+    from kb.views.report_text import alarm_lines, summary_text, sweep_markdown
+
     report = done.report
     if done.already_committed:
         version = (
@@ -293,29 +300,16 @@ def sweep(
     else:
         click.echo(summary_text(report, done.git_commit))
     echo_warnings(app)
-    failures = []
-    drifted = [c.subject_key for c in report.canary if c.status == "drift"]
-    if drifted:
+    if done.drifted:
+        committed = report.committed_version is not None
+        where = " (kb diff HEAD~1 HEAD)" if app.store.git is not None else ""
+        what = f"its claims were flipped stale{where}" if committed else "nothing was committed"
         click.echo(
-            f"drift: the canary saw the provider change {', '.join(drifted)}; "
-            + (
-                "its claims were flipped stale"
-                # outside git there is no commit to diff against
-                + (" (kb diff HEAD~1 HEAD)" if app.store.git is not None else "")
-                if report.committed_version is not None
-                else "nothing was committed"
-            ),
+            f"drift: the canary saw the provider change {', '.join(done.drifted)}; {what}",
             err=True,
         )
-        if fail_on_drift:
-            failures.append(f"drift in {len(drifted)} model{'s' if len(drifted) != 1 else ''}")
     for line in alarm_lines(report):  # no canary needed: as loud as a drift
         click.echo(f"alarm: {line}", err=True)
-    incomplete = incomplete_summary(report)
-    if incomplete and not allow_incomplete:
-        failures.append(incomplete)
-    if failures:
-        raise JobFailedError("; ".join(failures))
 
 
 def running_grade(plan: SweepPlan) -> Callable[[RunResult], tuple[str, bool] | None]:

@@ -382,6 +382,30 @@ class ReportFile(WireModel):
     runs: tuple[RunRecord, ...] | None = None
     """Every run (``--json`` only; the file keeps them in ``<report>.jsonl``)."""
 
+    def incomplete_line(self) -> str | None:
+        """The failing line of a report with incomplete cells (``None``: every cell complete)."""
+        cells = self.cells
+        broken = [cell for cell in cells if cell.outcome == "incomplete"]
+        if not broken:
+            return None
+        first = broken[0]
+        cause = first.incomplete_reason or "nothing measured"
+        if first.first_error:
+            cause += f"; first error: {first.first_error}"
+        complete = len(cells) - len(broken)
+        cells_are = (
+            "the complete cell is" if complete == 1 else f"the {complete} complete cells are"
+        )
+        committed = (
+            f"{cells_are} committed (store v{self.committed_version})"
+            if self.committed_version is not None
+            else "nothing was committed"
+        )
+        return (
+            f"{len(broken)} of {len(cells)} cells incomplete, e.g. {first.subject_key} "
+            f"{first.task_class}: {cause}; {committed}"
+        )
+
     def with_runs(self, runs: Sequence[RunRecord]) -> ReportFile:
         """The report with its runs (what ``--json`` prints)."""
         return self.model_copy(update={"runs": tuple(runs)})

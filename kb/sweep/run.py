@@ -18,11 +18,12 @@ provider call; :func:`execute_sweep` is then a short sequence:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
 
+from kb.engine.batch import BatchForecast
 from kb.engine.journal import RunJournal, read_journal
 from kb.engine.scheduler import Engine, journaled
 from kb.errors import ConfigError
@@ -42,7 +43,7 @@ from kb.store.models import ModelClaim
 from kb.store.ops import ArchiveClaim, EvalCommitterGate, MarkStale
 from kb.store.records import ReportFile, RunRecord, render_runs
 from kb.store.snapshot import Snapshot
-from kb.store.ttl import format_instant
+from kb.store.ttl import format_instant, parse_flag_instant
 from kb.sweep.canary import CanaryChange, canary_change, classified
 from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
@@ -55,7 +56,7 @@ from kb.sweep.order import (
     pool_older_night,
     rebase_epoch,
 )
-from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_used_report_id
+from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_future_instant, refuse_used_report_id
 from kb.sweep.report import sweep_report
 from kb.sweep.resume import JOURNAL_SUFFIX, Resume, SweptSpec, find_resume, journal_path
 from kb.sweep.spec import SweepSpec
@@ -224,6 +225,28 @@ class SweepReport:
     """Where this spec's sweeps keep their reports (earlier ones give deltas and trends)."""
     already_committed: bool = False
     """A ``--resume`` of a night the store already holds whole: nothing was measured."""
+    options: SweepOptions | None = None
+    """How it ran (what :meth:`failures` judges by)."""
+
+    def failures(self) -> list[str]:
+        """Why the sweep failed its job (exit 1; empty: it did not).
+
+        A drift under ``fail_on_drift``; an incomplete cell unless ``allow_incomplete``.
+        """
+        options = self.options or SweepOptions()
+        found = []
+        drifted = self.drifted
+        if drifted and options.fail_on_drift:
+            found.append(f"drift in {len(drifted)} model{'s' if len(drifted) != 1 else ''}")
+        incomplete = self.report.incomplete_line()
+        if incomplete and not options.allow_incomplete:
+            found.append(incomplete)
+        return found
+
+    @property
+    def drifted(self) -> list[str]:
+        """The members whose canary drifted tonight."""
+        return [c.subject_key for c in self.report.canary if c.status == "drift"]
 
     @property
     def cells(self) -> Sequence[MeasuredCell]:
@@ -537,28 +560,132 @@ def commit_diff(
     return diff_snapshots(result.base, result.snapshot, before, after, reasons, staled)
 
 
+@dataclass(frozen=True)
+class SweepOptions:
+    """How one sweep runs (the ``kb sweep`` flags a Python caller sets the same way)."""
+
+    report_id: str | None = None
+    shard: tuple[int, int] | None = None
+    commit: bool = True
+    resume: bool = False
+    """Finish the night that stopped (``--resume``): its committed cells, its journal."""
+    new_epoch: bool = False
+    dry_run: bool = False
+    allow_partial: bool = False
+    attempts: int = 3
+    push: bool = False
+    evidence: bool = True
+    fail_on_drift: bool = False
+    allow_incomplete: bool = False
+
+
+@dataclass(frozen=True)
+class PlannedSweep:
+    """What a sweep will do, before its first call (what ``on_plan`` is shown)."""
+
+    plan: SweepPlan
+    batches: BatchForecast | None
+    """What batch mode will send (``None``: off, or a replay that calls no provider)."""
+    warnings: tuple[str, ...]
+    """What a stopped night this sweep does not resume would cost, and stopped nights waiting."""
+
+
 def run_sweep(
     spec: SweepSpec,
     store: KnowledgeStore,
     engine: Engine,
+    options: SweepOptions | None = None,
     *,
-    observed_at: int,
-    report_id: str | None = None,
-    commit: bool = True,
-    attempts: int = 3,
-    push: bool = False,
-    new_epoch: bool = False,
-) -> SweepReport:
-    """A whole sweep: :func:`prepare_sweep`, the budget check, then :func:`execute_sweep`."""
-    validate_attempts(attempts)
+    observed_at: int | None = None,
+    as_of: int | None = None,
+    on_plan: Callable[[PlannedSweep], None] | None = None,
+    on_ready: Callable[[PlannedSweep], None] | None = None,
+) -> SweepReport | None:
+    """A whole sweep: :func:`plan_sweep`, the budget, then :func:`execute_sweep`.
+
+    ``on_plan`` sees the plan before the budget is checked (to print it),
+    ``on_ready`` once it passed (to start a progress bar). Returns ``None``
+    for a dry run. Reads no clock.
+    """
+    options = options or SweepOptions()
+    validate_attempts(options.attempts)
+    planned = plan_sweep(spec, store, engine, options, observed_at=observed_at, as_of=as_of)
+    if on_plan is not None:
+        on_plan(planned)
+    planned.plan.check_budget(allow_partial=options.allow_partial)
+    if on_ready is not None:
+        on_ready(planned)
+    if options.dry_run:
+        return None
+    done = execute_sweep(
+        planned.plan,
+        store,
+        engine,
+        commit=options.commit,
+        attempts=options.attempts,
+        push=options.push,
+        evidence=options.evidence,
+    )
+    return replace(done, options=options)
+
+
+def plan_sweep(
+    spec: SweepSpec,
+    store: KnowledgeStore,
+    engine: Engine,
+    options: SweepOptions,
+    *,
+    observed_at: int | None,
+    as_of: int | None,
+) -> PlannedSweep:
+    """The night's plan (``--resume``: the stopped night's), before any call.
+
+    ``observed_at`` is the night's instant (``None``: a resumed night's own,
+    else ``as_of``); one given that lies past ``as_of`` is refused.
+    """
+    stopped = (
+        resume_night(spec, store, report_id=options.report_id, observed_at=observed_at)
+        if options.resume
+        else None
+    )
+    if observed_at is not None and as_of is not None:
+        refuse_future_instant(observed_at, as_of, "--observed-at")
+    night = stopped.observed_at if stopped is not None else None
+    instant = (
+        observed_at if observed_at is not None else parse_flag_instant(night) if night else as_of
+    )
+    if instant is None:
+        raise ConfigError("observed_at", "a sweep needs its instant (observed_at or as_of)")
     plan = prepare_sweep(
         spec,
         store.read(),
-        observed_at=observed_at,
-        report_id=report_id,
-        commit=commit,
+        observed_at=instant,
+        report_id=options.report_id,
+        shard=options.shard,
+        commit=options.commit,
+        resume=stopped,
         epochs=read_epochs(store.home.epochs_file),
-        new_epoch=new_epoch,
+        new_epoch=options.new_epoch,
     )
-    plan.check_budget()
-    return execute_sweep(plan, store, engine, commit=commit, attempts=attempts, push=push)
+    said = [restart_warning(plan, store, commit=options.commit), *stopped_nights(plan, store)]
+    return PlannedSweep(
+        plan, _batches_forecast(plan, engine, stopped), tuple(w for w in said if w is not None)
+    )
+
+
+def _batches_forecast(
+    plan: SweepPlan, engine: Engine, stopped: Resume | None
+) -> BatchForecast | None:
+    """What batch mode will send (``None`` when the engine has no batch transport)."""
+    if engine.batches is None:
+        return None
+    from kb.engine.batch import batch_forecast
+
+    journal = stopped.journal if stopped is not None else None
+    return batch_forecast(
+        plan.job.phase("targets").runs,
+        lambda run: (
+            journal is not None and journal.reusable(run.label, run.request.key) is not None
+        ),
+        judged=plan.job.phase("judges").later > 0,
+    )

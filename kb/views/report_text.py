@@ -91,29 +91,6 @@ def alarm_lines(report: ReportFile, name: Callable[[str], str] = str) -> list[st
     return found
 
 
-def incomplete_summary(report: ReportFile) -> str | None:
-    """The failing line of a report with incomplete cells (``None``: every cell complete)."""
-    cells = report.cells
-    broken = [cell for cell in cells if cell.outcome == "incomplete"]
-    if not broken:
-        return None
-    first = broken[0]
-    cause = first.incomplete_reason or "nothing measured"
-    if first.first_error:
-        cause += f"; first error: {first.first_error}"
-    complete = len(cells) - len(broken)
-    cells_are = "the complete cell is" if complete == 1 else f"the {complete} complete cells are"
-    committed = (
-        f"{cells_are} committed (store v{report.committed_version})"
-        if report.committed_version is not None
-        else "nothing was committed"
-    )
-    return (
-        f"{len(broken)} of {len(cells)} cells incomplete, e.g. {first.subject_key} "
-        f"{first.task_class}: {cause}; {committed}"
-    )
-
-
 def report_header(report: ReportFile) -> str:
     """What the sweep printed before its first call: the report id, the pool, the spend bound."""
     lines = [f"sweep {report.report_id} at {report.observed_at}", "pool:"]
