@@ -146,7 +146,7 @@ class StrictModel(BaseModel):
 M = TypeVar("M", bound=BaseModel)
 
 #: Tags pydantic inserts into error locations for discriminated unions.
-_UNION_TAGS = frozenset({"eval", "journal", "golden", "rubric", "judge"})
+_UNION_TAGS = frozenset({"eval", "journal", "golden", "rubric", "judge", "python"})
 
 
 def error_path(prefix: str, loc: Sequence[int | str]) -> str:
@@ -202,3 +202,9 @@ def validate_into(model: type[M], data: Any, prefix: str, issues: list[str]) -> 
     except ValidationError as exc:
         issues.extend(validation_issues(prefix, exc))
         return None
+
+
+STORE_NAME = "rulvar.models.json"
+"""The store's file name (in the current directory, or the nearest parent in the work tree)."""
+DEFAULT_ATTEMPTS = 3
+"""Compare-and-swap attempts of the rebase loop (``--attempts``)."""

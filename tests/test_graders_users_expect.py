@@ -308,3 +308,14 @@ def test_a_regex_is_shown_as_written_not_with_doubled_backslashes() -> None:
     )
     assert expected_text([grader]) == r"regex '^\s*APPLE\s*$'"
     assert grade_golden(grader, "pear").detail == r"does not match regex '^\s*APPLE\s*$'"
+
+
+def test_a_bad_python_grader_field_is_named_without_the_union_tag(isolated: Path) -> None:
+    from kb.errors import ConfigError
+    from kb.sweep.spec import load_spec
+
+    spec = python_spec(isolated, "checks:exact", ", pass_threshold = 2")
+    with pytest.raises(ConfigError) as refused:
+        load_spec(spec)
+    said = str(refused.value)
+    assert "graders[0].pass_threshold" in said and ".python." not in said

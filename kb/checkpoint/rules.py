@@ -16,13 +16,35 @@ Any arm with a refused, exhausted, failed or judge-incomplete run is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
 
-if TYPE_CHECKING:
-    from kb.checkpoint.arms import Arm
+
+class Arm(Protocol):
+    """What a rule reads of an arm (:class:`kb.checkpoint.arms.Arm` is one)."""
+
+    @property
+    def name(self) -> str:
+        """The arm's name."""
+        ...
+
+    @property
+    def pass_rate(self) -> float:
+        """Passed over planned cases."""
+        ...
+
+    @property
+    def cost_usd(self) -> float:
+        """Everything the arm spent."""
+        ...
+
+    @property
+    def contamination(self) -> str | None:
+        """Why the arm cannot pass (``None``: it can)."""
+        ...
+
 
 TOLERANCE = 1e-9
 

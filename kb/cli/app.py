@@ -128,7 +128,7 @@ class KbGroup(click.Group):
             raise click.ClickException(f"{error.strerror or error}{where}") from error
 
 
-STORE_NAME = "rulvar.models.json"
+from kb.schema import STORE_NAME  # noqa: E402 - the one store name
 
 
 def find_store(start: Path) -> Path:

@@ -12,11 +12,17 @@ import click
 
 from kb.cli.app import EngineFlags
 from kb.errors import ConfigError
-from kb.schema import ARCHIVE_REASONS, CLAIM_STATUSES, CONFIDENCES, POLARITIES, RULED_OUT_VALUES
+from kb.schema import (
+    ARCHIVE_REASONS,
+    CLAIM_STATUSES,
+    CONFIDENCES,
+    DEFAULT_ATTEMPTS,
+    POLARITIES,
+    RULED_OUT_VALUES,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_ATTEMPTS = 3
 #: With --push every concurrent publisher is a conflict, so the default is roomier.
 DEFAULT_PUSH_ATTEMPTS = 10
 

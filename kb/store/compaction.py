@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb.errors import ConfigError
+from kb.schema import DEFAULT_ATTEMPTS
 from kb.store.epochs import read_epochs
 from kb.store.evidence import SUFFIXES, evidence_stem, report_observed_at
 from kb.store.filestore import (
-    DEFAULT_ATTEMPTS,
     Change,
     CommitContext,
     CommitResult,

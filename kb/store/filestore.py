@@ -41,6 +41,7 @@ from kb.errors import (
     KnowledgeCasError,
     StoreDirtyError,
 )
+from kb.schema import DEFAULT_ATTEMPTS, STORE_NAME
 from kb.store import verified
 from kb.store.commit_window import (
     HIDDEN_PATTERNS,
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
 
     from kb.store.git import GitStoreRepo, PreparedCommit, PushTarget
 
-DEFAULT_STORE_NAME = "rulvar.models.json"
+DEFAULT_STORE_NAME = STORE_NAME
 #: One per archived claim, ``<claim id> <reason>``: the reason is not a claim field.
 REPORT_TRAILER = "Kb-Report"
 ARCHIVED_TRAILER = "Kb-Archived"
@@ -81,7 +82,6 @@ STALED_TRAILER = "Kb-Staled"
 when the same commit goes on to supersede or archive the claim."""
 COMPACTED_TRAILER = "Kb-Compacted"
 """One per claim ``kb compact`` removed: how ``kb show`` finds it in history."""
-DEFAULT_ATTEMPTS = 3
 
 HeadRef = tuple[str, str | None]
 

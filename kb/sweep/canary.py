@@ -33,6 +33,7 @@ from kb.engine.requests import ModelSpec, build_request
 from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
+from kb.schema import DEFAULT_ATTEMPTS
 from kb.store.baselines import BaselinesFile, judge, probe_set_id
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
@@ -162,7 +163,7 @@ class CanaryOptions:
     """Shown in the commit subject after ``kb: canary`` (a sweep's report id), if any."""
     commit: bool = True
     push: bool = False
-    attempts: int = 3
+    attempts: int = DEFAULT_ATTEMPTS
 
     @classmethod
     def from_spec(
@@ -172,7 +173,7 @@ class CanaryOptions:
         label: str | None,
         commit: bool = True,
         push: bool = False,
-        attempts: int = 3,
+        attempts: int = DEFAULT_ATTEMPTS,
         repeats: int | None = None,
     ) -> CanaryOptions:
         """The options a sweep spec's ``[canary]`` gives (``repeats`` overrides the spec's)."""
@@ -381,7 +382,7 @@ def run_canary(
     at: int,
     repeats: int | None = None,
     commit: bool = True,
-    attempts: int = 3,
+    attempts: int = DEFAULT_ATTEMPTS,
     push: bool = False,
     allow_partial: bool = False,
 ) -> list[CanaryResult]:

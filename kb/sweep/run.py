@@ -27,6 +27,7 @@ from kb.engine.batch import BatchForecast
 from kb.engine.journal import RunJournal, read_journal
 from kb.engine.scheduler import Engine, journaled
 from kb.errors import ConfigError
+from kb.schema import DEFAULT_ATTEMPTS
 from kb.store.baselines import BaselinesFile
 from kb.store.diff import Side, StoreDiff, diff_snapshots
 from kb.store.epochs import EpochsAt, EpochsFile, cell_key, read_epochs
@@ -332,7 +333,7 @@ def execute_sweep(
     engine: Engine,
     *,
     commit: bool = True,
-    attempts: int = 3,
+    attempts: int = DEFAULT_ATTEMPTS,
     push: bool = False,
     evidence: bool = True,
 ) -> SweepReport:
@@ -572,7 +573,7 @@ class SweepOptions:
     new_epoch: bool = False
     dry_run: bool = False
     allow_partial: bool = False
-    attempts: int = 3
+    attempts: int = DEFAULT_ATTEMPTS
     push: bool = False
     evidence: bool = True
     fail_on_drift: bool = False
