@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from kb.errors import ConfigError, ModelRefError
 from kb.schema import ArchiveReason, Confidence, Polarity, RuledOut, Subject, validation_issues
-from kb.store.models import EvalEvidence, JournalEvidence, ModelClaim
+from kb.store.models import Author, EvalEvidence, JournalEvidence, ModelClaim, subject_wire
 from kb.store.ops import ArchiveClaim, HumanGate, Op
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expiry, format_instant
@@ -59,22 +59,21 @@ def editorial_claim(
         subject = Subject(model, effort)
     except ModelRefError as exc:
         raise ConfigError("--model", str(exc)) from None
-    data = {
-        "id": claim_id or f"note/{subject.key}/{task_class}/{observed}",
-        "subject": subject.to_wire(),
-        "taskClass": task_class,
-        "polarity": polarity,
-        "statement": statement,
-        "class": "human-editorial",
-        "status": "active",
-        "evidence": list(evidence),
-        "confidence": confidence,
-        "observedAt": observed,
-        "expiresAt": claim_expiry("human-editorial", polarity, observed),
-        "author": {"kind": "human", "id": approver},
-    }
     try:
-        return ModelClaim.model_validate(data, strict=True)
+        return ModelClaim(
+            id=claim_id or f"note/{subject.key}/{task_class}/{observed}",
+            subject=subject_wire(subject),
+            task_class=task_class,
+            polarity=polarity,
+            statement=statement,
+            claim_class="human-editorial",
+            status="active",
+            evidence=list(evidence),
+            confidence=confidence,
+            observed_at=observed,
+            expires_at=claim_expiry("human-editorial", polarity, observed),
+            author=Author(kind="human", id=approver),
+        )
     except ValidationError as exc:
         raise ConfigError("note", validation_issues("", exc)) from None
 

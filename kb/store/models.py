@@ -41,6 +41,7 @@ from kb.schema import (
     Polarity,
     RuledOut,
     StrictModel,
+    Subject,
     subject_key,
     utf16_length,
 )
@@ -221,6 +222,14 @@ class ModelClaim(StrictModel):
     def canary_fingerprint(self) -> str | None:
         """The canary fingerprint recorded when the claim was measured."""
         return self.model_epoch.get("canaryFingerprint") if self.model_epoch else None
+
+
+def subject_wire(subject: Subject) -> SubjectWire:
+    """A claim's ``subject`` object for ``subject`` (effort omitted when absent)."""
+    wire = SubjectWire(model=subject.model)
+    if subject.effort:
+        wire["effort"] = subject.effort
+    return wire
 
 
 def claim_to_wire(claim: ModelClaim) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from pydantic import (
 
 from kb.errors import ConfigError
 from kb.schema import subject_key, validation_issues
-from kb.store.canonical import js_stringify
+from kb.store.canonical import js_stringify, to_fixed_2
 
 FORMAT = 2
 """The format this kb writes."""
@@ -207,6 +207,28 @@ class GateRecord(WireModel):
     tolerance: float
     strength: float
     weakness: float
+
+    @property
+    def strength_floor(self) -> float:
+        """The lowest 95 % lower bound a strength needs (the interval gate)."""
+        return self.strength - self.tolerance
+
+    @property
+    def weakness_ceiling(self) -> float:
+        """The highest 95 % upper bound a weakness allows (the interval gate)."""
+        return self.weakness + self.tolerance
+
+    def describe(self) -> str:
+        """The rule in one sentence (the HTML report's legend)."""
+        if self.kind == "point":
+            return (
+                f"point gate: strength at pass rate ≥ {self.strength}, weakness ≤ {self.weakness}"
+            )
+        return (
+            "interval gate: strength when the 95% interval's lower bound ≥ "
+            f"{to_fixed_2(self.strength_floor)}, weakness when its upper bound ≤ "
+            f"{to_fixed_2(self.weakness_ceiling)}"
+        )
 
 
 class PoolRecord(WireModel):

@@ -38,7 +38,7 @@ from kb.store.baselines import BaselinesFile, judge, probe_set_id
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
-from kb.store.records import CanaryRecord
+from kb.store.records import CanaryRecord, ProbeRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.sweep.pool import build_pool
 from kb.sweep.spec import SweepSpec
@@ -137,17 +137,17 @@ class CanaryResult:
 
     def to_record(self) -> CanaryRecord:
         """The ``kb canary --json`` entry (also the sweep report's ``canary[]``)."""
-        return CanaryRecord.model_validate(
-            {
-                **self.member.subject.to_wire(),
-                "fingerprint": self.fingerprint,
-                "allOk": self.all_ok,
-                "probes": [{"prompt": p.prompt, "status": p.status} for p in self.probes],
-                "status": self.status,
-                "reason": self.reason,
-                "flipped": self.flipped,
-                "version": self.version,
-            }
+        subject = self.member.subject
+        return CanaryRecord(
+            model=subject.model,
+            effort=subject.effort or None,
+            fingerprint=self.fingerprint,
+            all_ok=self.all_ok,
+            probes=tuple(ProbeRecord(prompt=p.prompt, status=p.status) for p in self.probes),
+            status=self.status,
+            reason=self.reason,
+            flipped=self.flipped,
+            version=self.version,
         )
 
 

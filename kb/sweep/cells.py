@@ -25,7 +25,16 @@ from kb.evals.graders import verdict_data
 from kb.evals.suite import CaseVerdict
 from kb.schema import utf16_length
 from kb.store.canonical import to_fixed_2
-from kb.store.models import STATEMENT_MAX_UTF16, ModelClaim
+from kb.store.models import (
+    STATEMENT_MAX_UTF16,
+    Author,
+    EvalEvidence,
+    Evidence,
+    Metrics,
+    ModelClaim,
+    ModelEpoch,
+    subject_wire,
+)
 from kb.store.ttl import claim_expiry, format_instant
 from kb.sweep.gate import CellEstimate, GatePolicy
 from kb.sweep.health import Suspicion
@@ -293,9 +302,9 @@ def claim_statement(cell: SweepCell, outcome: Outcome, gate: GatePolicy) -> str:
         return f"{head}: {band}"
     low, high = cell.wilson95
     if outcome == "strength":
-        bar = f"lower bound >= {to_fixed_2(gate.strength - gate.tolerance)}"
+        bar = f"lower bound >= {to_fixed_2(gate.strength_floor)}"
     else:
-        bar = f"upper bound <= {to_fixed_2(gate.weakness + gate.tolerance)}"
+        bar = f"upper bound <= {to_fixed_2(gate.weakness_ceiling)}"
     full = f"{head}: {outcome} (95% interval {to_fixed_2(low)}-{to_fixed_2(high)}, {bar})"
     return full if utf16_length(full) <= STATEMENT_MAX_UTF16 else f"{head}: {outcome}"
 
@@ -315,35 +324,39 @@ def cell_claim(
         return None
     observed = format_instant(observed_at)
     estimate = cell.estimate
-    evidence = (
+    evidence: list[Evidence] = (
         [
-            {"kind": "eval", "reportId": night.report_id, "caseIds": list(night.cases)}
+            EvalEvidence(kind="eval", reportId=night.report_id, caseIds=list(night.cases))
             for night in cell.epoch.epoch.nights
         ]
         if cell.epoch is not None
-        else [{"kind": "eval", "reportId": report_id, "caseIds": cell.case_names}]
+        else [EvalEvidence(kind="eval", reportId=report_id, caseIds=list(cell.case_names))]
     )
-    data = {
-        "id": claim_id(report_id, cell.member, cell.task_class),
-        "subject": cell.member.subject.to_wire(),
-        "taskClass": cell.task_class,
-        "polarity": outcome,
-        "statement": claim_statement(cell, outcome, gate),
-        "class": "eval-measured",
-        "status": "active",
-        "evidence": evidence,
-        "metrics": {
-            "passRate": estimate.pass_rate if cell.epoch is not None else cell.pass_rate,
-            "n": estimate.n,
-            "graderId": cell.epoch.grader_id if cell.epoch is not None else GRADER_ID,
-            # An unpriced run makes the cell's cost unknown: say nothing rather than $0.
-            **({} if cell.unpriced_runs else {"cost": cell.total_cost_usd}),
-        },
-        "confidence": confidence_for(estimate.n),
-        "observedAt": observed,
-        "expiresAt": claim_expiry("eval-measured", outcome, observed),
-        "author": {"kind": "eval-pipeline", "id": committer},
-    }
-    if canary_fingerprint is not None:
-        data["modelEpoch"] = {"canaryFingerprint": canary_fingerprint}
-    return ModelClaim.model_validate(data, strict=True)
+    metrics = Metrics(
+        passRate=estimate.pass_rate if cell.epoch is not None else cell.pass_rate,
+        n=estimate.n,
+        graderId=cell.epoch.grader_id if cell.epoch is not None else GRADER_ID,
+    )
+    if not cell.unpriced_runs:
+        # An unpriced run makes the cell's cost unknown: say nothing rather than $0.
+        metrics["cost"] = cell.total_cost_usd
+    return ModelClaim(
+        id=claim_id(report_id, cell.member, cell.task_class),
+        subject=subject_wire(cell.member.subject),
+        task_class=cell.task_class,
+        polarity=outcome,
+        statement=claim_statement(cell, outcome, gate),
+        claim_class="eval-measured",
+        status="active",
+        evidence=evidence,
+        metrics=metrics,
+        confidence=confidence_for(estimate.n),
+        observed_at=observed,
+        expires_at=claim_expiry("eval-measured", outcome, observed),
+        model_epoch=(
+            ModelEpoch(canaryFingerprint=canary_fingerprint)
+            if canary_fingerprint is not None
+            else None
+        ),
+        author=Author(kind="eval-pipeline", id=committer),
+    )

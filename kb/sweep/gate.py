@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kb.stats import min_cases_for_strength, min_cases_for_weakness, wilson_interval
+from kb.store.records import GateRecord
 
 GateKind = Literal["interval", "point"]
 Band = Literal["strength", "weakness", "none"]
@@ -67,6 +68,29 @@ class GatePolicy:
     weakness: float = 0.5
     tolerance: float = DEFAULT_TOLERANCE
 
+    def record(self) -> GateRecord:
+        """The gate as a report records it (which also words and computes its bars)."""
+        return GateRecord(
+            kind=self.kind,
+            tolerance=self.tolerance,
+            strength=self.strength,
+            weakness=self.weakness,
+        )
+
+    @property
+    def strength_floor(self) -> float:
+        """The lowest 95 % lower bound a strength needs (the interval gate)."""
+        return self.record().strength_floor
+
+    @property
+    def weakness_ceiling(self) -> float:
+        """The highest 95 % upper bound a weakness allows (the interval gate)."""
+        return self.record().weakness_ceiling
+
+    def describe(self) -> str:
+        """The rule in one sentence."""
+        return self.record().describe()
+
     def band(self, estimate: CellEstimate) -> Band:
         """The claim a complete cell earns (``none``: no claim)."""
         if estimate.n == 0:
@@ -78,9 +102,9 @@ class GatePolicy:
                 return "weakness"
             return "none"
         low, high = estimate.interval
-        if low >= self.strength - self.tolerance:
+        if low >= self.strength_floor:
             return "strength"
-        if high <= self.weakness + self.tolerance:
+        if high <= self.weakness_ceiling:
             return "weakness"
         return "none"
 
@@ -105,8 +129,8 @@ class GatePolicy:
         if self.kind == "point":
             return {"strength": 1, "weakness": 1}
         return {
-            "strength": min_cases_for_strength(self.strength - self.tolerance),
-            "weakness": min_cases_for_weakness(self.weakness + self.tolerance),
+            "strength": min_cases_for_strength(self.strength_floor),
+            "weakness": min_cases_for_weakness(self.weakness_ceiling),
         }
 
     def power_warnings(self, cases_per_class: dict[str, int]) -> list[str]:

@@ -156,44 +156,37 @@ def sweep_report(
 
     carried = plan.resume.committed if plan.resume is not None else None
     done = plan.resume.done if plan.resume is not None else ()
-    return ReportFile.model_validate(
-        {
-            "reportId": plan.report_id,
-            "observedAt": format_instant(plan.observed_at),
-            "gate": {
-                "kind": gate.kind,
-                "tolerance": gate.tolerance,
-                "strength": gate.strength,
-                "weakness": gate.weakness,
-            },
-            "pool": [pool_record(member) for member in plan.pool],
-            "worstCaseUsd": plan.worst_case_usd,
-            "spentUsd": measurement.spent_usd,
-            "cells": [
-                *done,
-                *(
-                    cell_record(
-                        cell,
-                        gate,
-                        claim.id if claim else None,
-                        stands(cell),
-                        held.get((cell.member.key, cell.task_class)),
-                    )
-                    for cell, claim in measurement.cells
-                ),
-            ],
-            "claims": [
-                *(carried.claims if carried is not None else ()),
-                *(claim_to_wire(claim) for _, claim in measurement.cells if claim),
-            ],
-            "retired": [
-                *(carried.retired if carried is not None else ()),
-                *(r.to_record() for r in retired),
-            ],
-            "canary": [c.to_record() for c in canary],
-            "committedVersion": committed_version,
-            "reusedRuns": measurement.reused or None,
-        }
+    return ReportFile(
+        report_id=plan.report_id,
+        observed_at=format_instant(plan.observed_at),
+        gate=gate.record(),
+        pool=tuple(pool_record(member) for member in plan.pool),
+        worst_case_usd=plan.worst_case_usd,
+        spent_usd=measurement.spent_usd,
+        cells=(
+            *done,
+            *(
+                cell_record(
+                    cell,
+                    gate,
+                    claim.id if claim else None,
+                    stands(cell),
+                    held.get((cell.member.key, cell.task_class)),
+                )
+                for cell, claim in measurement.cells
+            ),
+        ),
+        claims=(
+            *(carried.claims if carried is not None else ()),
+            *(claim_to_wire(claim) for _, claim in measurement.cells if claim),
+        ),
+        retired=(
+            *(carried.retired if carried is not None else ()),
+            *(r.to_record() for r in retired),
+        ),
+        canary=tuple(c.to_record() for c in canary),
+        committed_version=committed_version,
+        reused_runs=measurement.reused or None,
     )
 
 

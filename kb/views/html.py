@@ -322,16 +322,7 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
         + '<p><a href="#heatmap">↑ back to the heatmap</a></p></section>'
         for i, c in enumerate(cells)
     )
-    gate = report.gate
-    strength, weakness, tolerance = gate.strength, gate.weakness, gate.tolerance
-    if gate.kind == "point":
-        rule = f"point gate: strength at pass rate ≥ {strength}, weakness ≤ {weakness}"
-    else:
-        rule = (
-            f"interval gate: strength when the 95% interval's lower bound ≥ "
-            f"{to_fixed_2(strength - tolerance)}, weakness when its upper bound ≤ "
-            f"{to_fixed_2(weakness + tolerance)}"
-        )
+    rule = report.gate.describe()
     legend = (
         '<ul class="legend">'
         + "".join(
