@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kb.markdown",
         "kb.money",
         "kb.tomlfile",
+        "kb.sidefile",
         "kb.__main__",
     ),
     ("kb.store",),

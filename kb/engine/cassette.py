@@ -2,13 +2,15 @@
 
 A cassette is JSONL, one line per settled provider call::
 
-    {"key": "<sha256 of the canonical request>", "occurrence": 0, "seq": 12,
+    {"format": 1, "key": "<sha256 of the canonical request>", "occurrence": 0, "seq": 12,
      "request": {"model": ..., "messages": [...], "params": {...}},
      "status": "ok" | "error", "output": "...", "usage": {...},
      "costUsd": 0.0012, "error": null, "attempts": 1}
 
-``key`` hashes the request as the adapter will send it (resolved litellm
-model, params and messages; secret params are never part of a request).
+``format`` is the cassette format (:mod:`kb.sidefile`; a line without it,
+written before kb stamped one, is format 1). ``key`` hashes the request as
+the adapter will send it (resolved litellm model, params and messages;
+secret params are never part of a request).
 Cassettes are committed next to tests, so the text a line holds is cut as
 evidence is (:mod:`kb.sweep.evidence`): every value of 8 characters or more
 from an ``api_key``, an ``api_key_env`` variable, an authorization header of
@@ -40,8 +42,10 @@ from kb.atomicfile import write_atomic
 from kb.engine.requests import ProviderRequest, cut_secrets, secrets_to_cut
 from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError, VcrMissError
+from kb.sidefile import SideFormat, parse_json
 
 CassetteMode = Literal["record", "replay"]
+CASSETTE = SideFormat("cassette", absent=1)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Exchange:
     def to_json(self) -> dict[str, Any]:
         """The JSONL object."""
         return {
+            **CASSETTE.stamp(),
             "key": self.key,
             "occurrence": self.occurrence,
             "seq": self.seq,
@@ -101,7 +106,10 @@ def _cut_strings(value: Any, known: Sequence[str]) -> Any:
 
 def _parse_line(line: str, where: str) -> Exchange:
     try:
-        data = json.loads(line)
+        data = CASSETTE.check(parse_json(line, where), where)
+    except ConfigError as exc:
+        raise ConfigError(where, f"corrupt cassette line: {'; '.join(exc.issues)}") from None
+    try:
         usage = data["usage"]
         exchange = Exchange(
             key=data["key"],
@@ -116,9 +124,6 @@ def _parse_line(line: str, where: str) -> Exchange:
             attempts=data.get("attempts", 1),
             price_source=data.get("priceSource"),
         )
-    except RecursionError:
-        # json's parser recurses once per level: a hostile or broken line must not be a traceback
-        raise ConfigError(where, "corrupt cassette line: nested too deep to read") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(where, f"corrupt cassette line: {type(exc).__name__}: {exc}") from None
     problem = _exchange_problem(exchange)

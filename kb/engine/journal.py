@@ -39,8 +39,9 @@ from typing import Any
 
 from kb.engine.runs import RunResult, Usage
 from kb.errors import ConfigError, JournalUnwritable
+from kb.sidefile import SideFormat
 
-JOURNAL_FORMAT = 1
+JOURNAL = SideFormat("run journal", key="journal")
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class RunJournal:
         if size == 0:
             journal._write(
                 {
-                    "journal": JOURNAL_FORMAT,
+                    **JOURNAL.stamp(),
                     "reportId": report_id,
                     "observedAt": observed_at,
                     "spec": spec,
@@ -219,9 +220,7 @@ def read_journal(path: Path) -> JournalState | None:
     if not lines:
         return None
     try:
-        header = json.loads(lines[0])
-        if header.get("journal") != JOURNAL_FORMAT:
-            raise ValueError(f"journal must be {JOURNAL_FORMAT}")
+        header = JOURNAL.load(lines[0], f"{path}:1")
         report_id, observed_at = str(header["reportId"]), str(header["observedAt"])
         spec = str(header.get("spec", ""))
     except (ValueError, KeyError, AttributeError, RecursionError) as exc:

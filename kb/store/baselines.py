@@ -32,7 +32,6 @@ this file knows about probe sets.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +39,12 @@ from typing import Any, Literal
 
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
+from kb.sidefile import SideFormat
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.merge import leave_textual_conflict
 
 BaselineStatus = Literal["no-drift", "drift", "rebaselined"]
-FORMAT_VERSION = 1
+BASELINES = SideFormat("canary baselines", key="version")
 
 
 def probe_set_id(prompts: Sequence[str]) -> str:
@@ -118,7 +118,7 @@ class CanaryBaselines:
         """Deterministic JSON (sorted keys, two-space indent, trailing newline): small diffs."""
         used = {pid for s in self.subjects.values() for pid in s.baselines}
         document: dict[str, Any] = {
-            "version": FORMAT_VERSION,
+            **BASELINES.stamp(),
             "probeSets": {pid: list(p) for pid, p in self.probe_sets.items() if pid in used},
             "subjects": {
                 key: {"baselines": dict(s.baselines), "current": sorted(s.current)}
@@ -164,13 +164,8 @@ def parse_baselines(raw: bytes | None, source: str) -> CanaryBaselines:
     """Baselines from a file's bytes (``None``: no file, no baselines)."""
     if raw is None:
         return CanaryBaselines()
+    data = BASELINES.load(raw, source)
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(source, f"not valid JSON: {exc}") from None
-    try:
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"version must be {FORMAT_VERSION}")
         probe_sets = {
             str(pid): tuple(_strings(prompts)) for pid, prompts in data["probeSets"].items()
         }

@@ -47,8 +47,9 @@ from typing import Any, Literal
 
 from kb.atomicfile import BACKUP_SUFFIX, TEMP_SUFFIX, fsync_directory, write_atomic
 from kb.errors import ConfigError
+from kb.sidefile import SideFormat
 
-INTENT_FORMAT = 1
+INTENT = SideFormat("commit intent", key="intent")
 INTENT_SUFFIX = ".kb-intent"
 HIDDEN_PATTERNS = (f".*{TEMP_SUFFIX}", f".*{BACKUP_SUFFIX}", f".*{INTENT_SUFFIX}")
 """What ``.git/info/exclude`` lists so that ``git add -A`` never sees a commit's leftovers."""
@@ -146,7 +147,7 @@ class CommitIntent:
                 return str(path)
 
         document: dict[str, Any] = {
-            "intent": INTENT_FORMAT,
+            **INTENT.stamp(),
             "label": self.label,
             "reportId": self.report_id,
             "commit": self.commit,
@@ -174,9 +175,7 @@ class CommitIntent:
             return base / text if text else None
 
         try:
-            document = json.loads(data.decode("utf-8"))
-            if document.get("intent") != INTENT_FORMAT:
-                raise ValueError(f"format must be {INTENT_FORMAT}")
+            document = INTENT.load(data, where)
             files = tuple(
                 PendingFile(
                     base / item["path"],
@@ -197,11 +196,14 @@ class CommitIntent:
                 document.get("ref"),
             )
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                where,
-                f"kb's record of an interrupted commit cannot be read ({exc}); move it away "
-                "and check git status",
-            ) from None
+            problem = str(exc)
+        except ConfigError as exc:
+            problem = "; ".join(exc.issues)
+        raise ConfigError(
+            where,
+            f"kb's record of an interrupted commit cannot be read ({problem}); move it away "
+            "and check git status",
+        )
 
     @property
     def complete(self) -> bool:

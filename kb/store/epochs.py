@@ -19,7 +19,6 @@ stays right when evidence is compacted or lives outside the work tree.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -32,10 +31,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
 from kb.schema import validation_issues
+from kb.sidefile import SideFormat
 from kb.store.merge import leave_textual_conflict
-from kb.store.records import WireModel, format_issue
+from kb.store.records import WireModel
 
-EPOCHS_FORMAT = 1
+EPOCHS = SideFormat("epochs")
+EPOCHS_FORMAT = EPOCHS.current
 EpochReason = Literal["first", "suite", "drift", "alarm", "manual", "resync"]
 
 
@@ -170,15 +171,7 @@ def parse_epochs(data: bytes | None, source: str) -> EpochsFile:
     """The epochs file's bytes (``None``: no file yet, no epochs)."""
     if data is None:
         return EpochsFile()
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(source, f"not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(source, "not a kb epochs file (a JSON object)")
-    issue = format_issue(value.get("format"), (EPOCHS_FORMAT,), "epochs")
-    if issue is not None:
-        raise ConfigError(source, issue)
+    value = EPOCHS.load(data, source)
     try:
         return EpochsFile.model_validate(value)
     except ValidationError as exc:

@@ -24,7 +24,6 @@ read.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from kb.errors import ConfigError
+from kb.sidefile import SideFormat, parse_json
 from kb.store.canonical import js_stringify
 
 DEFAULT_EVIDENCE_DIR = "kb-evidence"
 ATTRIBUTES_FILE = ".gitattributes"
-SETTINGS_FORMAT = 1
+SETTINGS = SideFormat("settings")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class StoreSettings:
 
     def render(self) -> bytes:
         """Deterministic JSON (two-space indent, trailing newline)."""
-        document: dict[str, Any] = {"format": SETTINGS_FORMAT}
+        document: dict[str, Any] = SETTINGS.stamp()
         if self.evidence_dirs:
             document["evidenceDirs"] = list(self.evidence_dirs)
         return (js_stringify(document, indent=2) + "\n").encode("utf-8")
@@ -166,26 +166,18 @@ class StoreHome:
 def read_settings(path: Path) -> StoreSettings:
     """The settings file at ``path`` (defaults when absent; malformed: ``ConfigError``)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         return StoreSettings()
     except IsADirectoryError:
         raise ConfigError(str(path), "is a directory, not kb's settings file") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise ConfigError(str(path), f"not valid JSON: {exc}") from None
+    data = parse_json(raw, str(path))
     if not isinstance(data, dict):
         raise ConfigError(str(path), f"must be a JSON object, got {type(data).__name__}")
     issues = [f"{key}: unknown key" for key in sorted(set(data) - {"format", "evidenceDirs"})]
-    found = data.get("format")
-    if found != SETTINGS_FORMAT:
-        newer = isinstance(found, int) and not isinstance(found, bool) and found > SETTINGS_FORMAT
-        issues.insert(
-            0,
-            f"format {found} was written by a newer kb (this kb reads format "
-            f"{SETTINGS_FORMAT}): upgrade kb"
-            if newer
-            else f"format: must be {SETTINGS_FORMAT} (got {found!r})",
-        )
+    found = SETTINGS.issue(data)
+    if found is not None:
+        issues.insert(0, found)
     dirs = data.get("evidenceDirs", [])
     if not isinstance(dirs, list) or not all(isinstance(d, str) and d for d in dirs):
         issues.append("evidenceDirs: must be a list of non-empty paths")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -43,11 +43,13 @@ from pydantic import (
 
 from kb.errors import ConfigError
 from kb.schema import subject_key, validation_issues
+from kb.sidefile import SideFormat, parse_json
 from kb.store.canonical import js_stringify, to_fixed_2
 
-FORMAT = 2
+EVIDENCE_FORMAT = SideFormat("evidence", current=2, older=(1,), absent=1)
+"""Reports and runs files: format 2 since v2; a file without ``format`` is format 1."""
+FORMAT = EVIDENCE_FORMAT.current
 """The format this kb writes."""
-READABLE_FORMATS = (1, 2)
 TEXT_LIMIT = 4000
 """Outputs and request texts longer than this are cut and carry the sha256 of the full text."""
 
@@ -449,31 +451,12 @@ def render_runs(records: Iterable[RunRecord]) -> bytes:
     )
 
 
-def format_issue(found: Any, readable: Sequence[int], what: str) -> str | None:
-    """Why ``found`` is not a format this kb reads (``None``: it is)."""
-    if not isinstance(found, bool) and isinstance(found, int) and found in readable:
-        return None
-    names = " and ".join(str(f) for f in readable)
-    if isinstance(found, int) and not isinstance(found, bool) and found > max(readable):
-        return (
-            f"{what} format {found} was written by a newer kb (this kb reads format {names}): "
-            "upgrade kb to read it"
-        )
-    return f"format: {found!r} is not a {what} format (this kb reads format {names})"
-
-
-def _format_issue(data: Mapping[str, Any]) -> str | None:
-    return format_issue(data.get("format", 1), READABLE_FORMATS, "evidence")
-
-
 def _validated(model: type[WireModel], data: Any, where: str) -> Any:
     if not isinstance(data, dict):
         raise ConfigError(where, f"must be a JSON object, got {type(data).__name__}")
-    issue = _format_issue(data)
-    if issue is not None:
-        raise ConfigError(where, issue)
+    EVIDENCE_FORMAT.check(data, where)
     try:
-        return model.model_validate({"format": 1, **data})
+        return model.model_validate({"format": EVIDENCE_FORMAT.version(data), **data})
     except ValidationError as exc:
         raise ConfigError(where, validation_issues("", exc)) from None
 
@@ -538,10 +521,8 @@ def check_runs_match(report: ReportFile, data: bytes, count: int, source: str) -
 def parse_report(data: bytes, source: str) -> ReportFile:
     """A report file (format 1 or 2)."""
     try:
-        value = json.loads(data.decode("utf-8", "surrogatepass"))
+        text = data.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
         raise ConfigError(source, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(source, f"not valid JSON: {exc}") from None
-    report: ReportFile = _validated(ReportFile, value, source)
+    report: ReportFile = _validated(ReportFile, parse_json(text, source), source)
     return report
