@@ -11,7 +11,15 @@ from click.testing import CliRunner
 
 from kb.errors import ConfigError
 from kb.store.evidence import earlier_reports
-from kb.store.records import FORMAT, ReportFile, parse_report, parse_runs, render_runs
+from kb.store.records import (
+    FORMAT,
+    EpochRecord,
+    ReportFile,
+    RunRecord,
+    parse_report,
+    parse_runs,
+    render_runs,
+)
 from kb.views.html import cell_history, report_html
 from kb.views.report_text import summary_text
 from tests.cli_helpers import kb
@@ -164,3 +172,58 @@ def test_reading_is_the_inverse_of_writing() -> None:
     report = parse_report((FORMAT1 / f"{NIGHTS[1]}.report.json").read_bytes(), "r")
     again = ReportFile.model_validate_json(report.render())
     assert again == report
+
+
+def _run(kind: str, label: str, case: str) -> RunRecord:
+    return RunRecord(
+        kind=kind,  # type: ignore[arg-type]
+        label=label,
+        model="judge:model",
+        case=case,
+        task_class="extraction",
+        repeat=0,
+        status="ok",
+        output="yes",
+        cost_usd=0.0,
+        latency_ms=None,
+        attempts=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("label", "case", "judged"),
+    [
+        ("judge:openai:gpt-4o/case-1/0", "case-1", "openai:gpt-4o"),
+        ("judge:openrouter:meta/llama@high/case-1#2/1", "case-1", "openrouter:meta/llama@high"),
+        ("judge:m/dir/case#3/0", "dir/case#3", "m"),
+        ("judge:m/dir/case#3#2/0", "dir/case#3", "m"),
+        ("judge:m/0/0", "0", "m"),
+    ],
+)
+def test_a_judge_run_names_the_target_it_judged(label: str, case: str, judged: str) -> None:
+    assert _run("judge", label, case).judged == judged
+
+
+def test_only_a_judge_run_judged_anything() -> None:
+    assert _run("target", "target:m/case-1", "case-1").judged is None
+    assert _run("judge", "judge:m/other/0", "case-1").judged is None
+
+
+def test_a_cell_is_shown_at_its_epochs_rate_else_tonights() -> None:
+    night = parse_report((FORMAT1 / f"{NIGHTS[0]}.report.json").read_bytes(), "n")
+    cell = night.cells[0]
+    assert cell.epoch is None and cell.shown_rate == cell.pass_rate
+    epoch = EpochRecord(
+        reason="first",
+        started_at="2026-11-29T02:00:00.000Z",
+        started_in=NIGHTS[0],
+        nights=2,
+        n=40,
+        pass_rate=0.925,
+        down=0.0,
+        up=0.0,
+        pool=40,
+        ran=20,
+        why="confirm",
+    )
+    assert cell.model_copy(update={"epoch": epoch}).shown_rate == 0.925

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -198,6 +199,22 @@ class RunRecord(WireModel):
         """Settled ok and every grader passed."""
         return self.status == "ok" and bool(self.verdicts) and all(v.passed for v in self.verdicts)
 
+    @property
+    def judged(self) -> str | None:
+        """For a judge run, the subject key of the target answer it judged (else ``None``).
+
+        A judge's label is ``judge:<subject>/<case>[#repeat]/<grader index>``
+        (:mod:`kb.evals.suite`); ``case`` is known, so a subject or case name
+        holding ``/`` or ``#`` is still read right.
+        """
+        if self.kind != "judge" or not self.label.startswith("judge:"):
+            return None
+        head = self.label.removeprefix("judge:").rpartition("/")[0]
+        tail = f"/{self.case}"
+        if not head.endswith(tail):
+            head = re.sub(r"#[0-9]+$", "", head)
+        return head[: -len(tail)] if head.endswith(tail) and len(head) > len(tail) else None
+
 
 # -- one report ------------------------------------------------------------------------
 
@@ -340,6 +357,11 @@ class CellRecord(WireModel):
     def complete(self) -> bool:
         """The cell could claim (whatever it earned)."""
         return self.outcome != "incomplete"
+
+    @property
+    def shown_rate(self) -> float:
+        """The pass rate the cell is judged by: its epoch's pooled estimate, else tonight's."""
+        return self.epoch.pass_rate if self.epoch is not None else self.pass_rate
 
 
 class RetiredRecord(WireModel):

@@ -48,14 +48,9 @@ def cell_history(reports: Sequence[ReportFile]) -> History:
     for report in reports:
         for cell in report.cells:
             history.setdefault((cell.subject_key, cell.task_class), []).append(
-                CellPoint(report.observed_at, report.report_id, shown_rate(cell), cell.complete)
+                CellPoint(report.observed_at, report.report_id, cell.shown_rate, cell.complete)
             )
     return history
-
-
-def shown_rate(cell: CellRecord) -> float:
-    """The pass rate a cell is judged by: its epoch's pooled estimate, else tonight's."""
-    return cell.epoch.pass_rate if cell.epoch is not None else cell.pass_rate
 
 
 def heat_colour(rate: float) -> str:
@@ -86,7 +81,7 @@ def _delta(cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
     if not measured:
         return '<div class="delta new">first measurement</div>'
     previous = measured[-1]
-    change = shown_rate(cell) - previous.pass_rate
+    change = cell.shown_rate - previous.pass_rate
     arrow = "▲" if change > 1e-9 else "▼" if change < -1e-9 else "="
     sign = "+" if change > 1e-9 else "−" if change < -1e-9 else "±"
     kind = "up" if change > 1e-9 else "down" if change < -1e-9 else "same"
@@ -117,7 +112,7 @@ def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
         style = ' class="cell incomplete"'
         why = f'<div class="why">{esc(cell.incomplete_reason or "")}</div>'
     else:
-        rate = shown_rate(cell)
+        rate = cell.shown_rate
         count = f"epoch n={cell.epoch.n} ({n} tonight)" if cell.epoch is not None else f"n={n}"
         figure = (
             f'<div class="rate">{to_fixed_2(rate)}</div>'
@@ -126,9 +121,7 @@ def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
         style = f' class="cell" style="background:{heat_colour(rate)}"'
         why = ""
     trend = (
-        _sparkline(
-            [p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [shown_rate(cell)]
-        )
+        _sparkline([p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [cell.shown_rate])
         if outcome != "incomplete"
         else ""
     )
@@ -168,11 +161,7 @@ def _case_rows(cell: CellRecord, runs: Sequence[RunRecord]) -> str:
         for r in runs
         if r.kind == "target" and r.subject_key == key and r.task_class == task_class
     ]
-    judges = {
-        (r.case, r.repeat): r
-        for r in runs
-        if r.kind == "judge" and r.task_class == task_class and r.label.startswith(f"judge:{key}/")
-    }
+    judges = {(r.case, r.repeat): r for r in runs if r.judged == key and r.task_class == task_class}
     stability = {c.name: c.stability for c in cell.cases or ()}
     if not mine:
         return '<p class="none">No evidence for these cases (written with --no-evidence?).</p>'

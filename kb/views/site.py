@@ -41,7 +41,7 @@ from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.records import CellRecord, ReportFile, RunRecord
 from kb.views.decision import claim_interval, newest_first
-from kb.views.html import heat_colour, shown_rate
+from kb.views.html import heat_colour
 from kb.views.report_text import EPOCH_WORDS, alarm_lines, drift_line
 
 esc = html.escape
@@ -286,7 +286,7 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
     for before in earlier:  # the model's latest earlier verdict on the same case
         for run in before.runs:
             if run.kind == "target":
-                previous[_run_key(run)] = _passed(run)
+                previous[_run_key(run)] = run.passed
     classes = list(dict.fromkeys(c.task_class for c in r.cells))
     members = list(dict.fromkeys(c.subject_key for c in r.cells))
     rates = {(c.subject_key, c.task_class): c for c in r.cells}
@@ -308,7 +308,7 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
                     f"<small>{esc(cell.incomplete_reason or '')}</small></td>"
                 )
                 continue
-            rate = shown_rate(cell)
+            rate = cell.shown_rate
             tonight = _tonight(cell)
             pooled = (
                 f"epoch {to_fixed_2(rate)} n={cell.epoch.n}"
@@ -369,10 +369,6 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
     return _page(f"kb night {r.report_id}", body, script)
 
 
-def _passed(run: RunRecord) -> bool:
-    return run.status == "ok" and bool(run.verdicts) and all(v.passed for v in run.verdicts)
-
-
 def _case_section(
     task_class: str,
     case: str,
@@ -394,7 +390,7 @@ def _case_section(
     failed = flaky = changed = False
     rows = []
     for model, mine in by_model.items():
-        verdicts = [_passed(run) for run in mine]
+        verdicts = [run.passed for run in mine]
         failed |= not all(verdicts)
         flaky |= len(set(verdicts)) > 1
         was = previous.get((model, case))
@@ -402,7 +398,7 @@ def _case_section(
         for run in mine:
             status = (
                 '<span class="pass">PASS</span>'
-                if _passed(run)
+                if run.passed
                 else '<span class="fail">FAIL</span>'
                 if run.status == "ok"
                 else f'<span class="error">{esc(run.status.upper())}</span>'
@@ -502,7 +498,7 @@ def _timeline_html(points: Sequence[TimelineNight]) -> str:
     items = []
     for point in points:
         cell, epoch = point.cell, point.cell.epoch
-        rate = shown_rate(cell)
+        rate = cell.shown_rate
         tonight = _tonight(cell)
         pooled = f" · epoch {to_fixed_2(rate)} n={epoch.n}" if epoch is not None else ""
         mark = (
@@ -602,7 +598,7 @@ def compare_page(nights: Sequence[Night]) -> str:
             "drift": _drifted(n.report),
             "cells": {
                 f"{c.subject_key} · {c.task_class}": {
-                    "rate": shown_rate(c),
+                    "rate": c.shown_rate,
                     "outcome": str(c.outcome),
                 }
                 for c in n.report.cells
