@@ -269,13 +269,15 @@ def sequential_study(
     cap: float,
     horizon: int | None,
     grid_points: int,
+    bets: str,
+    alpha: float,
 ) -> None:
     """Fixed-n Newcombe at n_fixed against the betting confidence sequence in rounds."""
     base, ratio = 0.90, 0.5
     print(
         f"\n## c. Sequential vs fixed n: baseline {base}, cost ratio {ratio}, margin {margin}, "
         f"fixed n {n_fixed}, rounds of {round_size} up to {max_cases}, cap {cap}, "
-        f"horizon {horizon}, grid {grid_points}, {seeds} seeds\n"
+        f"horizon {horizon}, grid {grid_points}, bets {bets}, alpha {alpha}, {seeds} seeds\n"
     )
     print(
         "| truth | fixed: decided | fixed: errors | fixed: calls when decided "
@@ -296,9 +298,8 @@ def sequential_study(
         low, high = newcombe_arrays(table[:, 0], table[:, 1], table[:, 2], table[:, 3])
         f_dec = f_err = 0
         for s in range(seeds):
-            v = checkpoint_criterion(
-                diff_from_table(table[s], float(low[s]), float(high[s])), ratio
-            )
+            fixed = diff_from_table(table[s], float(low[s]), float(high[s]))
+            v = checkpoint_criterion(fixed, ratio, margin=margin)
             ok = correct(v.verdict, delta, margin)
             if ok is not None:
                 f_dec += 1
@@ -310,7 +311,7 @@ def sequential_study(
         s_dec = s_err = 0
         for start in range(0, max_cases, round_size):
             stop = min(max_cases, start + round_size)
-            betting_update(state, d[:, start:stop], 0.05, cap, horizon)
+            betting_update(state, d[:, start:stop], alpha, cap, horizon, bets)  # type: ignore[arg-type]
             sums = d[:, :stop].sum(axis=1)
             squares = (d[:, :stop] ** 2).sum(axis=1)
             for s in np.flatnonzero(~stopped):
@@ -366,9 +367,11 @@ def main() -> None:
     parser.add_argument("--round", type=int, default=10, dest="round_size")
     parser.add_argument("--fixed-n", type=int, default=120)
     parser.add_argument("--max-cases", type=int, default=120)
-    parser.add_argument("--cap", type=float, default=0.5)
+    parser.add_argument("--cap", type=float, default=0.75)
     parser.add_argument("--horizon", type=int, default=None)
     parser.add_argument("--grid", type=int, default=2001)
+    parser.add_argument("--bets", choices=["hedged", "agrapa"], default="agrapa")
+    parser.add_argument("--alpha", type=float, default=0.05, help="the sequence's alpha")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     began = time.process_time()
@@ -388,6 +391,8 @@ def main() -> None:
             args.cap,
             args.horizon,
             args.grid,
+            args.bets,
+            args.alpha,
         )
     print(f"\n(CPU {time.process_time() - began:.1f} s)")
 

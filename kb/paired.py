@@ -52,6 +52,7 @@ DEFAULT_POWER = 0.8
 _NORMAL = NormalDist()
 
 Method = Literal["newcombe", "bootstrap", "confidence sequence"]
+Bets = Literal["hedged", "agrapa"]
 
 
 def normal_quantile(p: float) -> float:
@@ -560,6 +561,7 @@ def betting_update(
     alpha: float = 0.05,
     cap: float = 0.5,
     horizon: int | None = None,
+    bets: Bets = "hedged",
 ) -> None:
     """Add cases to a betting confidence sequence (in place); see :class:`SequentialDifference`.
 
@@ -574,17 +576,29 @@ def betting_update(
         # Predictable plug-in bet (WSR 2023, eq. 26): from the cases before this
         # one only, which is all Ville's inequality needs.
         variance = (0.25 + state.squares) / t
-        spread = horizon if horizon is not None else t * math.log(1 + t)
-        bet = np.sqrt(2 * math.log(2 / alpha) / (variance * spread))[..., None]
         x_col = x[..., None]
-        state.log_up += np.log1p(np.minimum(bet, cap / grid) * (x_col - grid))
-        state.log_down += np.log1p(-np.minimum(bet, cap / (1 - grid)) * (x_col - grid))
+        if bets == "agrapa":
+            # aGRAPA (WSR 2023, section 5.3): one gambler per candidate m whose
+            # signed bet approximates the growth-optimal (μ̂ − m)/(σ̂² + (μ̂ − m)²).
+            mean = ((0.5 + state.total) / t)[..., None]
+            gap = mean - grid
+            signed = gap / (variance[..., None] + gap**2)
+            signed = np.clip(signed, -cap / (1 - grid), cap / grid)
+            state.log_up += np.log1p(signed * (x_col - grid))
+        else:
+            spread = horizon if horizon is not None else t * math.log(1 + t)
+            bet = np.sqrt(2 * math.log(2 / alpha) / (variance * spread))[..., None]
+            state.log_up += np.log1p(np.minimum(bet, cap / grid) * (x_col - grid))
+            state.log_down += np.log1p(-np.minimum(bet, cap / (1 - grid)) * (x_col - grid))
         state.count = t
         state.total = state.total + x
         state.squares = state.squares + (x - (0.5 + state.total) / (t + 1)) ** 2
         # The hedged wealth ½K⁺ + ½K⁻; a mean is excluded once it reaches 1/α.
-        hedged = np.logaddexp(state.log_up, state.log_down) - math.log(2)
-        kept = hedged < threshold
+        if bets == "agrapa":
+            wealth = state.log_up
+        else:
+            wealth = np.logaddexp(state.log_up, state.log_down) - math.log(2)
+        kept = wealth < threshold
         any_kept = kept.any(axis=-1)
         first = np.argmax(kept, axis=-1)
         last = grid.size - 1 - np.argmax(kept[..., ::-1], axis=-1)
@@ -607,32 +621,38 @@ class SequentialDifference:
     *confidence sequence* holds at every n at once with probability 1 − α, so
     the checkpoint may look after each round and stop as soon as it decides.
 
-    The family is the hedged betting confidence sequence of Waudby-Smith &
-    Ramdas (2023, "Estimating means of bounded random variables by betting",
-    JRSS-B 86:1, Theorem 3 with the predictable plug-in bets of their eq. 26):
-    for each candidate mean m of x = (d + 1)/2 ∈ [0, 1] two gamblers bet that
-    the mean is above and below m; their capital is a non-negative martingale
-    when m is the truth, so by Ville's inequality it reaches 1/α with
-    probability at most α, and every m where ½K⁺ + ½K⁻ ≥ 1/α is excluded for
-    good (the running intersection). It is non-asymptotic (no normal
+    The family is the betting confidence sequence of Waudby-Smith & Ramdas
+    (2023, "Estimating means of bounded random variables by betting", JRSS-B
+    86:1): for each candidate mean m of x = (d + 1)/2 ∈ [0, 1] a gambler bets
+    on the next case's x against m with a bet fixed before seeing it; the
+    capital K(m) = Π(1 + λᵢ(m)(xᵢ − m)) is a non-negative martingale when m is
+    the truth, so by Ville's inequality it ever reaches 1/α with probability
+    at most α, and every m whose capital reached 1/α is excluded for good (the
+    running intersection). The bets (``bets``): ``"agrapa"`` (default) — their
+    approximate growth-rate-adaptive bet λ(m) = (μ̂ − m)/(σ̂² + (μ̂ − m)²), one
+    signed gambler per m, clipped to ``cap``; ``"hedged"`` — their hedged
+    capital ½K⁺ + ½K⁻ with the predictable plug-in bet of their eq. 26. In
+    ``bench/paired_sim.py`` aGRAPA with cap 0.75 decided the checkpoint with
+    the fewest cases (``bench/RESULTS.md``). It is non-asymptotic (no normal
     approximation, valid from the first case) and it adapts to the variance:
     with few discordant cases the per-case differences vary little and the
     bets are large. Chosen over Hoeffding-style and normal-mixture (Robbins)
     boundaries, which need a variance bound and with range [−1, 1] assume the
-    worst variance (1), several times the 0.05 of the checkpoint's typical
-    5 % discordance; and over the asymptotic (plug-in variance) sequences,
-    which would exclude everything but the point after a first round with no
+    worst variance (1), 20 times the 0.05 of the checkpoint's typical 5 %
+    discordance; and over the asymptotic (plug-in variance) sequences, which
+    would exclude everything but the point after a first round with no
     discordant case. The candidate means are a grid of ``grid_points``; the
-    bound is rounded outward by one step. ``horizon`` tunes the bets for a
-    sample size (None: WSR's default that tunes for all n).
+    bound is rounded outward by one step. ``horizon`` tunes the hedged bets
+    for a sample size (None: WSR's default that tunes for all n).
     """
 
     def __init__(
         self,
         alpha: float = 0.05,
-        cap: float = 0.5,
+        cap: float = 0.75,
         horizon: int | None = None,
         grid_points: int = 2001,
+        bets: Bets = "agrapa",
     ) -> None:
         """Start with no cases; ``alpha`` is the chance the sequence ever misses the truth."""
         if not 0 < alpha < 1:
@@ -642,6 +662,7 @@ class SequentialDifference:
         self.alpha = alpha
         self.cap = cap
         self.horizon = horizon
+        self.bets: Bets = bets
         self._state = BettingState.start((), grid_points)
         self._positive = 0
         self._negative = 0
@@ -653,7 +674,7 @@ class SequentialDifference:
         d = np.asarray(differences, dtype=np.float64).reshape(-1)
         if d.size and not np.all((d >= -1) & (d <= 1)):
             raise ValueError("per-case differences must lie in [-1, 1]")
-        betting_update(self._state, d, self.alpha, self.cap, self.horizon)
+        betting_update(self._state, d, self.alpha, self.cap, self.horizon, self.bets)
         self._positive += int(np.sum(d > 0))
         self._negative += int(np.sum(d < 0))
         self._sum += float(d.sum())

@@ -329,7 +329,8 @@ def test_sequence_is_nested_and_decides_a_clear_difference() -> None:
     assert read_difference(sequence.current()).reading is Reading.BETTER
 
 
-def test_sequence_covers_the_truth_when_looked_at_every_round() -> None:
+@pytest.mark.parametrize("bets", ["agrapa", "hedged"])
+def test_sequence_covers_the_truth_when_looked_at_every_round(bets: str) -> None:
     # 200 comparisons at a true difference of 0, looked at after every round of
     # 10 up to 200 cases: the sequence should almost never exclude 0.
     from kb.paired import BettingState, betting_update
@@ -339,7 +340,7 @@ def test_sequence_covers_the_truth_when_looked_at_every_round() -> None:
     state = BettingState.start((200,), 801)
     missed = np.zeros(200, dtype=bool)
     for start in range(0, 200, 10):
-        betting_update(state, d[:, start : start + 10])
+        betting_update(state, d[:, start : start + 10], bets=bets)  # type: ignore[arg-type]
         missed |= (state.low > 0) | (state.high < 0)
     assert missed.mean() <= 0.05
 
