@@ -1,0 +1,350 @@
+"""kb.paired: the paired difference, its readings and the checkpoint's criterion (SPEC 13.3)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kb.paired import (
+    PairedDifference,
+    PairedScores,
+    Reading,
+    SequentialDifference,
+    bonferroni_z,
+    cases_to_decide,
+    checkpoint_criterion,
+    cost_per_case,
+    cost_ratio,
+    nearest_rank_percentile,
+    newcombe_paired_interval,
+    normal_quantile,
+    paired_bootstrap_interval,
+    paired_difference,
+    read_difference,
+    seed_from,
+    smallest_detectable_difference,
+    z_for,
+)
+from kb.stats import Z_95
+
+counts = st.integers(min_value=0, max_value=60)
+tables = st.tuples(counts, counts, counts, counts).filter(lambda t: sum(t) > 0)
+zs = st.floats(min_value=0.5, max_value=4.0)
+
+
+def diff(low: float, high: float, difference: float = 0.0, n: int = 100) -> PairedDifference:
+    return PairedDifference(
+        n=n,
+        difference=difference,
+        low=low,
+        high=high,
+        discordant_a=3,
+        discordant_b=2,
+        method="newcombe",
+        discordance=0.05,
+    )
+
+
+# --- known values ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        # Newcombe (1998), Stat Med 17:2635, the worked examples of method 10, as
+        # reproduced to 4 decimals by the R package propint's tests
+        # (github.com/m-Py/propint, tests/testthat/test_Two_Dependent_Props_CI.R,
+        # "ci.two.dep.props produces the results reported in Newcombe1998").
+        # (e, f, g, h) = (both, only a, only b, neither).
+        ((36, 12, 2, 0), (0.0569, 0.3404)),
+        ((18, 12, 2, 18), (0.0562, 0.3290)),
+        ((53, 0, 0, 1), (-0.0729, 0.0729)),
+        ((0, 30, 0, 0), (0.8395, 1.0)),
+    ],
+)
+def test_newcombe_published_examples(
+    table: tuple[int, int, int, int], expected: tuple[float, float]
+) -> None:
+    low, high = newcombe_paired_interval(*table)
+    assert low == pytest.approx(expected[0], abs=5e-5)
+    assert high == pytest.approx(expected[1], abs=5e-5)
+
+
+def test_newcombe_no_cases_knows_nothing() -> None:
+    assert newcombe_paired_interval(0, 0, 0, 0) == (-1.0, 1.0)
+
+
+def test_newcombe_refuses_negative_counts() -> None:
+    with pytest.raises(ValueError):
+        newcombe_paired_interval(1, -1, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("p", "z"),
+    [
+        # Standard normal quantiles (Abramowitz & Stegun table 26.5, more digits from AS241).
+        (0.975, 1.959963984540054),
+        (0.995, 2.5758293035489004),
+        (0.9, 1.2815515655446004),
+        (0.8, 0.8416212335729143),
+        (0.5, 0.0),
+        (0.025, -1.959963984540054),
+    ],
+)
+def test_normal_quantile_known_values(p: float, z: float) -> None:
+    assert normal_quantile(p) == pytest.approx(z, abs=1e-12)
+
+
+def test_bonferroni_known_values() -> None:
+    assert bonferroni_z(1) == pytest.approx(Z_95, abs=1e-12)
+    assert z_for(0.95) == pytest.approx(Z_95, abs=1e-12)
+    # Six pairs: 1 − 0.05/12 → 2.6383 (two-sided 0.05/6 per pair).
+    assert bonferroni_z(6) == pytest.approx(2.638257, abs=1e-6)
+    # Ten pairs at alpha 0.10: z at 1 − 0.005 is the 99 % two-sided z.
+    assert bonferroni_z(10, alpha=0.10) == pytest.approx(2.5758293035489004, abs=1e-12)
+
+
+def test_smallest_detectable_difference_solves_mcnemar_power() -> None:
+    delta = smallest_detectable_difference(120, 0.05)
+    assert delta is not None
+    # δ√n = z√ψ + z_power √(ψ − δ²)
+    rhs = Z_95 * math.sqrt(0.05) + normal_quantile(0.8) * math.sqrt(0.05 - delta**2)
+    assert delta * math.sqrt(120) == pytest.approx(rhs, abs=1e-9)
+    assert 0.05 < delta < 0.06
+    assert smallest_detectable_difference(3, 0.5) is None  # n ≤ z²
+
+
+def test_seed_from_is_stable_and_ordered() -> None:
+    assert seed_from("sha256:aa", "sha256:bb") == seed_from("sha256:aa", "sha256:bb")
+    assert seed_from("sha256:aa", "sha256:bb") != seed_from("sha256:bb", "sha256:aa")
+    assert seed_from("ab", "c") != seed_from("a", "bc")
+    assert 0 <= seed_from("x") < 2**64
+
+
+# --- properties ----------------------------------------------------------------------
+
+
+@given(tables, zs)
+def test_newcombe_holds_the_estimate_inside_minus_one_one(
+    table: tuple[int, int, int, int], z: float
+) -> None:
+    n11, n10, n01, n00 = table
+    low, high = newcombe_paired_interval(n11, n10, n01, n00, z)
+    d = (n10 - n01) / sum(table)
+    assert -1.0 <= low <= d + 1e-12
+    assert d - 1e-12 <= high <= 1.0
+
+
+@given(tables, zs, zs)
+def test_newcombe_widens_with_z(table: tuple[int, int, int, int], z1: float, z2: float) -> None:
+    small, large = sorted((z1, z2))
+    low_s, high_s = newcombe_paired_interval(*table, z=small)
+    low_l, high_l = newcombe_paired_interval(*table, z=large)
+    assert low_l <= low_s + 1e-12
+    assert high_s <= high_l + 1e-12
+
+
+@given(tables, zs)
+def test_newcombe_swapping_the_models_negates_the_interval(
+    table: tuple[int, int, int, int], z: float
+) -> None:
+    n11, n10, n01, n00 = table
+    low, high = newcombe_paired_interval(n11, n10, n01, n00, z)
+    swapped = newcombe_paired_interval(n11, n01, n10, n00, z)
+    assert swapped[0] == pytest.approx(-high, abs=1e-12)
+    assert swapped[1] == pytest.approx(-low, abs=1e-12)
+
+
+fractions = st.sampled_from([0.0, 1 / 3, 0.5, 2 / 3, 1.0])
+score_pairs = st.lists(st.tuples(fractions, fractions), min_size=1, max_size=40)
+
+
+@settings(max_examples=40, deadline=None)
+@given(score_pairs, st.integers(min_value=0, max_value=2**32))
+def test_bootstrap_is_deterministic_symmetric_and_bounded(
+    pairs: list[tuple[float, float]], seed: int
+) -> None:
+    a = np.array([p[0] for p in pairs])
+    b = np.array([p[1] for p in pairs])
+    first = paired_bootstrap_interval(a, b, resamples=500, seed=seed)
+    assert first == paired_bootstrap_interval(a, b, resamples=500, seed=seed)
+    low, high = first
+    assert -1.0 <= low <= high <= 1.0
+    swapped = paired_bootstrap_interval(b, a, resamples=500, seed=seed)
+    assert swapped[0] == pytest.approx(-high, abs=1e-12)
+    assert swapped[1] == pytest.approx(-low, abs=1e-12)
+    wider = paired_bootstrap_interval(a, b, resamples=500, seed=seed, z=3.0)
+    assert wider[0] <= low + 1e-12 and high <= wider[1] + 1e-12
+
+
+def test_bootstrap_contains_the_mean_on_a_typical_sample() -> None:
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 4, 60) / 3
+    b = rng.integers(0, 4, 60) / 3
+    low, high = paired_bootstrap_interval(a, b, seed=seed_from("fa", "fb"))
+    assert low < float(np.mean(a - b)) < high
+
+
+def test_paired_difference_picks_the_method() -> None:
+    binary = PairedScores.of([1, 1, 0, 1, 0], [1, 0, 0, 1, 1])
+    result = paired_difference(binary)
+    assert result.method == "newcombe"
+    assert (result.n, result.discordant_a, result.discordant_b) == (5, 1, 1)
+    assert result.difference == 0.0
+    assert result.discordance == pytest.approx(0.4)
+    assert (result.low, result.high) == newcombe_paired_interval(2, 1, 1, 1)
+    fractional = PairedScores.of([1, 2 / 3, 0, 1], [1, 1 / 3, 0, 0])
+    result = paired_difference(fractional, seed=seed_from("a", "b"))
+    assert result.method == "bootstrap"
+    assert result.difference == pytest.approx((1 / 3 + 1) / 4)
+    assert result == paired_difference(fractional, seed=seed_from("a", "b"))
+
+
+def test_paired_scores_refuse_mismatch_and_range() -> None:
+    with pytest.raises(ValueError):
+        PairedScores.of([1, 0], [1])
+    with pytest.raises(ValueError):
+        PairedScores.of([1.5], [1])
+
+
+@given(
+    st.lists(st.floats(min_value=0, max_value=1e4), min_size=1, max_size=50),
+    st.floats(min_value=0.01, max_value=1.0),
+)
+def test_nearest_rank_returns_a_value_that_occurred(values: list[float], q: float) -> None:
+    result = nearest_rank_percentile(values, q)
+    assert result in values
+    assert result is not None
+    # At least a fraction q of the values are at or below it.
+    assert sum(v <= result for v in values) >= q * len(values) - 1e-9
+
+
+def test_nearest_rank_known_values() -> None:
+    values = [15.0, 20.0, 35.0, 40.0, 50.0]
+    assert nearest_rank_percentile(values, 0.3) == 20.0
+    assert nearest_rank_percentile(values, 0.4) == 20.0
+    assert nearest_rank_percentile(values, 0.5) == 35.0
+    assert nearest_rank_percentile(values, 1.0) == 50.0
+    assert nearest_rank_percentile(list(range(1, 11)), 0.7) == 7
+    assert nearest_rank_percentile([], 0.5) is None
+
+
+@given(st.integers(min_value=1, max_value=200), st.floats(min_value=0.001, max_value=0.5))
+def test_bonferroni_z_grows_with_the_pairs(pairs: int, alpha: float) -> None:
+    assert bonferroni_z(pairs + 1, alpha) > bonferroni_z(pairs, alpha)
+
+
+bounds = st.floats(min_value=-1, max_value=1)
+
+
+@given(bounds, bounds, st.floats(min_value=0, max_value=0.2))
+def test_readings_follow_the_precedence(x: float, y: float, margin: float) -> None:
+    low, high = sorted((x, y))
+    reading = read_difference(diff(low, high, (low + high) / 2), margin)
+    if low > 0:
+        assert reading.reading is Reading.BETTER
+    elif low >= -margin:
+        assert reading.reading is Reading.NON_INFERIOR
+        assert reading.lower == (high < 0)
+    elif high < 0:
+        assert reading.reading is Reading.WORSE
+    else:
+        assert reading.reading is Reading.INCONCLUSIVE
+        assert reading.detectable is not None
+    if reading.reading is not Reading.INCONCLUSIVE:
+        assert reading.detectable is None
+
+
+def test_reading_examples() -> None:
+    assert read_difference(diff(0.01, 0.2)).reading is Reading.BETTER
+    lower = read_difference(diff(-0.02, -0.001))
+    assert (lower.reading, lower.lower) == (Reading.NON_INFERIOR, True)
+    assert read_difference(diff(-0.2, -0.05)).reading is Reading.WORSE
+    assert read_difference(diff(-0.1, 0.1)).reading is Reading.INCONCLUSIVE
+
+
+# --- the checkpoint criterion ---------------------------------------------------------
+
+
+def test_criterion_one() -> None:
+    assert checkpoint_criterion(diff(-0.02, 0.04), 0.5).verdict == "passed"
+    assert checkpoint_criterion(diff(0.01, 0.08), 1.0).verdict == "passed"
+    assert checkpoint_criterion(diff(-0.2, -0.04), 0.5).verdict == "failed"
+    assert checkpoint_criterion(diff(0.01, 0.08), 1.01).verdict == "failed"
+    assert checkpoint_criterion(diff(-0.01, 0.05), 0.95).verdict == "failed"
+    result = checkpoint_criterion(diff(-0.08, 0.04, -0.02), 0.5)
+    assert result.verdict == "inconclusive"
+    assert result.cases_to_decide is not None and result.cases_to_decide > 0
+
+
+def test_criterion_two_uses_rulvars_factors() -> None:
+    kw = {"cheaper_factor": 1.05, "equal_factor": 1.15}
+    assert checkpoint_criterion(diff(-0.02, 0.04), 1.04, **kw).verdict == "passed"
+    assert checkpoint_criterion(diff(0.01, 0.08), 1.15, **kw).verdict == "passed"
+    assert checkpoint_criterion(diff(-0.02, 0.04), 1.10, **kw).verdict == "failed"
+    assert checkpoint_criterion(diff(0.01, 0.08), 1.16, **kw).verdict == "failed"
+
+
+def test_cases_to_decide() -> None:
+    at_boundary = diff(-0.1, 0.04, difference=-0.03)
+    assert cases_to_decide(at_boundary, margin=0.03) is None
+    near = cases_to_decide(diff(-0.1, 0.04, difference=-0.01))
+    far = cases_to_decide(diff(-0.1, 0.04, difference=0.02))
+    assert near is not None and far is not None and near > far >= 1
+
+
+@given(st.integers(min_value=5, max_value=2000), st.floats(min_value=0.0, max_value=1.0))
+def test_detectable_difference_shrinks_with_cases(n: int, discordance: float) -> None:
+    fewer = smallest_detectable_difference(n, discordance)
+    more = smallest_detectable_difference(4 * n, discordance)
+    if fewer is not None:
+        assert more is not None and more <= fewer + 1e-12
+
+
+def test_costs() -> None:
+    assert cost_per_case([0.01, 0.03]) == pytest.approx(0.02)
+    assert cost_per_case([]) is None
+    assert cost_ratio(0.01, 0.02) == pytest.approx(0.5)
+    assert cost_ratio(0.01, 0.0) is None
+
+
+# --- the sequential interval -----------------------------------------------------------
+
+
+def test_sequence_is_nested_and_decides_a_clear_difference() -> None:
+    sequence = SequentialDifference()
+    rng = np.random.default_rng(3)
+    previous = (-1.0, 1.0)
+    for _ in range(6):
+        d = rng.choice([-1.0, 0.0, 1.0], p=[0.02, 0.58, 0.40], size=10)
+        now = sequence.add(d)
+        assert previous[0] <= now.low <= now.high <= previous[1]
+        previous = (now.low, now.high)
+    assert sequence.n == 60
+    assert sequence.decides()
+    assert read_difference(sequence.current()).reading is Reading.BETTER
+
+
+@pytest.mark.parametrize("bets", ["agrapa", "hedged"])
+def test_sequence_covers_the_truth_when_looked_at_every_round(bets: str) -> None:
+    # 200 comparisons at a true difference of 0, looked at after every round of
+    # 10 up to 200 cases: the sequence should almost never exclude 0.
+    from kb.paired import BettingState, betting_update
+
+    rng = np.random.default_rng(11)
+    d = rng.choice([-1.0, 0.0, 1.0], p=[0.05, 0.9, 0.05], size=(200, 200))
+    state = BettingState.start((200,), 801)
+    missed = np.zeros(200, dtype=bool)
+    for start in range(0, 200, 10):
+        betting_update(state, d[:, start : start + 10], bets=bets)  # type: ignore[arg-type]
+        missed |= (state.low > 0) | (state.high < 0)
+    assert missed.mean() <= 0.05
+
+
+def test_sequence_refuses_out_of_range() -> None:
+    with pytest.raises(ValueError):
+        SequentialDifference().add([1.5])
