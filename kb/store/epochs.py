@@ -162,10 +162,6 @@ class EpochsFile(WireModel):
         wire["cells"] = {key: wire["cells"][key] for key in sorted(wire["cells"])}
         return (js_stringify(wire, indent=2) + "\n").encode("utf-8")
 
-    def with_cells(self, cells: Mapping[str, CellEpoch]) -> EpochsFile:
-        """A copy with ``cells`` replaced (others kept as they are)."""
-        return EpochsFile(format=EPOCHS_FORMAT, cells={**self.cells, **cells})
-
 
 def parse_epochs(data: bytes | None, source: str) -> EpochsFile:
     """The epochs file's bytes (``None``: no file yet, no epochs)."""
