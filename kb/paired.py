@@ -39,12 +39,11 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from kb.schema import DEFAULT_MARGIN
 from kb.stats import Z_95, wilson_arrays
 
 FloatArray = npt.NDArray[np.float64]
 
-DEFAULT_MARGIN = 0.03
-"""How much worse still counts as non-inferior (SPEC 13.3: ``--margin``, default 0.03)."""
 
 BOOTSTRAP_RESAMPLES = 10_000
 DEFAULT_POWER = 0.8

@@ -208,3 +208,6 @@ STORE_NAME = "rulvar.models.json"
 """The store's file name (in the current directory, or the nearest parent in the work tree)."""
 DEFAULT_ATTEMPTS = 3
 """Compare-and-swap attempts of the rebase loop (``--attempts``)."""
+
+DEFAULT_MARGIN = 0.03
+"""How much worse a model may be and still read non-inferior (SPEC 13.3: ``--margin``)."""

@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kb.engine",),
     ("kb.evals",),
     ("kb.sweep",),
+    ("kb.compare",),
     ("kb.card", "kb.route"),
     ("kb.checkpoint",),
     ("kb.views",),

@@ -17,6 +17,7 @@ from kb.schema import (
     CLAIM_STATUSES,
     CONFIDENCES,
     DEFAULT_ATTEMPTS,
+    DEFAULT_MARGIN,
     POLARITIES,
     RULED_OUT_VALUES,
 )
@@ -92,6 +93,17 @@ def committer_option(func: F) -> F:
         default=lambda: os.environ.get("KB_COMMITTER") or os.environ.get("USER") or "kb-cli",
         show_default="$KB_COMMITTER or $USER",
         help="Who is recorded in the Kb-Committer trailer.",
+    )(func)
+
+
+def margin_option(func: F) -> F:
+    """``--margin``: how much worse a model may be and still read non-inferior (SPEC 13.3)."""
+    return click.option(
+        "--margin",
+        type=click.FloatRange(0, 1, max_open=True),
+        default=DEFAULT_MARGIN,
+        show_default=True,
+        help="How much worse (in pass rate) still reads non-inferior.",
     )(func)
 
 

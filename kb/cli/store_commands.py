@@ -26,6 +26,7 @@ from kb.cli.options import (
     confidence_choice,
     evidence_dir_option,
     json_option,
+    margin_option,
     polarity_choice,
     push_option,
     resolve_attempts,
@@ -188,15 +189,25 @@ Examples:
   kb matrix                  which model for which task class, today
   kb matrix --markdown       for a pull-request comment or a wiki page
   kb --as-of 2027-01-15 matrix --json
+  kb matrix --cost           add $/case and p90 latency; mark the cheapest model as good as the best
 """
 
 
 @cli.command(epilog=MATRIX_EPILOG)
 @click.option("--markdown", is_flag=True, help="Print a markdown table.")
+@click.option(
+    "--cost",
+    is_flag=True,
+    help="Add $/case and p90 latency per cell; mark the cheapest model as good as the best.",
+)
+@margin_option
 @json_option("Print every cell with its claims' numbers.")
+@evidence_dir_option
 @global_options
 @pass_app
-def matrix(app: App, markdown: bool, as_json: bool) -> None:
+def matrix(
+    app: App, markdown: bool, cost: bool, margin: float, as_json: bool, evidence_dir: Path | None
+) -> None:
     """Model × task class: each live claim's polarity, pass rate, interval, n and age."""
     from kb.store.audit import archive_reasons
     from kb.views.decision import (
@@ -211,6 +222,14 @@ def matrix(app: App, markdown: bool, as_json: bool) -> None:
     found = claim_matrix(snapshot, app.as_of)
     if retired_cells(found):  # the history is read only when a cell needs its reason
         found = claim_matrix(snapshot, app.as_of, archive_reasons(app.store))
+    if cost:
+        from kb.compare import class_costs
+        from kb.store.epochs import read_epochs
+        from kb.store.evidence import runs_reader
+
+        epochs = read_epochs(app.store.home.epochs_file)
+        runs_of = runs_reader(app.store, evidence_dir)
+        found = found.with_costs(class_costs(epochs, runs_of, margin=margin), margin)
     if as_json:
         echo_json(matrix_json(found))
     elif markdown:

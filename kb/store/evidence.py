@@ -10,6 +10,7 @@ it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,3 +136,18 @@ def report_observed_at(path: Path) -> str | None:
         return parse_report(path.read_bytes(), str(path)).observed_at
     except (OSError, ConfigError):
         return None
+
+
+def runs_reader(
+    store: KnowledgeStore, directory: Path | None = None
+) -> Callable[[str], list[RunRecord] | None]:
+    """A report id's runs, each report read once (``None``: its evidence is nowhere)."""
+    cache: dict[str, list[RunRecord] | None] = {}
+
+    def runs_of(report_id: str) -> list[RunRecord] | None:
+        if report_id not in cache:
+            loaded = load_evidence(store, report_id, directory)
+            cache[report_id] = loaded.runs if loaded is not None and loaded.runs else None
+        return cache[report_id]
+
+    return runs_of

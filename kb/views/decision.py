@@ -11,16 +11,21 @@ or plain data; printing is the CLI's job.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from kb.markdown import table_code
+from kb.money import usd
+from kb.schema import DEFAULT_MARGIN
 from kb.stats import wilson_interval
 from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import claim_expired, format_instant, stored_instant
 from kb.textwidth import WIDTH, fits, table_lines, wrapped_items
+
+if TYPE_CHECKING:
+    from kb.compare import CellCost
 
 DAY_MS = 86_400_000
 
@@ -197,6 +202,18 @@ class ClaimMatrix:
     models: tuple[str, ...]
     task_classes: tuple[str, ...]
     cells: dict[tuple[str, str], MatrixCell]
+    costs: Mapping[tuple[str, str], CellCost] | None = None
+    """``kb matrix --cost``: each measured cell's cost, latency and whether to route to it."""
+    margin: float = DEFAULT_MARGIN
+
+    def with_costs(
+        self, costs: Mapping[str, Mapping[str, CellCost]], margin: float = DEFAULT_MARGIN
+    ) -> ClaimMatrix:
+        """The matrix with :func:`kb.compare.class_costs` (their models and classes added)."""
+        flat = {(s, t): cost for t, row in costs.items() for s, cost in row.items()}
+        models = tuple(sorted({*self.models, *(s for s, _ in flat)}))
+        classes = tuple(sorted({*self.task_classes, *(t for _, t in flat)}))
+        return replace(self, models=models, task_classes=classes, costs=flat, margin=margin)
 
 
 def claim_matrix(
@@ -262,6 +279,40 @@ def retired_cells(matrix: ClaimMatrix) -> list[MatrixCell]:
     return [cell for cell in matrix.cells.values() if cell.retired is not None]
 
 
+ROUTE_MARK = "◆"
+
+
+def _cost_text(cost: CellCost | None) -> str:
+    if cost is None:
+        return ""
+    c = cost.costs
+    money = f"{usd(c.cost_per_case)}/case" if c.cost_per_case is not None else "cost unknown"
+    latency = f" p90 {c.p90_ms:.0f}ms" if c.p90_ms is not None else ""
+    mark = f" {ROUTE_MARK}" if cost.cheapest_non_inferior else ""
+    return f" · {money}{latency}{mark}"
+
+
+def _shown_cell(matrix: ClaimMatrix, key: tuple[str, str], name: Callable[[str], str] = str) -> str:
+    text = _cell_text(matrix.cells.get(key), matrix.as_of, name)
+    if matrix.costs is None:
+        return text
+    cost = matrix.costs.get(key)
+    if cost is not None and key not in matrix.cells:
+        text = f"no claim ({to_fixed_2(cost.pass_rate)} n={cost.n})"
+    return text + _cost_text(cost)
+
+
+def _cost_legend(matrix: ClaimMatrix) -> list[str]:
+    if matrix.costs is None:
+        return []
+    return [
+        "$/case: mean cost per case in the current epoch; p90: 90th-percentile latency of its "
+        "ok runs (a latency that occurred)",
+        f"{ROUTE_MARK} per task class, the cheapest model non-inferior to the best measured one "
+        f"(paired on shared cases, margin {to_fixed_2(matrix.margin)}; kb compare shows why)",
+    ]
+
+
 def _cell_text(cell: MatrixCell | None, as_of: int, name: Callable[[str], str] = str) -> str:
     """What one cell shows; ``name`` formats the text a commit trailer chose (its reason)."""
     if cell is None:
@@ -297,7 +348,7 @@ def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
     if not matrix.models:
         return "no live claims: nothing to decide from yet (kb sweep SPEC.toml measures)"
     texts = {
-        (model, task_class): _cell_text(matrix.cells.get((model, task_class)), matrix.as_of)
+        (model, task_class): _shown_cell(matrix, (model, task_class))
         for model in matrix.models
         for task_class in matrix.task_classes
     }
@@ -330,6 +381,7 @@ def matrix_text(matrix: ClaimMatrix, width: int = WIDTH) -> str:
         "- expired: the newest claim here is past its expiry (kb queue)",
         "x retired (why, from git): the newest claim here was archived",
         "! stale: the canary saw the model change",
+        *_cost_legend(matrix),
     ]
     return "\n".join([*grid, "", *wrapped_items(legend, width=width)])
 
@@ -346,10 +398,7 @@ def matrix_markdown(matrix: ClaimMatrix) -> str:
         "|---|" + "---|" * len(matrix.task_classes),
     ]
     for model in matrix.models:
-        cells = [
-            _cell_text(matrix.cells.get((model, t)), matrix.as_of, table_code)
-            for t in matrix.task_classes
-        ]
+        cells = [_shown_cell(matrix, (model, t), table_code) for t in matrix.task_classes]
         lines.append(f"| {table_code(model)} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -358,6 +407,7 @@ def matrix_markdown(matrix: ClaimMatrix) -> str:
         "- expired: the newest claim here is past its expiry (kb queue); "
         "x retired (why, from git): the newest claim here was archived; "
         "! stale: the canary saw the model change.",
+        *(f"{line}." for line in _cost_legend(matrix)),
     ]
     return "\n".join(lines) + "\n"
 
@@ -407,9 +457,26 @@ def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
                     else {**_brief(expired), "expiresAt": expired.expires_at},
                 }
             )
-    return {
+    found: dict[str, Any] = {
         "asOf": format_instant(matrix.as_of),
         "models": list(matrix.models),
         "taskClasses": list(matrix.task_classes),
         "cells": cells,
     }
+    if matrix.costs is not None:
+        found["margin"] = matrix.margin
+        found["costs"] = [
+            {
+                "model": cost.subject,
+                "taskClass": cost.task_class,
+                "passRate": cost.pass_rate,
+                "n": cost.n,
+                "costPerCaseUsd": cost.costs.cost_per_case,
+                "p50Ms": cost.costs.p50_ms,
+                "p90Ms": cost.costs.p90_ms,
+                "nonInferiorToBest": cost.non_inferior_to_best,
+                "cheapestNonInferior": cost.cheapest_non_inferior,
+            }
+            for _, cost in sorted(matrix.costs.items())
+        ]
+    return found

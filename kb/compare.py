@@ -1,0 +1,373 @@
+"""Two models, the cases both measured: which is better, by how much, at what cost (SPEC 13.3).
+
+A claim says how one model does on a task class; a routing decision asks how
+two compare ("is the cheaper model as good as the dear one on extraction?").
+Answering that from two absolute claims throws away what makes the question
+cheap: both models ran the *same* cases, so the cases' difficulty cancels
+and only the cases where they disagree carry information. This module pairs
+them.
+
+**The unit.** Within a cell (model × task class), a model's score on a case
+is the mean over its repeats and its nights in the **current epoch** — what
+the epochs file holds (:mod:`kb.store.epochs`). Two models are compared on the
+cases both measured in their current epochs, and only those (an older epoch
+measured a model that may since have changed).
+
+**The pair.** ``a`` is the cheaper model per case when both costs are known
+and differ (so the reading answers the routing question: is the cheaper one
+as good?), else the first by name; the difference is ``a − b``. Its interval
+is Newcombe's paired score interval for 0/1 scores and a paired bootstrap
+over cases for fractional ones (:mod:`kb.paired`), Bonferroni-adjusted over
+the pairs shown for the task class, seeded from the two suite fingerprints
+so the same evidence prints the same bytes.
+
+**Cost and latency** come from the evidence of the epoch's nights (the target
+runs on the shared cases): mean cost per case (a case's cost is the mean over
+its runs, as its score is) and nearest-rank p50/p90 latency over ok runs, so
+a reported p90 is a latency that occurred. A night without evidence files
+(``--no-evidence``) leaves them unknown, never zero; so does an unpriced run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from kb.errors import ConfigError
+from kb.paired import (
+    DifferenceReading,
+    PairedDifference,
+    PairedScores,
+    Reading,
+    bonferroni_z,
+    nearest_rank_percentile,
+    paired_difference,
+    read_difference,
+    seed_from,
+)
+from kb.schema import DEFAULT_MARGIN
+from kb.store.epochs import CellEpoch, EpochsFile
+from kb.store.records import RunRecord
+
+RunsOf = Callable[[str], Sequence[RunRecord] | None]
+"""A report id's runs (``None``: its evidence is nowhere to be found)."""
+
+
+@dataclass(frozen=True)
+class ArmCosts:
+    """What a model's answers on a set of cases cost and how long they took."""
+
+    cost_per_case: float | None
+    """Mean USD per case (``None``: unknown — no evidence, or a run nobody priced)."""
+    p50_ms: float | None
+    p90_ms: float | None
+    ok_runs: int
+    """The ok runs the latencies are over."""
+
+
+@dataclass(frozen=True)
+class EpochCell:
+    """One model's current epoch on one task class: its per-case scores."""
+
+    subject: str
+    task_class: str
+    epoch: CellEpoch
+    scores: Mapping[str, float] = field(default_factory=dict)
+    """Case name → mean score over its repeats and nights (measured cases only)."""
+
+    @classmethod
+    def of(cls, subject: str, task_class: str, epoch: CellEpoch) -> EpochCell:
+        """The cell with its measured cases' mean scores."""
+        scores = {
+            case: score / count
+            for case, score, count in zip(epoch.cases, epoch.scores, epoch.counts, strict=True)
+            if count > 0
+        }
+        return cls(subject, task_class, epoch, scores)
+
+    @property
+    def pass_rate(self) -> float:
+        """The mean of the measured cases' scores (what the interval gate judged)."""
+        return math.fsum(self.scores.values()) / len(self.scores) if self.scores else 0.0
+
+
+def epoch_cells(epochs: EpochsFile) -> dict[str, dict[str, EpochCell]]:
+    """Task class → subject → its current epoch's cell (cells that measured nothing left out)."""
+    found: dict[str, dict[str, EpochCell]] = {}
+    for key, epoch in sorted(epochs.cells.items()):
+        subject, _, task_class = key.partition("|")
+        cell = EpochCell.of(subject, task_class, epoch)
+        if cell.scores:
+            found.setdefault(task_class, {})[subject] = cell
+    return found
+
+
+def arm_costs(cell: EpochCell, cases: Iterable[str], runs_of: RunsOf) -> ArmCosts:
+    """Cost per case and latency of ``cell``'s target runs on ``cases``, from its evidence."""
+    wanted = set(cases)
+    costs: dict[str, list[float]] = {}
+    latencies: list[float] = []
+    unknown = False
+    for night in cell.epoch.nights:
+        ran = wanted.intersection(night.cases)
+        if not ran:
+            continue
+        runs = runs_of(night.report_id)
+        if runs is None:
+            unknown = True
+            continue
+        for run in runs:
+            if (
+                run.kind != "target"
+                or run.case not in ran
+                or run.subject_key != cell.subject
+                or run.task_class != cell.task_class
+            ):
+                continue
+            unknown |= run.price_source == "unpriced"
+            costs.setdefault(run.case, []).append(run.cost_usd)
+            if run.status == "ok" and run.latency_ms is not None:
+                latencies.append(run.latency_ms)
+    per_case = [math.fsum(c) / len(c) for c in costs.values()]
+    known = not unknown and per_case and len(per_case) == len(wanted)
+    return ArmCosts(
+        cost_per_case=math.fsum(per_case) / len(per_case) if known else None,
+        p50_ms=nearest_rank_percentile(latencies, 0.5),
+        p90_ms=nearest_rank_percentile(latencies, 0.9),
+        ok_runs=len(latencies),
+    )
+
+
+@dataclass(frozen=True)
+class DiscordantCase:
+    """A shared case the two models scored differently."""
+
+    case: str
+    a: float
+    b: float
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    """Model ``a`` against model ``b`` on one task class's shared cases."""
+
+    task_class: str
+    a: str
+    b: str
+    difference: PairedDifference
+    reading: DifferenceReading
+    rate_a: float
+    rate_b: float
+    """Each model's mean score over the shared cases."""
+    costs_a: ArmCosts
+    costs_b: ArmCosts
+    discordant: tuple[DiscordantCase, ...]
+    margin: float = DEFAULT_MARGIN
+    """How much worse still reads non-inferior."""
+
+    @property
+    def n(self) -> int:
+        """Shared cases."""
+        return self.difference.n
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """``a``'s cost per case over ``b``'s (``None``: either unknown, or ``b`` free)."""
+        a, b = self.costs_a.cost_per_case, self.costs_b.cost_per_case
+        return a / b if a is not None and b else None
+
+
+@dataclass(frozen=True)
+class ClassComparison:
+    """Every pair shown for one task class, under one Bonferroni correction."""
+
+    task_class: str
+    margin: float
+    z: float
+    pairs: tuple[PairComparison, ...]
+    unshared: tuple[tuple[str, str], ...] = ()
+    """Pairs asked for that have no case in common (nothing to compare)."""
+
+
+def compare_pair(
+    a: EpochCell, b: EpochCell, runs_of: RunsOf, *, z: float, margin: float
+) -> PairComparison | None:
+    """``a`` against ``b`` on their shared cases (``None``: no case in common).
+
+    Cases are taken in name order and the bootstrap is seeded from the sorted
+    suite fingerprints, so swapping ``a`` and ``b`` negates the interval exactly.
+    """
+    shared = sorted(set(a.scores) & set(b.scores))
+    if not shared:
+        return None
+    scores = PairedScores.of([a.scores[c] for c in shared], [b.scores[c] for c in shared])
+    seed = seed_from(*sorted((a.epoch.suite, b.epoch.suite)))
+    difference = paired_difference(scores, z=z, seed=seed)
+    return PairComparison(
+        task_class=a.task_class,
+        a=a.subject,
+        b=b.subject,
+        difference=difference,
+        reading=read_difference(difference, margin),
+        rate_a=math.fsum(a.scores[c] for c in shared) / len(shared),
+        rate_b=math.fsum(b.scores[c] for c in shared) / len(shared),
+        costs_a=arm_costs(a, shared, runs_of),
+        costs_b=arm_costs(b, shared, runs_of),
+        discordant=tuple(
+            DiscordantCase(c, a.scores[c], b.scores[c])
+            for c in shared
+            if a.scores[c] != b.scores[c]
+        ),
+        margin=margin,
+    )
+
+
+def _cheaper_first(a: EpochCell, b: EpochCell, runs_of: RunsOf) -> tuple[EpochCell, EpochCell]:
+    shared = sorted(set(a.scores) & set(b.scores))
+    cost_a = arm_costs(a, shared, runs_of).cost_per_case
+    cost_b = arm_costs(b, shared, runs_of).cost_per_case
+    if cost_a is not None and cost_b is not None and cost_b < cost_a:
+        return b, a
+    return a, b
+
+
+def wanted_pairs(subjects: Sequence[str], named: Sequence[str]) -> list[tuple[str, str]]:
+    """Which pairs to show: every pair, the pairs among ``named``, or one named model's pairs.
+
+    ``subjects`` are sorted; a named subject the task class did not measure
+    is simply absent from it.
+    """
+    present = [s for s in named if s in subjects]
+    if not named:
+        return list(itertools.combinations(subjects, 2))
+    if len(named) == 1:
+        return [(present[0], s) for s in subjects if s != present[0]] if present else []
+    return list(itertools.combinations(sorted(present), 2))
+
+
+def compare_models(
+    epochs: EpochsFile,
+    runs_of: RunsOf,
+    *,
+    task_class: str | None = None,
+    models: Sequence[str] = (),
+    margin: float = DEFAULT_MARGIN,
+) -> list[ClassComparison]:
+    """Per task class, each pair of models with shared cases, read with its interval.
+
+    ``models`` (subject keys, ``provider:model`` or ``provider:model@effort``)
+    keeps the pairs among them; one model: its pairs with every other. The
+    intervals are Bonferroni-adjusted over the pairs with shared cases shown
+    for that task class (95 % family-wise).
+    """
+    found = []
+    for name, cells in epoch_cells(epochs).items():
+        if task_class is not None and name != task_class:
+            continue
+        pairs = wanted_pairs(sorted(cells), models)
+        sharing = [(x, y) for x, y in pairs if set(cells[x].scores) & set(cells[y].scores)]
+        if not pairs:
+            continue
+        z = bonferroni_z(max(len(sharing), 1))
+        compared = []
+        for x, y in sharing:
+            a, b = _cheaper_first(cells[x], cells[y], runs_of)
+            pair = compare_pair(a, b, runs_of, z=z, margin=margin)
+            assert pair is not None  # sharing has cases in common
+            compared.append(pair)
+        unshared = tuple(p for p in pairs if p not in sharing)
+        found.append(ClassComparison(name, margin, z, tuple(compared), unshared))
+    return found
+
+
+@dataclass(frozen=True)
+class CellCost:
+    """A cell's cost and latency over its whole current epoch (``kb matrix --cost``)."""
+
+    subject: str
+    task_class: str
+    pass_rate: float
+    n: int
+    costs: ArmCosts
+    non_inferior_to_best: bool
+    """Non-inferior (paired, within the margin) to the class's best measured model."""
+    cheapest_non_inferior: bool = False
+    """The cheapest model non-inferior to the best (the one to route to, on this evidence)."""
+
+
+def class_costs(
+    epochs: EpochsFile,
+    runs_of: RunsOf,
+    *,
+    margin: float = DEFAULT_MARGIN,
+    subjects: Iterable[str] | None = None,
+) -> dict[str, dict[str, CellCost]]:
+    """Task class → subject → cost, latency, and whether it may replace the best model.
+
+    The best is the model with the highest mean score in its current epoch.
+    Every other model is compared with it on their shared cases (paired,
+    Bonferroni over the comparisons of the class); the ones whose reading is
+    ``better`` or ``non-inferior`` qualify, the best itself included, and the
+    cheapest of them by known cost per case is marked (the best when no cost
+    is known). ``subjects`` limits the candidates (``kb route``: the rungs).
+    """
+    allowed = set(subjects) if subjects is not None else None
+    found: dict[str, dict[str, CellCost]] = {}
+    for name, all_cells in epoch_cells(epochs).items():
+        cells = {s: c for s, c in all_cells.items() if allowed is None or s in allowed}
+        if not cells:
+            continue
+        best = max(sorted(cells), key=lambda s: cells[s].pass_rate)
+        others = [s for s in sorted(cells) if s != best]
+        z = bonferroni_z(max(len(others), 1))
+        qualifies = {best: True}
+        for subject in others:
+            pair = compare_pair(cells[subject], cells[best], runs_of, z=z, margin=margin)
+            qualifies[subject] = pair is not None and pair.reading.reading in (
+                Reading.BETTER,
+                Reading.NON_INFERIOR,
+            )
+        row = {
+            s: CellCost(
+                s,
+                name,
+                cell.pass_rate,
+                len(cell.scores),
+                arm_costs(cell, cell.scores, runs_of),
+                qualifies[s],
+            )
+            for s, cell in sorted(cells.items())
+        }
+        priced = {
+            s: cost.costs.cost_per_case
+            for s, cost in row.items()
+            if cost.non_inferior_to_best and cost.costs.cost_per_case is not None
+        }
+        chosen = min(priced, key=lambda s: (priced[s], s)) if priced else best
+        row[chosen] = replace(row[chosen], cheapest_non_inferior=True)
+        found[name] = row
+    return found
+
+
+def check_compare_filters(
+    epochs: EpochsFile, task_class: str | None, models: Sequence[str]
+) -> None:
+    """A task class or model no current epoch measured is a ``ConfigError`` naming the known."""
+    cells = epoch_cells(epochs)
+    if task_class is not None and task_class not in cells:
+        known = ", ".join(sorted(cells)) or "none yet"
+        raise ConfigError("--task-class", f"no model measured {task_class!r} (measured: {known})")
+    scope = [cells[task_class]] if task_class is not None else list(cells.values())
+    subjects = sorted({s for group in scope for s in group})
+    missing = [m for m in models if m not in subjects]
+    if missing:
+        where = f" on {task_class}" if task_class is not None else ""
+        raise ConfigError(
+            "--model",
+            f"{', '.join(missing)}: not measured{where} in a current epoch "
+            f"(measured: {', '.join(subjects) or 'none yet'})",
+        )
+    if len(set(models)) != len(models):
+        raise ConfigError("--model", "a model is named twice")
