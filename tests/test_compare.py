@@ -7,7 +7,9 @@ the same cases.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +289,25 @@ def test_matrix_cost_marks_the_cheapest_model_as_good_as_the_best(
     markdown = kb(runner, "matrix", "--cost", "--markdown").stdout
     assert_inert(markdown)
     assert "$0.0050/case" in markdown
+
+
+def test_the_site_links_each_discordant_case_to_both_answers(
+    runner: CliRunner, isolated: Path
+) -> None:
+    night(runner, spec(isolated / "s.toml", DEAR, CHEAP))
+    result = kb(runner, "site", str(isolated / "site"))
+    assert result.exit_code == 0, result.stderr
+    page = (isolated / "site" / "models.html").read_text()
+    assert "scripted:cheap</span> vs <span" in page and "n=40 shared cases" in page
+    links = re.findall(r'<a href="([^"#]+)#([^"]+)">([^<]+)</a>', page)
+    # three discordant cases, each linked to both models' answers
+    assert len(links) == 6
+    for target, anchor, text in links:
+        night_page = (isolated / "site" / html.unescape(target)).read_text()
+        section = re.search(
+            rf'<section class="case" id="{anchor}"[^>]*>(.*?)</section>', night_page
+        )
+        assert section is not None, (target, anchor)
+        model = text.split(":")[0] + ":" + text.split(":")[1]
+        assert model in section.group(1)
+    assert "models.html" in (isolated / "site" / "index.html").read_text()

@@ -13,7 +13,9 @@ fetch of anything):
   night;
 * ``claim-<id hash>.html`` — one live claim: statement, numbers, its epoch,
   and the nights and cases it rests on;
-* ``compare.html?a=…&b=…`` — two nights cell by cell.
+* ``compare.html?a=…&b=…`` — two nights cell by cell;
+* ``models.html`` — every pair of models per task class on their shared cases
+  (``kb compare``), each discordant case linked to both answers.
 
 Built from the evidence files in the work tree (``kb-evidence/`` or the
 store's recorded evidence directories); a night whose evidence kb cannot
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kb.card import usable_claims
+from kb.compare import compare_models
 from kb.errors import ConfigError
 from kb.money import usd
 from kb.schema import subject_key
@@ -43,6 +46,7 @@ from kb.store.records import CellRecord, ReportFile, RunRecord
 from kb.views.decision import claim_interval, newest_first
 from kb.views.html import heat_colour
 from kb.views.report_text import EPOCH_WORDS, alarm_lines, drift_line
+from kb.views.site_models import MODELS_PAGE, case_anchor, models_page_body
 
 esc = html.escape
 
@@ -260,6 +264,8 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
         "<th>cells</th><th>claims</th><th>retired</th><th>spent</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table></div>"
+        f'<p><a href="{MODELS_PAGE}">Models compared</a>: every pair on the cases both measured, '
+        "with its interval and the cases where they disagree.</p>"
         '<h2>Compare two nights</h2><form id="compare" action="compare.html">'
         f'<select name="a">{options}</select> <select name="b">{options}</select> '
         '<button type="submit">compare</button></form>'
@@ -437,7 +443,8 @@ def _case_section(
     )
     flags = f'data-failed="{int(failed)}" data-flaky="{int(flaky)}" data-changed="{int(changed)}"'
     return (
-        f'<section class="case" {flags}><h3><span class="name">{esc(case)}</span> '
+        f'<section class="case" id="{case_anchor(task_class, case)}" {flags}>'
+        f'<h3><span class="name">{esc(case)}</span> '
         f'<small class="meta name">{esc(task_class)}</small></h3>{system_line}'
         f'<p class="prompt"><b>prompt</b> {esc(prompt)}</p>{expected_line}'
         '<div class="scroll"><table '
@@ -666,6 +673,11 @@ def build_site(
     for index, night in enumerate(nights):
         write(night.page, night_page(night, nights[:index]))
     write("compare.html", compare_page(nights))
+    pages = {n.report.report_id: n.page for n in nights}
+    runs = {n.report.report_id: list(n.runs) for n in nights}
+    chosen = epochs if epochs is not None else EpochsFile()
+    found = compare_models(chosen, runs.get)
+    write(MODELS_PAGE, _page("kb models compared", models_page_body(found, chosen, pages)))
     by_id = {n.report.report_id: n for n in nights}
     paged = frozenset(c.id for c in claims if c.status in ("active", "stale"))
     for claim in claims:

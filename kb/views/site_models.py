@@ -1,0 +1,103 @@
+"""The site's model-against-model page (``models.html``): ``kb compare``, answers one click away.
+
+Per task class, every pair of models with shared cases in their current
+epochs: the paired difference, its interval and reading, cost and latency
+(:mod:`kb.compare`), then each discordant case with a link to each model's
+answer on the night page that holds it (the newest night of the model's
+epoch that ran the case). Every text is escaped; nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+from collections.abc import Mapping, Sequence
+
+from kb.compare import ClassComparison, PairComparison
+from kb.store.canonical import to_fixed_2
+from kb.store.epochs import EpochsFile, cell_key
+from kb.views.compare import interval_text, reading_text
+
+MODELS_PAGE = "models.html"
+
+
+def case_anchor(task_class: str, case: str) -> str:
+    """The id of a case's section on a night page (names may hold anything: a hash)."""
+    digest = hashlib.sha256(f"{task_class}\0{case}".encode("utf-8", "surrogatepass"))
+    return f"case-{digest.hexdigest()[:16]}"
+
+
+def answer_link(
+    epochs: EpochsFile, pages: Mapping[str, str], subject: str, task_class: str, case: str
+) -> str | None:
+    """The night page and anchor of ``subject``'s newest answer to ``case`` in its epoch."""
+    epoch = epochs.cells.get(cell_key(subject, task_class))
+    if epoch is None:
+        return None
+    for night in reversed(epoch.nights):
+        if case in night.cases and night.report_id in pages:
+            return f"{pages[night.report_id]}#{case_anchor(task_class, case)}"
+    return None
+
+
+def _score(value: float) -> str:
+    return "pass" if value == 1 else "fail" if value == 0 else to_fixed_2(value)
+
+
+def _pair_html(pair: PairComparison, epochs: EpochsFile, pages: Mapping[str, str]) -> str:
+    esc = html.escape
+    rows = []
+    for found in pair.discordant:
+        links = []
+        for subject, score in ((pair.a, found.a), (pair.b, found.b)):
+            link = answer_link(epochs, pages, subject, pair.task_class, found.case)
+            text = f"{esc(subject)}: {_score(score)}"
+            links.append(f'<a href="{esc(link)}">{text}</a>' if link else f"{text} (no evidence)")
+        rows.append(
+            f'<tr><td class="name">{esc(found.case)}</td>'
+            f"<td>{links[0]}</td><td>{links[1]}</td></tr>"
+        )
+    cost = (
+        f" · cost ratio {pair.cost_ratio:.2f}x"
+        if pair.cost_ratio is not None
+        else " · cost unknown"
+    )
+    table = (
+        '<div class="scroll"><table class="discordant"><thead><tr><th>case</th>'
+        f"<th>{esc(pair.a)}</th><th>{esc(pair.b)}</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+        if rows
+        else '<p class="meta">no discordant case: every shared case scored the same</p>'
+    )
+    return (
+        f'<section class="pair"><h3><span class="name">{esc(pair.a)}</span> vs '
+        f'<span class="name">{esc(pair.b)}</span></h3>'
+        f"<p>n={pair.n} shared cases · difference {esc(interval_text(pair))} · "
+        f"<b>{esc(reading_text(pair))}</b>{cost}</p>{table}</section>"
+    )
+
+
+def models_page_body(
+    found: Sequence[ClassComparison], epochs: EpochsFile, pages: Mapping[str, str]
+) -> str:
+    """The page's body: one section per task class, one per pair."""
+    esc = html.escape
+    if not found:
+        sections = (
+            '<p class="meta">No task class has two models measured in their current epochs.</p>'
+        )
+    else:
+        sections = "".join(
+            f'<h2 class="name">{esc(group.task_class)}</h2>'
+            f'<p class="meta">margin {to_fixed_2(group.margin)}; 95% intervals'
+            + (f", Bonferroni over {len(group.pairs)} pairs" if len(group.pairs) > 1 else "")
+            + "</p>"
+            + "".join(_pair_html(pair, epochs, pages) for pair in group.pairs)
+            for group in found
+        )
+    return (
+        '<p><a href="index.html">← all nights</a></p><h1>Models compared</h1>'
+        '<p class="meta">Each pair on the cases both measured in their current epochs; the '
+        "difference is the first model minus the second (the cheaper first when both costs "
+        "are known). Each discordant case links to both answers.</p>" + sections
+    )
