@@ -295,6 +295,10 @@ class CellCost:
     """Non-inferior (paired, within the margin) to the class's best measured model."""
     cheapest_non_inferior: bool = False
     """The cheapest model non-inferior to the best (the one to route to, on this evidence)."""
+    best: str = ""
+    """The class's best measured model."""
+    versus_best: PairComparison | None = None
+    """This model against the best on their shared cases (``None``: it is the best)."""
 
 
 def class_costs(
@@ -322,13 +326,9 @@ def class_costs(
         best = max(sorted(cells), key=lambda s: cells[s].pass_rate)
         others = [s for s in sorted(cells) if s != best]
         z = bonferroni_z(max(len(others), 1))
-        qualifies = {best: True}
-        for subject in others:
-            pair = compare_pair(cells[subject], cells[best], runs_of, z=z, margin=margin)
-            qualifies[subject] = pair is not None and pair.reading.reading in (
-                Reading.BETTER,
-                Reading.NON_INFERIOR,
-            )
+        versus = {
+            s: compare_pair(cells[s], cells[best], runs_of, z=z, margin=margin) for s in others
+        }
         row = {
             s: CellCost(
                 s,
@@ -336,7 +336,9 @@ def class_costs(
                 cell.pass_rate,
                 len(cell.scores),
                 arm_costs(cell, cell.scores, runs_of),
-                qualifies[s],
+                non_inferior_to_best=s == best or _as_good(versus[s]),
+                best=best,
+                versus_best=versus.get(s),
             )
             for s, cell in sorted(cells.items())
         }
@@ -349,6 +351,10 @@ def class_costs(
         row[chosen] = replace(row[chosen], cheapest_non_inferior=True)
         found[name] = row
     return found
+
+
+def _as_good(pair: PairComparison | None) -> bool:
+    return pair is not None and pair.reading.reading in (Reading.BETTER, Reading.NON_INFERIOR)
 
 
 def check_compare_filters(

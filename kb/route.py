@@ -33,10 +33,10 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kb.card import (
     Ladder,
@@ -46,9 +46,12 @@ from kb.card import (
     parse_ladders,
     usable_claims,
 )
+from kb.compare import CellCost
 from kb.engine.known_providers import DEFAULT_KEY_ENV
 from kb.engine.requests import MIN_SECRET_LENGTH, ModelSpec, litellm_model
 from kb.errors import ConfigError
+from kb.money import usd
+from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.ttl import format_instant
 from kb.tomlfile import read_toml
@@ -72,6 +75,8 @@ class Route:
     """The chosen rung, then the fallbacks (higher rungs, not floored), in order."""
     moved: bool
     """The verified layer moved the start tier (else the ladder's start)."""
+    why: str = ""
+    """Which policy chose the rung, and on what evidence (a comment in the config)."""
 
 
 def load_route_ladders(path: Path) -> LaddersFile:
@@ -162,10 +167,27 @@ def unknown_task_classes(
     return warnings
 
 
+RoutePolicy = Literal["card", "evidence"]
+CostsOf = Callable[[Sequence[str]], Mapping[str, Mapping[str, CellCost]]]
+"""Candidate subjects → task class → their :class:`kb.compare.CellCost` (:func:`class_costs`)."""
+
+
 def plan_routes(
-    ladders: LaddersFile, claims: Sequence[ModelClaim], as_of: int
+    ladders: LaddersFile,
+    claims: Sequence[ModelClaim],
+    as_of: int,
+    evidence: CostsOf | None = None,
 ) -> tuple[list[Route], list[str]]:
-    """Every route, and a warning for each task class no usable rung can serve."""
+    """Every route, and a warning for each task class no usable rung can serve.
+
+    The default policy is the card's: the ladder's start tier, moved at most
+    one rung by the live claims (rulvar's blast radius). With ``evidence``
+    (``kb route --policy evidence``), a task class whose ladder has rungs
+    measured in their current epochs goes to the cheapest of them that is
+    non-inferior, paired on shared cases, to the best measured rung
+    (:func:`kb.compare.class_costs`); one with none keeps the card's rule,
+    and its ``why`` says so.
+    """
     moves = {
         (r.ladder, r.task_class): r.recommended_tier
         for r in compile_verified_layer(claims, ladders.ladders, as_of, ladders.floors)
@@ -199,7 +221,10 @@ def plan_routes(
             if task_class in taken:
                 continue  # the first ladder serving a task class routes it
             tier = moves.get((ladder.name, task_class), ladder.start_tier)
-            route = _route(ladder, task_class, tier, ladders.floors, tier != ladder.start_tier)
+            why = _card_why(ladder, tier)
+            if evidence is not None:
+                tier, why = _evidence_tier(ladder, task_class, ladders.floors, evidence, tier, why)
+            route = _route(ladder, task_class, tier, ladders.floors, tier != ladder.start_tier, why)
             if route is None:
                 warnings.append(
                     f"task class {task_class!r}: every rung of {ladder.name!r} from "
@@ -209,7 +234,14 @@ def plan_routes(
             taken.add(task_class)
             routes.append(route)
         if ladder.task_class is None and "default" not in taken:
-            route = _route(ladder, "default", ladder.start_tier, {}, False)
+            route = _route(
+                ladder,
+                "default",
+                ladder.start_tier,
+                {},
+                False,
+                _card_why(ladder, ladder.start_tier),
+            )
             if route is not None:
                 taken.add("default")
                 routes.append(route)
@@ -237,12 +269,72 @@ def _on_ladder(ladder: Ladder, claims: Sequence[ModelClaim], task_class: str) ->
     return any(c.task_class == task_class and c.subject_key in keys for c in claims)
 
 
+def _card_why(ladder: Ladder, tier: int) -> str:
+    if tier == ladder.start_tier:
+        return f"card rule: the start tier of ladder {ladder.name!r} (tier {tier})"
+    return (
+        f"card rule: ladder {ladder.name!r} moved from tier {ladder.start_tier} to {tier} "
+        "by the live claims"
+    )
+
+
+def _evidence_tier(
+    ladder: Ladder,
+    task_class: str,
+    floors: Mapping[str, Sequence[str]],
+    evidence: CostsOf,
+    card_tier: int,
+    card_why: str,
+) -> tuple[int, str]:
+    """The tier of the cheapest rung as good as the best measured one, and why."""
+    usable = [
+        (index, rung)
+        for index, rung in enumerate(ladder.rungs)
+        if rung.model not in floors.get(task_class, ())
+    ]
+    row = evidence([rung.key for _, rung in usable]).get(task_class, {})
+    chosen = next((cost for cost in row.values() if cost.cheapest_non_inferior), None)
+    if chosen is None:
+        return card_tier, f"{card_why} (evidence policy: no rung measured in a current epoch)"
+    tier = next(index for index, rung in usable if rung.key == chosen.subject)
+    return tier, evidence_why(chosen, len(row))
+
+
+def evidence_why(chosen: CellCost, measured: int) -> str:
+    """Why the evidence policy chose ``chosen`` among ``measured`` measured rungs."""
+    money = chosen.costs.cost_per_case
+    cost = f"{usd(money)}/case" if money is not None else "cost unknown"
+    pair = chosen.versus_best
+    if pair is None:
+        others = measured - 1
+        rest = (
+            f"; none of the {others} other measured rung{'s' if others != 1 else ''} is "
+            "cheaper and non-inferior"
+            if others
+            else "; the only rung measured"
+        )
+        return (
+            f"evidence: {chosen.subject} is the best measured rung "
+            f"(pass rate {to_fixed_2(chosen.pass_rate)} over {chosen.n} cases, {cost}){rest}"
+        )
+    d = pair.difference
+    best_money = pair.costs_b.cost_per_case
+    best_cost = f"{usd(best_money)}/case" if best_money is not None else "cost unknown"
+    return (
+        f"evidence: {chosen.subject} is the cheapest rung non-inferior to the best measured "
+        f"({chosen.best}) on {d.n} shared cases: difference {to_fixed_2(d.difference)} "
+        f"[{to_fixed_2(d.low)}, {to_fixed_2(d.high)}] ({pair.reading.reading}, margin "
+        f"{to_fixed_2(pair.margin)}); {cost} vs {best_cost}"
+    )
+
+
 def _route(
     ladder: Ladder,
     task_class: str,
     tier: int,
     floors: Mapping[str, Sequence[str]],
     moved: bool,
+    why: str = "",
 ) -> Route | None:
     allowed = [
         (index, rung)
@@ -260,6 +352,7 @@ def _route(
         first,
         tuple(rung for _, rung in allowed),
         moved,
+        why,
     )
 
 
@@ -380,6 +473,7 @@ def routes_json(
                 "defaultTier": r.default_tier,
                 "tier": r.tier,
                 "movedByClaims": r.moved,
+                "why": r.why,
                 "model": r.rungs[0].model,
                 "effort": r.rungs[0].effort,
                 "litellmParams": _params(r.rungs[0], models),
@@ -393,11 +487,19 @@ def routes_json(
     }
 
 
-def render_yaml(config: Mapping[str, Any], header: str) -> str:
-    """The router config as YAML (every scalar JSON-quoted: valid YAML, no escaping traps)."""
+def render_yaml(
+    config: Mapping[str, Any], header: str, notes: Mapping[str, str] | None = None
+) -> str:
+    """The router config as YAML (every scalar JSON-quoted: valid YAML, no escaping traps).
+
+    ``notes``: model name → a comment written above its entry (why a route goes where).
+    """
     lines = [f"# {line}" for line in header.splitlines()]
     lines.append("model_list:" if config["model_list"] else "model_list: []")
     for item in config["model_list"]:
+        note = (notes or {}).get(item["model_name"])
+        if note:
+            lines.append(f"  # {' '.join(note.splitlines())}")
         lines.append(f"  - model_name: {json.dumps(item['model_name'])}")
         lines.append("    litellm_params:")
         for key, value in item["litellm_params"].items():

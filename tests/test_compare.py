@@ -311,3 +311,93 @@ def test_the_site_links_each_discordant_case_to_both_answers(
         model = text.split(":")[0] + ":" + text.split(":")[1]
         assert model in section.group(1)
     assert "models.html" in (isolated / "site" / "index.html").read_text()
+
+
+EVIDENCE_LADDERS = """
+[[ladders]]
+name = "scripted"
+start_tier = 0
+rungs = [{ model = "scripted:cheap" }, { model = "scripted:mid" }, { model = "scripted:dear" }]
+"""
+
+
+def three_rungs_measured(runner: CliRunner, isolated: Path) -> None:
+    big = [(f"case-{i:03d}", f"Q{i}?", f"a-{i}") for i in range(300)]
+
+    def on_big(name: str, wrong: int, cost: float) -> dict:
+        answers = {q: (f"wrong-{i}" if i < wrong else a) for i, (_, q, a) in enumerate(big)}
+        return {
+            "model": f"scripted:{name}",
+            "params": {"responses": answers, "default": "a steady answer", "cost_usd": cost},
+        }
+
+    path = write_spec(
+        isolated / "s.toml",
+        [on_big("dear", 0, 0.01), on_big("mid", 0, 0.005), on_big("cheap", 60, 0.001)],
+        cases=big,
+        gate="interval",
+        extra_sweep="max_cases = 300",
+        budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
+    )
+    night(runner, path)
+    (isolated / "ladders.toml").write_text(EVIDENCE_LADDERS)
+
+
+def test_route_by_evidence_goes_to_the_cheapest_rung_as_good_as_the_best(
+    runner: CliRunner, isolated: Path
+) -> None:
+    three_rungs_measured(runner, isolated)
+    as_of = ("--as-of", "2026-11-02")
+    card = kb(runner, *as_of, "route", "ladders.toml", "--format", "json")
+    assert card.exit_code == 0, card.stderr
+    (by_card,) = [r for r in json.loads(card.stdout)["routes"] if r["taskClass"] == "extraction"]
+    # the card's rule keeps the start tier: the cheap rung earned no claim either way
+    assert by_card["model"] == "scripted:cheap" and by_card["why"].startswith("card rule")
+    found = kb(runner, *as_of, "route", "ladders.toml", "--format", "json", "--policy", "evidence")
+    assert found.exit_code == 0, found.stderr
+    (chosen,) = [r for r in json.loads(found.stdout)["routes"] if r["taskClass"] == "extraction"]
+    assert chosen["model"] == "scripted:mid" and chosen["tier"] == 1
+    assert [f["model"] for f in chosen["fallbacks"]] == ["scripted:dear"]
+    assert chosen["why"].startswith(
+        "evidence: scripted:mid is the cheapest rung non-inferior to the best measured "
+        "(scripted:dear) on 300 shared cases"
+    )
+    yaml_text = kb(runner, *as_of, "route", "ladders.toml", "--policy", "evidence").stdout
+    lines = yaml_text.splitlines()
+    at = lines.index('  - model_name: "kb/extraction"')
+    assert lines[at - 1].startswith("  # evidence: scripted:mid is the cheapest rung")
+    assert "# Policy evidence (margin 0.03)" in yaml_text
+
+
+def test_route_by_evidence_keeps_the_card_rule_where_nothing_was_measured(
+    runner: CliRunner, isolated: Path
+) -> None:
+    three_rungs_measured(runner, isolated)
+    (isolated / "ladders.toml").write_text(
+        EVIDENCE_LADDERS
+        + '\n[[ladders]]\nname = "other"\nstart_tier = 0\ntask_class = "planning"\n'
+        'rungs = [{ model = "scripted:x" }, { model = "scripted:y" }]\n'
+    )
+    found = kb(
+        runner,
+        "--as-of",
+        "2026-11-02",
+        "route",
+        "ladders.toml",
+        "--format",
+        "json",
+        "--policy",
+        "evidence",
+    )
+    assert found.exit_code == 0, found.stderr
+    (planning,) = [r for r in json.loads(found.stdout)["routes"] if r["taskClass"] == "planning"]
+    assert planning["model"] == "scripted:x"
+    assert planning["why"].endswith("(evidence policy: no rung measured in a current epoch)")
+
+
+def test_route_policy_and_margin_are_checked(runner: CliRunner, isolated: Path) -> None:
+    (isolated / "ladders.toml").write_text(EVIDENCE_LADDERS)
+    bad = kb(runner, "route", "ladders.toml", "--policy", "cheapest")
+    assert bad.exit_code == 2 and "Invalid value for '--policy'" in bad.stderr
+    bad = kb(runner, "route", "ladders.toml", "--policy", "evidence", "--margin", "2")
+    assert bad.exit_code == 2 and "Invalid value for '--margin'" in bad.stderr

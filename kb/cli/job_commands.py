@@ -27,6 +27,7 @@ from kb.cli.options import (
     engine_options,
     evidence_dir_option,
     json_option,
+    margin_option,
     push_option,
     resolve_attempts,
     spec_argument,
@@ -35,9 +36,10 @@ from kb.errors import ConfigError, JobFailedError
 from kb.textwidth import wrapped
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from contextlib import ExitStack
 
+    from kb.compare import CellCost
     from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import Engine, EngineConfig
     from kb.sweep.plan import SweepPlan
@@ -446,6 +448,8 @@ ROUTE_EPILOG = """\b
 Examples:
   kb route ladders.toml --spec sweeps/nightly.toml > litellm.config.yaml
   kb route ladders.toml --format json
+  kb route ladders.toml --policy evidence --margin 0.05
+                     per task class the cheapest rung as good as the best measured one
 """
 
 
@@ -467,9 +471,27 @@ Examples:
     help="A sweep spec whose [[models]] give each rung its api_base and key "
     "(every rung must be there).",
 )
+@click.option(
+    "--policy",
+    type=click.Choice(["card", "evidence"]),
+    default="card",
+    show_default=True,
+    help="card: the start tier moved at most one rung by the claims (rulvar's rule); "
+    "evidence: the cheapest rung non-inferior (paired) to the best measured one.",
+)
+@margin_option
+@evidence_dir_option
 @global_options
 @pass_app
-def route(app: App, spec_path: Path, output_format: str, sweep_spec: Path | None) -> None:
+def route(
+    app: App,
+    spec_path: Path,
+    output_format: str,
+    sweep_spec: Path | None,
+    policy: str,
+    margin: float,
+    evidence_dir: Path | None,
+) -> None:
     """Write a LiteLLM routing config: per task class the rung the store recommends."""
     from kb.route import (
         load_route_ladders,
@@ -491,7 +513,19 @@ def route(app: App, spec_path: Path, output_format: str, sweep_spec: Path | None
         if issues:
             raise ConfigError(f"--spec {sweep_spec}", issues)
     claims = app.store.read().claims
-    routes, warnings = plan_routes(ladders, claims, app.as_of)
+    evidence = None
+    if policy == "evidence":
+        from kb.compare import class_costs
+        from kb.store.epochs import read_epochs
+        from kb.store.evidence import runs_reader
+
+        epochs = read_epochs(app.store.home.epochs_file)
+        runs_of = runs_reader(app.store, evidence_dir)
+
+        def evidence(subjects: Sequence[str]) -> dict[str, dict[str, CellCost]]:
+            return class_costs(epochs, runs_of, margin=margin, subjects=subjects)
+
+    routes, warnings = plan_routes(ladders, claims, app.as_of, evidence)
     cases = [case.task_class for case in spec.cases] if spec else None
     config = router_config(routes, models)
     for warning in [*unknown_task_classes(ladders, claims, cases), *warnings]:
@@ -502,10 +536,18 @@ def route(app: App, spec_path: Path, output_format: str, sweep_spec: Path | None
     header = (
         f"kb route {spec_path.name}: generated from {app.store.path.name} as of "
         f"{format_instant(app.as_of)}; regenerate rather than edit.\n"
-        "Each kb/<task class> is the rung the verified claims recommend (the ladder's start "
-        "moved at most one rung);\nits fallbacks are the higher rungs in escalation order."
+        + (
+            "Each kb/<task class> is the rung the verified claims recommend (the ladder's start "
+            "moved at most one rung)"
+            if policy == "card"
+            else f"Policy evidence (margin {margin}): each kb/<task class> is the cheapest rung "
+            "non-inferior (paired) to the best measured one"
+        )
+        + ";\nits fallbacks are the higher rungs in escalation order; the comment above each "
+        "alias says why it goes there."
     )
-    click.echo(render_yaml(config, header), nl=False)
+    notes = {route.alias: route.why for route in routes}
+    click.echo(render_yaml(config, header, notes), nl=False)
 
 
 @cli.command()
