@@ -1,6 +1,7 @@
 """Commands that read or hand-edit the store.
 
-``init``, ``list``, ``show``, ``verify``, ``queue``, ``note``, ``archive``, ``deprecate``.
+``init``, ``list``, ``matrix``, ``compare``, ``show``, ``diff``, ``verify``, ``settle``,
+``queue``, ``note``, ``compact``, ``archive``, ``deprecate``.
 """
 
 from __future__ import annotations
@@ -236,6 +237,61 @@ def matrix(
         click.echo(matrix_markdown(found), nl=False)
     else:
         click.echo(matrix_text(found))
+
+
+COMPARE_EPILOG = """\b
+Examples:
+  kb compare                                  every pair of models, per task class
+  kb compare --task-class extraction --model openai:gpt-4o-mini
+                                              that model against every other
+  kb compare --model a:x --model b:y --margin 0.05 --markdown
+"""
+
+
+@cli.command(epilog=COMPARE_EPILOG)
+@click.option("--task-class", help="Only this task class.")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    help="Keep the pairs among these (repeatable); one model: its pairs with every other.",
+)
+@margin_option
+@click.option("--markdown", is_flag=True, help="Print markdown tables (inert names).")
+@json_option("Print every pair with every number and every discordant case.")
+@evidence_dir_option
+@global_options
+@pass_app
+def compare(
+    app: App,
+    task_class: str | None,
+    models: tuple[str, ...],
+    margin: float,
+    markdown: bool,
+    as_json: bool,
+    evidence_dir: Path | None,
+) -> None:
+    """Compare models pairwise on the cases both measured: difference, interval, reading, cost."""
+    from kb.compare import check_compare_filters, compare_models
+    from kb.store.epochs import read_epochs
+    from kb.store.evidence import runs_reader
+    from kb.views.compare import compare_json, compare_markdown, compare_text
+
+    epochs = read_epochs(app.store.home.epochs_file)
+    check_compare_filters(epochs, task_class, models)
+    found = compare_models(
+        epochs,
+        runs_reader(app.store, evidence_dir),
+        task_class=task_class,
+        models=models,
+        margin=margin,
+    )
+    if as_json:
+        echo_json(compare_json(found))
+    elif markdown:
+        click.echo(compare_markdown(found), nl=False)
+    else:
+        click.echo(compare_text(found))
 
 
 @cli.command()
