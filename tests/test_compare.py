@@ -282,7 +282,9 @@ def test_matrix_cost_marks_the_cheapest_model_as_good_as_the_best(
     assert [m for m, c in costs.items() if c["cheapestNonInferior"]] == ["scripted:mid"]
     assert costs["scripted:cheap"]["costPerCaseUsd"] == pytest.approx(0.001)
     text = unwrapped(kb(runner, "matrix", "--cost").stdout)
-    assert "$0.0050/case" in text and "◆ per task class, the cheapest model non-inferior" in text
+    assert (
+        "$0.0050/case" in text and "◆ the cheapest model non-inferior to the class's best" in text
+    )
     assert text.count("◆") == 2  # the cell and the legend
     plain = kb(runner, "matrix").stdout
     assert "◆" not in plain and "/case" not in plain

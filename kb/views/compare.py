@@ -34,7 +34,8 @@ def reading_text(pair: PairComparison) -> str:
         return f"non-inferior{', lower' if found.lower else ''} (within {margin})"
     if found.reading is Reading.INCONCLUSIVE:
         could = (
-            f"these {pair.n} cases could detect {to_fixed_2(found.detectable)}"
+            f"these {pair.n} cases could detect a difference of "
+            f"{to_fixed_2(found.detectable)} (80% power)"
             if found.detectable is not None
             else f"{pair.n} cases cannot detect a difference"
         )

@@ -306,10 +306,9 @@ def _cost_legend(matrix: ClaimMatrix) -> list[str]:
     if matrix.costs is None:
         return []
     return [
-        "$/case: mean cost per case in the current epoch; p90: 90th-percentile latency of its "
-        "ok runs (a latency that occurred)",
-        f"{ROUTE_MARK} per task class, the cheapest model non-inferior to the best measured one "
-        f"(paired on shared cases, margin {to_fixed_2(matrix.margin)}; kb compare shows why)",
+        "$/case: mean cost per case in the current epoch; p90: a latency that occurred",
+        f"{ROUTE_MARK} the cheapest model non-inferior to the class's best",
+        f"non-inferior: paired on shared cases, margin {to_fixed_2(matrix.margin)} (kb compare)",
     ]
 
 
