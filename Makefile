@@ -53,6 +53,7 @@ demo: $(STAMP)
 	$(KB) --store $(DEMO_STORE) sweep sweeps/demo-night-2.toml --observed-at 2026-11-30T02:00:00Z \
 	  --html $(DEMO)/report-night-2.html --summary $(DEMO)/summary-night-2.md
 	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z diff HEAD~1 HEAD
+	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z compare --task-class arithmetic
 	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z show \
 	  kb-sweep-2026-11-30T02:00:00.000Z/local:smollm2/arithmetic
 	$(KB) --store $(DEMO_STORE) --as-of 2026-11-30T03:00:00Z site $(DEMO)/site
