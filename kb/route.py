@@ -200,12 +200,7 @@ def plan_routes(
     ordered = [x for x in ladders.ladders if x.task_class is not None]
     ordered += [x for x in ladders.ladders if x.task_class is None]
     for ladder in ordered:
-        for index, rung in enumerate(ladder.rungs):
-            if any(rung.key == other.key for other in ladder.rungs[:index]):
-                warnings.append(
-                    f"ladder {ladder.name!r}: rung {index} repeats {rung.key} (a move up or "
-                    "down would land on the same model)"
-                )
+        warnings += _repeated_rungs(ladder)
         if ladder.task_class is not None and ladder.task_class in taken:
             warnings.append(
                 f"ladder {ladder.name!r}: task class {ladder.task_class!r} is routed by an "
@@ -234,27 +229,34 @@ def plan_routes(
             taken.add(task_class)
             routes.append(route)
         if ladder.task_class is None and "default" not in taken:
-            route = _route(
-                ladder,
-                "default",
-                ladder.start_tier,
-                {},
-                False,
-                _card_why(ladder, ladder.start_tier),
-            )
+            start = ladder.start_tier
+            route = _route(ladder, "default", start, {}, False, _card_why(ladder, start))
             if route is not None:
                 taken.add("default")
                 routes.append(route)
+    return routes, warnings + _routes_to_retired(routes, claims, as_of)
+
+
+def _repeated_rungs(ladder: Ladder) -> list[str]:
+    return [
+        f"ladder {ladder.name!r}: rung {index} repeats {rung.key} (a move up or "
+        "down would land on the same model)"
+        for index, rung in enumerate(ladder.rungs)
+        if any(rung.key == other.key for other in ladder.rungs[:index])
+    ]
+
+
+def _routes_to_retired(
+    routes: Sequence[Route], claims: Sequence[ModelClaim], as_of: int
+) -> list[str]:
     retired = _retired_only(claims, as_of)
-    for route in routes:
-        chosen = route.rungs[0].key
-        if (chosen, route.task_class) in retired:
-            warnings.append(
-                f"{route.alias} goes to {chosen}, whose every claim on {route.task_class!r} "
-                "was retired (a canary drift or a falsified claim): measure it again before "
-                "trusting this route"
-            )
-    return routes, warnings
+    return [
+        f"{route.alias} goes to {route.rungs[0].key}, whose every claim on "
+        f"{route.task_class!r} was retired (a canary drift or a falsified claim): measure it "
+        "again before trusting this route"
+        for route in routes
+        if (route.rungs[0].key, route.task_class) in retired
+    ]
 
 
 def _retired_only(claims: Sequence[ModelClaim], as_of: int) -> set[tuple[str, str]]:
