@@ -46,12 +46,13 @@ from kb.card import (
     parse_ladders,
     usable_claims,
 )
-from kb.compare import CellCost
+from kb.compare import CellCost, RunsOf, class_costs
 from kb.engine.known_providers import DEFAULT_KEY_ENV
 from kb.engine.requests import MIN_SECRET_LENGTH, ModelSpec, litellm_model
 from kb.errors import ConfigError
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
+from kb.store.epochs import EpochsFile
 from kb.store.models import ModelClaim
 from kb.store.ttl import format_instant
 from kb.tomlfile import read_toml
@@ -216,10 +217,7 @@ def plan_routes(
             if task_class in taken:
                 continue  # the first ladder serving a task class routes it
             tier = moves.get((ladder.name, task_class), ladder.start_tier)
-            why = _card_why(ladder, tier)
-            if evidence is not None:
-                tier, why = _evidence_tier(ladder, task_class, ladders.floors, evidence, tier, why)
-            route = _route(ladder, task_class, tier, ladders.floors, tier != ladder.start_tier, why)
+            route = _class_route(ladder, task_class, tier, ladders.floors, evidence)
             if route is None:
                 warnings.append(
                     f"task class {task_class!r}: every rung of {ladder.name!r} from "
@@ -269,6 +267,29 @@ def _retired_only(claims: Sequence[ModelClaim], as_of: int) -> set[tuple[str, st
 def _on_ladder(ladder: Ladder, claims: Sequence[ModelClaim], task_class: str) -> bool:
     keys = {rung.key for rung in ladder.rungs}
     return any(c.task_class == task_class and c.subject_key in keys for c in claims)
+
+
+def evidence_costs(epochs: EpochsFile, runs_of: RunsOf, margin: float) -> CostsOf:
+    """The evidence policy's view of a ladder: :func:`kb.compare.class_costs` of its rungs."""
+
+    def costs(subjects: Sequence[str]) -> dict[str, dict[str, CellCost]]:
+        return class_costs(epochs, runs_of, margin=margin, subjects=subjects)
+
+    return costs
+
+
+def _class_route(
+    ladder: Ladder,
+    task_class: str,
+    tier: int,
+    floors: Mapping[str, Sequence[str]],
+    evidence: CostsOf | None,
+) -> Route | None:
+    """The route of one task class: the card's tier, or the evidence policy's."""
+    why = _card_why(ladder, tier)
+    if evidence is not None:
+        tier, why = _evidence_tier(ladder, task_class, floors, evidence, tier, why)
+    return _route(ladder, task_class, tier, floors, tier != ladder.start_tier, why)
 
 
 def _card_why(ladder: Ladder, tier: int) -> str:

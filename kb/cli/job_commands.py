@@ -36,10 +36,9 @@ from kb.errors import ConfigError, JobFailedError
 from kb.textwidth import wrapped
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
     from contextlib import ExitStack
 
-    from kb.compare import CellCost
     from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import Engine, EngineConfig
     from kb.sweep.plan import SweepPlan
@@ -494,6 +493,7 @@ def route(
 ) -> None:
     """Write a LiteLLM routing config: per task class the rung the store recommends."""
     from kb.route import (
+        evidence_costs,
         load_route_ladders,
         plan_routes,
         render_yaml,
@@ -515,16 +515,11 @@ def route(
     claims = app.store.read().claims
     evidence = None
     if policy == "evidence":
-        from kb.compare import class_costs
         from kb.store.epochs import read_epochs
         from kb.store.evidence import runs_reader
 
         epochs = read_epochs(app.store.home.epochs_file)
-        runs_of = runs_reader(app.store, evidence_dir)
-
-        def evidence(subjects: Sequence[str]) -> dict[str, dict[str, CellCost]]:
-            return class_costs(epochs, runs_of, margin=margin, subjects=subjects)
-
+        evidence = evidence_costs(epochs, runs_reader(app.store, evidence_dir), margin)
     routes, warnings = plan_routes(ladders, claims, app.as_of, evidence)
     cases = [case.task_class for case in spec.cases] if spec else None
     config = router_config(routes, models)
