@@ -6,6 +6,12 @@ layouts are wire objects (:class:`WireTexts`); a commit's result is the base
 with some statuses patched, some claims removed and new ones appended
 (:class:`PatchedTexts`). Each gives the wire object, the file text and the
 canonical form of a claim, and :func:`claims_hash_of` streams the hash.
+
+The hash is sha256 over ``[`` + the claims' canonical forms joined by ``,`` +
+``]``, so it can resume: a file read in full keeps the digest's state after
+every run of claims (:class:`HashedPrefix`), and a commit that leaves the
+first claims as they were hashes only from the first change on (a one-claim
+``kb note`` on 100,000 claims canonicalises one claim, not 100,001).
 """
 
 from __future__ import annotations
@@ -13,10 +19,32 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kb.store.canonical import fast_canonical_json, js_stringify, utf8_as_js
 from kb.store.jsjson import jcs_of, js_plain_value, parse_json
+
+
+class Digest(Protocol):
+    """A running sha256 (``hashlib``'s object)."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+    def copy(self) -> Digest: ...
+
+    def hexdigest(self) -> str: ...
+
+
+class HashedPrefix(NamedTuple):
+    """The hash's state after the first ``claims`` claims (``[``, their forms comma-joined)."""
+
+    claims: int
+    digest: Digest
+
+
+def empty_prefix() -> HashedPrefix:
+    """The hash's state before any claim."""
+    return HashedPrefix(0, hashlib.sha256(b"["))
 
 
 class ClaimTexts(Protocol):
@@ -38,6 +66,10 @@ class ClaimTexts(Protocol):
 
     def jcs_run(self, start: int, stop: int) -> Iterator[str]:
         """The canonical forms of claims ``start``..``stop - 1``, comma-joined in pieces."""
+        ...
+
+    def hashed_prefix(self, limit: int) -> HashedPrefix:
+        """The longest hashed prefix of at most ``limit`` claims known (a copy to update)."""
         ...
 
 
@@ -68,13 +100,26 @@ class WireTexts:
     def jcs_run(self, start: int, stop: int) -> Iterator[str]:
         return map(self.jcs, range(start, stop))
 
+    def hashed_prefix(self, limit: int) -> HashedPrefix:
+        return empty_prefix()
+
 
 class SpanTexts:
-    """Claims held as the bytes of the file they were read from."""
+    """Claims held as the bytes of the file they were read from.
 
-    def __init__(self, data: bytes, spans: Sequence[tuple[int, int]]) -> None:
+    ``prefixes`` are the hash's states the full read computed on its way
+    (ascending counts); a read that did not hash (bytes validated before) has none.
+    """
+
+    def __init__(
+        self,
+        data: bytes,
+        spans: Sequence[tuple[int, int]],
+        prefixes: Sequence[HashedPrefix] = (),
+    ) -> None:
         self._data = data
         self._spans = spans
+        self._prefixes = tuple(prefixes)
 
     def __len__(self) -> int:
         return len(self._spans)
@@ -99,6 +144,14 @@ class SpanTexts:
                 yield fast_canonical_json(run[0])[1:-1]
             else:
                 yield from map(self.jcs, range(first, last))
+
+    def hashed_prefix(self, limit: int) -> HashedPrefix:
+        found = empty_prefix()
+        for prefix in self._prefixes:
+            if prefix.claims > limit:
+                break
+            found = prefix
+        return HashedPrefix(found.claims, found.digest.copy())
 
 
 _NOT_JSON = object()
@@ -137,6 +190,7 @@ class PatchedTexts:
         self._statuses = dict(statuses)
         self._appended = WireTexts(appended)
         gone = set(removed)
+        self._removed = gone
         self._kept: Sequence[int] = (
             [i for i in range(len(base)) if i not in gone] if gone else range(len(base))
         )
@@ -199,12 +253,20 @@ class PatchedTexts:
             index = end
         yield from self._appended.jcs_run(max(start, self._size) - self._size, stop - self._size)
 
+    def hashed_prefix(self, limit: int) -> HashedPrefix:
+        # The base's claims before the first patched or removed one are unchanged.
+        changed = min([*self._statuses, *self._removed], default=self._size)
+        return self._base.hashed_prefix(min(limit, changed))
+
 
 def claims_hash_of(texts: ClaimTexts) -> str:
-    """sha256 of JCS(claims), streamed claim by claim (never the whole array in memory)."""
-    digest = hashlib.sha256(b"[")
-    separator = b""
-    for piece in texts.jcs_run(0, len(texts)):
+    """sha256 of JCS(claims), streamed claim by claim (never the whole array in memory).
+
+    Resumes from the longest hashed prefix the texts know.
+    """
+    count, digest = texts.hashed_prefix(len(texts))
+    separator = b"," if count else b""
+    for piece in texts.jcs_run(count, len(texts)):
         digest.update(separator)
         digest.update(utf8_as_js(piece))
         separator = b","

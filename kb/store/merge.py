@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ def _without_status(wire: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _with_status(entry: ClaimEntry, status: str | None) -> ClaimEntry:
-    return entry if status is None else replace(entry, status=status)
+    return entry if status is None else entry._replace(status=status)
 
 
 def _one_replacement_active(

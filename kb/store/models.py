@@ -76,7 +76,8 @@ def _cost(value: float) -> float:
 
 
 def _statement(value: str) -> str:
-    if utf16_length(value) > STATEMENT_MAX_UTF16:
+    # A character is at most two UTF-16 units: a short text needs no counting.
+    if len(value) > STATEMENT_MAX_UTF16 // 2 and utf16_length(value) > STATEMENT_MAX_UTF16:
         raise ValueError(f"is {utf16_length(value)} characters; the limit is {STATEMENT_MAX_UTF16}")
     return value
 

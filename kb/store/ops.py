@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from kb.errors import ConfigError
@@ -259,7 +259,7 @@ class _Batch:
         base = self.snapshot
         entries = list(base.entries)
         for position, status in self.statuses.items():
-            entries[position] = replace(entries[position], status=status)
+            entries[position] = entries[position]._replace(status=status)
         if self.removed:
             entries = [e for i, e in enumerate(entries) if i not in self.removed]
         wires = [claim_to_wire(claim) for claim in self.appended]

@@ -19,9 +19,8 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kb.store.claim_texts import ClaimTexts, WireTexts
 from kb.store.models import ModelClaim, claim_to_wire
@@ -39,9 +38,12 @@ def _shared(text: str) -> str:
     return _INTERNED.setdefault(text, text)
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimEntry:
-    """The fields logic reads, without building the whole claim."""
+class ClaimEntry(NamedTuple):
+    """The fields logic reads, without building the whole claim.
+
+    A named tuple: a read builds one per claim, and a tuple is built in C
+    (a frozen dataclass's ``__init__`` costs ~0.1 s more per 100,000 claims).
+    """
 
     id: str
     status: str

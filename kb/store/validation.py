@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from kb.errors import ConfigError
 from kb.schema import validation_issues
 from kb.store.canonical import fast_canonical_json, sha256_hex, utf8_as_js
-from kb.store.claim_texts import RUN_SIZE, SpanTexts, WireTexts, parse_run
+from kb.store.claim_texts import RUN_SIZE, HashedPrefix, SpanTexts, WireTexts, parse_run
 from kb.store.jsjson import jcs_of, parse_json
 from kb.store.layout import StoreLayout, conflict_advice, conflict_lines, scan_layout
 from kb.store.models import LenientClaim, ModelClaim, validate_stored
@@ -71,10 +71,12 @@ class _ClaimCheck:
                 issue.replace(": unknown key", ": unknown key (kept)")
                 for issue in validation_issues(where, strict)
             )
-        for field in ("observedAt", "expiresAt"):
-            note = read_stored_instant(value[field]).warning
-            if note:
-                self.warnings.append(f"{where}.{field}: {note}")
+            # Only here can an instant be in a form kb does not write: the strict
+            # model reads each with parse_instant, which is kb's form.
+            for field in ("observedAt", "expiresAt"):
+                note = read_stored_instant(value[field]).warning
+                if note:
+                    self.warnings.append(f"{where}.{field}: {note}")
         claim_id = value["id"]
         if claim_id in self.seen:
             self.warnings.append(
@@ -89,6 +91,7 @@ def _parse_spans(raw: bytes, layout: StoreLayout, source: str) -> Snapshot:
     check = _ClaimCheck()
     entries: list[ClaimEntry] = []
     digest = hashlib.sha256(b"[")
+    prefixes: list[HashedPrefix] = []  # where a commit's hash resumes (claim_texts)
     separator = b""
     spans = layout.spans
     for first in range(0, len(spans), RUN_SIZE):
@@ -117,6 +120,7 @@ def _parse_spans(raw: bytes, layout: StoreLayout, source: str) -> Snapshot:
             digest.update(separator)
             digest.update(utf8_as_js(piece))
             separator = b","
+        prefixes.append(HashedPrefix(first + len(run_spans), digest.copy()))
     digest.update(b"]")
     if not check.issues:
         computed = digest.hexdigest()
@@ -128,7 +132,7 @@ def _parse_spans(raw: bytes, layout: StoreLayout, source: str) -> Snapshot:
     return Snapshot(
         layout.version,
         layout.hash,
-        texts=SpanTexts(raw, layout.spans),
+        texts=SpanTexts(raw, layout.spans, prefixes),
         entries=entries,
         warnings=check.warnings,
     )
