@@ -139,11 +139,29 @@ def reference_window(command: Sequence[str], cwd: Path, env: dict[str, str]) -> 
     )
     if done.returncode != 0:
         raise AssertionError(f"the reference run failed: {done.stdout}{done.stderr}")
-    return parse_window(trace.read_text(errors="replace").splitlines())
+    return parse_window(trace.read_text(errors="replace").splitlines(), cwd.parent)
 
 
-def parse_window(lines: Sequence[str]) -> Window:
-    """The window and its kill points, from a ``strace -f`` log (see :func:`reference_window`)."""
+def _names_a_path_under(arguments: str, place: Path) -> bool:
+    """Whether a traced call's first path argument lies under ``place`` (or is relative)."""
+    found = re.search(r'"([^"]*)"', arguments)
+    return (
+        found is None
+        or not found.group(1).startswith("/")
+        or (found.group(1).startswith(f"{place}/"))
+    )
+
+
+def parse_window(lines: Sequence[str], place: Path | None = None) -> Window:
+    """The window and its kill points, from a ``strace -f`` log (see :func:`reference_window`).
+
+    A call in the window by a process that is neither kb's main thread nor git
+    fails the enumeration when it names a path under ``place`` (the test's
+    directory: the store, its evidence, its git dir): such a step would be a
+    kill point left out. A worker process still importing litellm when a fully
+    journaled night commits may remove its own file in ``/tmp``; that touches
+    nothing of the store and is not a step of the commit.
+    """
     records = [m.groups() for line in lines if (m := _LINE.match(line))]
     main = records[0][0]
     git_pids: list[str] = []  # in the order the wrapper numbers them (each exec of real git)
@@ -163,7 +181,7 @@ def parse_window(lines: Sequence[str]) -> Window:
             kb_calls[call] += 1
         elif pid in git_calls:
             git_calls[pid][call] += 1
-        else:
+        elif place is None or _names_a_path_under(rest, place):
             other.append(f"{pid} {call}({rest}")
     if started is None:
         raise AssertionError("the reference run wrote no commit temp file: no window found")
