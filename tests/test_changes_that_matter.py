@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from kb.store.changes import cell_alarms, exact_drifts, falsified_claims
 from kb.store.records import CanaryRecord, ReportFile, RetiredRecord, parse_report
 from kb.store.validation import parse_store
-from kb.sweep.changes import cell_alarms, exact_drifts, falsified_claims
 from tests.cli_helpers import kb, unwrapped
 from tests.conftest import git
 from tests.sweep_helpers import scripted_model, write_spec

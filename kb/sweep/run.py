@@ -29,6 +29,13 @@ from kb.engine.scheduler import Engine, journaled
 from kb.errors import ConfigError
 from kb.schema import DEFAULT_ATTEMPTS
 from kb.store.baselines import BaselinesFile
+from kb.store.changes import (
+    Falsified,
+    drift_reason,
+    exact_drifts,
+    falsified_claims,
+    falsified_line,
+)
 from kb.store.diff import Side, StoreDiff, diff_snapshots
 from kb.store.epochs import EpochsAt, EpochsFile, cell_key, read_epochs
 from kb.store.evidence import evidence_paths
@@ -47,13 +54,6 @@ from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant, parse_flag_instant
 from kb.sweep.canary import CanaryChange, canary_change, classified
 from kb.sweep.cells import SweepCell
-from kb.sweep.changes import (
-    Falsified,
-    drift_reason,
-    exact_drifts,
-    falsified_claims,
-    falsified_line,
-)
 from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
@@ -240,7 +240,7 @@ class SweepReport:
         """Why the sweep failed its job (exit 1; empty: it did not).
 
         An exact canary drift under ``fail_on_drift`` or ``fail_on_change``; a held
-        claim falsified under ``fail_on_change`` (:mod:`kb.sweep.changes`); an
+        claim falsified under ``fail_on_change`` (:mod:`kb.store.changes`); an
         incomplete cell unless ``allow_incomplete``. Judged on the report, after
         the commit: the night is in the store whatever this says.
         """
@@ -264,7 +264,7 @@ class SweepReport:
 
     @property
     def falsified(self) -> list[Falsified]:
-        """The held claims the night falsified (:func:`kb.sweep.changes.falsified_claims`)."""
+        """The held claims the night falsified (:func:`kb.store.changes.falsified_claims`)."""
         return falsified_claims(self.report)
 
     @property

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
+from kb.store.changes import CellAlarm, cell_alarms
 from kb.store.records import CellRecord, ReportFile, RunRecord
-from kb.sweep.changes import CellAlarm, cell_alarms
 
 OUTCOME_COLOURS = {
     "strength": "#1a7f37",

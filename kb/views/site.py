@@ -35,12 +35,12 @@ from kb.errors import ConfigError
 from kb.money import usd
 from kb.schema import subject_key
 from kb.store.canonical import to_fixed_2
+from kb.store.changes import cell_alarms
 from kb.store.epochs import EpochsFile
 from kb.store.evidence import REPORT_SUFFIX, evidence_stem, load_evidence
 from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.records import CellRecord, ReportFile, RunRecord
-from kb.sweep.changes import cell_alarms
 from kb.views.decision import claim_interval, newest_first
 from kb.views.html import ALARM_BACKGROUND, ALARM_LEGEND, alarm_badge, heat_colour
 from kb.views.report_text import EPOCH_WORDS, alarm_lines, drift_line
