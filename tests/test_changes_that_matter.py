@@ -131,6 +131,7 @@ def test_a_detector_alarm_fails_the_night_and_is_marked_on_both_heatmaps(
     assert 'class="cell alarm"' in cell and "#ffebe9" in cell
     assert "hsl(" not in cell  # never the pass colour its rate (0.75) would give
     assert 'data-direction="down"' in cell and "ALARM ▼ drop</div>" in cell
+    assert "retired …/scripted:m/extraction (falsified)</div>" in cell
     assert "ALARM: the change detector alarmed tonight" in page  # the legend
     assert kb(runner, "--as-of", "2026-11-04", "site", "site").exit_code == 0
     shown = (isolated / "site" / "night-kb-sweep-2026-11-03T02_00_00.000Z.html").read_text()

@@ -164,6 +164,11 @@ def _cell_td(
             + (" (hysteresis)" if outcome != "incomplete" else "")
             + "</div>"
         )
+    for retired in alarm.falsified if alarm is not None else ():
+        claim_line += (
+            f'<div class="claim retired" title="{esc(retired)}">retired '
+            f"{esc(_short_claim(retired))} (falsified)</div>"
+        )
     repeats = cell.repeats
     if repeats:
         flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
@@ -243,6 +248,7 @@ td.alarm { box-shadow: inset 0 0 0 3px #cf222e; }
 .alarm-badge { display: inline-block; background: #cf222e; color: #fff; font-weight: 700;
                font-size: .75em; letter-spacing: .04em; padding: .05em .45em;
                border-radius: 3px; margin-bottom: .2em; }
+.claim.retired { color: #a40e26; }
 td.incomplete { background: repeating-linear-gradient(45deg, #f6f8fa, #f6f8fa 6px,
                 #eaeef2 6px, #eaeef2 12px); }
 td.empty { padding: .5em .7em; color: #8c959f; }

@@ -67,9 +67,9 @@ td.num { text-align: right; white-space: nowrap; }
 .drift { color: #8a4500; font-weight: 600; }
 .banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
 td.alarm { box-shadow: inset 0 0 0 3px #cf222e; }
-.alarm-badge { display: inline-block; background: #cf222e; color: #fff; font-weight: 700;
-  font-size: 0.75em; letter-spacing: 0.04em; padding: 0 0.45em; border-radius: 3px;
-  white-space: nowrap; }
+.alarm-badge { display: block; width: fit-content; margin: 0 0 2px auto; background: #cf222e;
+  color: #fff; font-weight: 700; font-size: 0.75em; letter-spacing: 0.04em; padding: 0 0.45em;
+  border-radius: 3px; white-space: nowrap; }
 ul.legend { list-style: none; padding: 0; font-size: 0.85em; color: #424a53; }
 .swatch { display: inline-block; width: 0.9em; height: 0.9em; vertical-align: -0.1em;
   margin-right: 0.3em; }
