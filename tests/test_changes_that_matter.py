@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner, Result
@@ -86,17 +86,16 @@ def test_fail_on_drift_alone_still_exits_0_on_a_falsified_strength(
 
 
 def test_fail_on_change_exits_1_on_a_canary_drift(runner: CliRunner, repo: Path) -> None:
-    result = drift_night(runner, repo, "--fail-on-change")
-    assert result.exit_code == 1, result.stderr  # type: ignore[attr-defined]
-    stderr = result.stderr  # type: ignore[attr-defined]
-    assert "Error: drift in 1 model (scripted:m)" in stderr
+    result = cast(Result, drift_night(runner, repo, "--fail-on-change"))
+    assert result.exit_code == 1, result.stderr
+    assert "Error: drift in 1 model (scripted:m)" in result.stderr
     assert store_version(repo) == 2  # v0 at init, night 1, night 2: committed before failing
 
 
 def test_fail_on_drift_is_unchanged_on_a_drift(runner: CliRunner, repo: Path) -> None:
-    result = drift_night(runner, repo, "--fail-on-drift")
-    assert result.exit_code == 1  # type: ignore[attr-defined]
-    assert "Error: drift in 1 model" in result.stderr  # type: ignore[attr-defined]
+    result = cast(Result, drift_night(runner, repo, "--fail-on-drift"))
+    assert result.exit_code == 1, result.stderr
+    assert "Error: drift in 1 model" in result.stderr
 
 
 def test_fail_on_change_exits_0_on_a_night_that_changed_no_belief(
