@@ -181,24 +181,32 @@ def test_kb_diff_over_two_nights(runner: CliRunner, repo: Path) -> None:
     assert all(len(line) <= 80 for line in lines if "kb-sweep-" not in line)  # ids kept whole
     text = unwrapped("\n".join(lines))
     assert "+ added" not in text  # the one new claim replaced an older one
+    # what changed a belief first; the re-measurement at the same rate is a count
+    assert text.index(f"- archived {ids['scripted:weak']} (falsified)") < text.index(
+        f"! stale {ids['scripted:gone']} (canary drift: the provider changed the model)"
+    )
+    assert text.endswith("= 1 claim re-measured, no belief changed (kb diff --all lists them)")
+    every = unwrapped(kb(runner, "--as-of", "2026-12-31", "diff", "--all").stdout)
     assert (
-        f"~ superseded {ids['scripted:strong']} by {night2['claims'][0]['id']} "
+        f"= re-measured {ids['scripted:strong']} by {night2['claims'][0]['id']} "
         "(passRate 1.00 -> 1.00)"
-    ) in text
-    assert f"- archived {ids['scripted:weak']} (falsified)" in text
-    assert f"! stale {ids['scripted:gone']} (canary drift: the provider changed the model)" in text
+    ) in every
     assert lines[0] == "store v1 (HEAD~1, night 2026-11-01) -> v2 (HEAD, night 2026-11-20)"
     data = json.loads(kb(runner, "diff", "--json").stdout)
     assert [a["reason"] for a in data["archived"]] == ["falsified"]
     assert data["superseded"][0]["newPassRate"] == 1
+    assert data["superseded"][0]["beliefChanged"] is False and data["unchangedCount"] == 1
     markdown = kb(runner, "diff", "--markdown").stdout
-    assert "**Superseded** (1)" in markdown and "| 1.00 → 1.00 |" in markdown
+    assert "**Superseded**" not in markdown and "| 1.00 → 1.00 |" not in markdown
+    assert "1 claim re-measured, no belief changed (`kb diff --all` lists them)." in markdown
+    listed = kb(runner, "diff", "--markdown", "--all").stdout
+    assert "**Re-measured, no belief changed** (1)" in listed and "| 1.00 → 1.00 |" in listed
     assert "**Flipped stale (canary drift)** (1)" in markdown
     summary = (repo / "summary.md").read_text()
     assert summary.startswith("## kb sweep `kb-sweep-2026-11-20T02:00:00.000Z`")
     # The same changes as kb diff of the sweep's commit (the header names the commits).
     changes = markdown.split("\n", 3)[3]
-    assert changes in summary and "**Superseded** (1)" in changes
+    assert changes in summary and "**Falsified** (1)" in changes
 
 
 def test_kb_diff_lists_claims_that_expired_between_the_two_instants(
@@ -270,6 +278,6 @@ def test_kb_diff_over_several_nights_is_net_of_the_steps_between(
     # night 1's claim, replaced by night 3's: night 2's claim was only a step between them
     assert [(s["id"], s["by"]) for s in found["superseded"]] == [(first, third)]
     assert found["added"] == []
-    text = unwrapped(kb(runner, "--as-of", "2026-11-04", "diff", "HEAD~2", "HEAD").stdout)
-    assert f"~ superseded {first} by {third}" in text
+    text = unwrapped(kb(runner, "--as-of", "2026-11-04", "diff", "HEAD~2", "HEAD", "--all").stdout)
+    assert f"= re-measured {first} by {third}" in text
     assert "kb-sweep-2026-11-02" not in text

@@ -186,7 +186,7 @@ def test_the_summary_renders_every_hostile_string_inert(runner: CliRunner, repo:
     codes = assert_inert(summary)
     assert codes[0] == REPORT_ID  # the heading
     assert summary.splitlines()[2].startswith("> **Drift:**") and SUBJECT in codes
-    cells, canary, stale, superseded = tables(summary)
+    stale, superseded, cells, canary = tables(summary)  # what the commit changed leads
     assert cells[1:] == [
         [SUBJECT, HOSTILE, "1.00", "0.72–1.00", "10/10", "strength"],
         ["scripted:stuck", HOSTILE, "—", "—", "10/10 answered", f"incomplete: {reason}"],
@@ -231,7 +231,7 @@ def test_alarm_lines_and_every_diff_table_are_inert() -> None:
         side,
         added=(claim,),
         superseded=((claim, None),),
-        archived=((claim, reason),),
+        archived=((claim, reason), (claim, "falsified")),
         staled=(claim,),
         expired=(claim,),
         compacted=(claim,),
@@ -239,8 +239,8 @@ def test_alarm_lines_and_every_diff_table_are_inert() -> None:
     markdown = diff_markdown(changes)
     codes = assert_inert(markdown)
     assert codes[:3] == [side.label, REPORT_ID, side.label] and codes[-1] == claim.id
-    stale, added, superseded, archived, expired = tables(markdown)
-    for table in (stale, added, superseded, archived, expired):
+    falsified, stale, added, archived, expired, superseded = tables(markdown)
+    for table in (falsified, stale, added, archived, expired, superseded):
         assert table[1][0] == f"{SUBJECT} · {HOSTILE}"
     assert added[1][4] == claim.id and archived[1][2] == reason
     matrix = ClaimMatrix(0, (SUBJECT,), (HOSTILE,), {})

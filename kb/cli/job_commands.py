@@ -93,12 +93,15 @@ Examples:
   kb sweep sweeps/nightly.toml --json --html r.html --record ci.jsonl
   kb sweep sweeps/nightly.toml --replay ci.jsonl --no-commit
   kb sweep sweeps/nightly.toml --resume            finish the night that stopped
+  kb sweep sweeps/nightly.toml --fail-on-change    CI: exit 1 when a belief changed
 
 \b
 Exit codes: 0 every planned cell complete; 1 a cell was incomplete (what was
-complete is committed; --allow-incomplete keeps 0); 2 bad input or a spend
-the envelope could not cover (--allow-partial runs anyway); 3 CAS attempts
-exhausted; 130 interrupted (nothing committed).
+complete is committed; --allow-incomplete keeps 0), or after committing:
+--fail-on-drift and a canary drift, --fail-on-change and a drift or a held
+claim falsified; 2 bad input or a spend the envelope could not cover
+(--allow-partial runs anyway); 3 CAS attempts exhausted; 130 interrupted
+(nothing committed).
 """
 
 
@@ -144,6 +147,11 @@ exhausted; 130 interrupted (nothing committed).
     help="Exit 1 (after committing) when the canary saw a model change.",
 )
 @click.option(
+    "--fail-on-change",
+    is_flag=True,
+    help="Exit 1 (after committing) when a held claim was falsified or the canary drifted.",
+)
+@click.option(
     "--batch/--no-batch",
     default=None,
     help="Send OpenAI runs through its batch API at the batch price (default: [sweep] batch).",
@@ -177,6 +185,7 @@ def sweep(
     resume: bool,
     new_epoch: bool,
     fail_on_drift: bool,
+    fail_on_change: bool,
     batch: bool | None,
     strict: bool,
     shard: str | None,
@@ -204,7 +213,7 @@ def sweep(
     options = SweepOptions(
         report_id, parse_shard(shard) if shard else None, not no_commit, resume, new_epoch,
         dry_run, allow_partial, resolve_attempts(attempts, push), push, not no_evidence,
-        fail_on_drift, allow_incomplete,
+        fail_on_drift, allow_incomplete, fail_on_change,
     )  # fmt: skip
     shown = SweepShown(as_json, quiet, dry_run, config.batch, allow_partial)
     with ExitStack() as bars:

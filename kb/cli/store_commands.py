@@ -332,6 +332,12 @@ Examples:
   kb diff                          the last commit: HEAD~1 vs HEAD
   kb diff main                     main vs the work tree
   kb diff v12 HEAD --markdown      for a pull-request comment or $GITHUB_STEP_SUMMARY
+  kb diff --all                    also each re-measurement that changed no belief
+
+\b
+Falsified claims lead, then canary drifts, new claims and lost ones (archived,
+expired); re-measurements that changed no belief (same polarity and claim
+class, pass rate the same to two decimals) are one count line.
 """
 
 
@@ -339,11 +345,16 @@ Examples:
 @click.argument("rev_a", required=False)
 @click.argument("rev_b", required=False)
 @click.option("--markdown", is_flag=True, help="Markdown for a PR comment or step summary.")
-@json_option("Print the changes as JSON.")
+@click.option(
+    "--all", "list_all", is_flag=True, help="List re-measurements that changed no belief."
+)
+@json_option("Print the changes as JSON (every change, each flagged).")
 @global_options
 @pass_app
-def diff(app: App, rev_a: str | None, rev_b: str | None, markdown: bool, as_json: bool) -> None:
-    """What changed in the store between two revisions (claims added, retired, expired)."""
+def diff(
+    app: App, rev_a: str | None, rev_b: str | None, markdown: bool, list_all: bool, as_json: bool
+) -> None:
+    """What changed in the store between two revisions (claims falsified, added, lost)."""
     from kb.store.audit import diff_revisions
     from kb.store.diff import diff_json, diff_markdown
     from kb.views.claims import format_diff
@@ -352,9 +363,9 @@ def diff(app: App, rev_a: str | None, rev_b: str | None, markdown: bool, as_json
     if as_json:
         echo_json(diff_json(changes))
     elif markdown:
-        click.echo(diff_markdown(changes), nl=False)
+        click.echo(diff_markdown(changes, list_all), nl=False)
     else:
-        click.echo(format_diff(changes))
+        click.echo(format_diff(changes, list_all))
 
 
 @cli.command()

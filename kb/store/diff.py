@@ -5,6 +5,22 @@ pass-rate change), archived (with the reason, from the commits' ``Kb-Archived``
 trailers), flipped stale, and expired between the two instants. Pure: the
 caller reads the snapshots (from git or the work tree) and supplies the
 instants.
+
+Every rendering leads with what changed a belief, in this order:
+
+1. **falsified** — archived with reason ``falsified`` (a change detector's
+   alarm, or the gate's verdict), or superseded by a claim of the other
+   polarity;
+2. **flipped stale** — the canary saw the provider change the model;
+3. **added** — new claims;
+4. **lost** — archived for another reason (``stale``, ``deprecated``,
+   ``rejected``, none recorded), and expired;
+5. **superseded** — re-measurements that moved something;
+6. **re-measured, no belief changed** — one count line (all listed on request):
+   a claim superseded by one of the same subject, task class, polarity and
+   claim class, both with metrics, whose pass rates print the same to two
+   decimals (``0.96 → 0.96``: the figure every view shows), and not flipped
+   stale in the range (a re-measurement after a drift is news).
 """
 
 from __future__ import annotations
@@ -19,6 +35,9 @@ from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant, stored_instant
+
+FALSIFIED = "falsified"
+"""The archive reason of a claim the evidence turned against (detector alarm or gate)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +80,62 @@ class StoreDiff:
     """Active claims whose lifetime ended between the two instants."""
     compacted: tuple[ModelClaim, ...] = ()
     """Claims ``kb compact`` took out of the file (they stay in git history)."""
+
+    @property
+    def falsified(self) -> tuple[tuple[ModelClaim, ModelClaim | None], ...]:
+        """The claims the evidence turned against: archived ``falsified``, then others.
+
+        (the claim, the claim of the other polarity that superseded it, else ``None``).
+        """
+        archived = tuple((claim, None) for claim, reason in self.archived if reason == FALSIFIED)
+        flipped = tuple(
+            (old, new)
+            for old, new in self.superseded
+            if new is not None and new.polarity != old.polarity
+        )
+        return archived + flipped
+
+    @property
+    def lost(self) -> tuple[tuple[ModelClaim, str | None], ...]:
+        """Archived claims whose reason was not ``falsified`` (expired ones: ``expired``)."""
+        return tuple((claim, reason) for claim, reason in self.archived if reason != FALSIFIED)
+
+    @property
+    def remeasured(self) -> tuple[tuple[ModelClaim, ModelClaim | None], ...]:
+        """Supersessions that kept the polarity and moved something (see :meth:`unchanged`)."""
+        return tuple(
+            (old, new)
+            for old, new in self.superseded
+            if not (new is not None and new.polarity != old.polarity)
+            and not self.changed_no_belief(old, new)
+        )
+
+    @property
+    def unchanged(self) -> tuple[tuple[ModelClaim, ModelClaim], ...]:
+        """Re-measurements that changed no belief (:meth:`changed_no_belief`)."""
+        return tuple(
+            (old, new)
+            for old, new in self.superseded
+            if new is not None and self.changed_no_belief(old, new)
+        )
+
+    def changed_no_belief(self, old: ModelClaim, new: ModelClaim | None) -> bool:
+        """Whether ``new`` superseding ``old`` is a re-measurement that changed no belief.
+
+        Same subject, task class, polarity and claim class, both with metrics, pass
+        rates that print the same to two decimals, and ``old`` not flipped stale in
+        the range.
+        """
+        if new is None or old.metrics is None or new.metrics is None:
+            return False
+        if any(claim.id == old.id for claim in self.staled):
+            return False
+        return (old.subject_key, old.task_class, old.polarity, old.claim_class) == (
+            new.subject_key,
+            new.task_class,
+            new.polarity,
+            new.claim_class,
+        ) and to_fixed_2(old.metrics["passRate"]) == to_fixed_2(new.metrics["passRate"])
 
     @property
     def empty(self) -> bool:
@@ -193,7 +268,12 @@ def _rate(claim: ModelClaim | None) -> str:
 
 
 def diff_json(diff: StoreDiff) -> dict[str, Any]:
-    """The ``--json`` form."""
+    """The ``--json`` form: every change listed, what changed a belief first.
+
+    ``falsified`` repeats the falsified entries of ``archived`` and ``superseded``;
+    each ``superseded`` entry says whether it changed a belief (``beliefChanged``);
+    ``unchangedCount`` counts those that did not.
+    """
 
     def side(s: Side) -> dict[str, Any]:
         return {
@@ -219,14 +299,29 @@ def diff_json(diff: StoreDiff) -> dict[str, Any]:
     return {
         "from": side(diff.before),
         "to": side(diff.after),
+        "falsified": [
+            {
+                **brief(old),
+                "how": "superseded" if new else "archived",
+                "by": new.id if new else None,
+                "byPolarity": new.polarity if new else None,
+            }
+            for old, new in diff.falsified
+        ],
+        "stale": [{**brief(c), "reason": "canary-drift", "status": c.status} for c in diff.staled],
         "added": [brief(c) for c in diff.added],
+        "archived": [{**brief(c), "reason": reason} for c, reason in diff.archived],
+        "expired": [{**brief(c), "expiresAt": c.expires_at} for c in diff.expired],
         "superseded": [
-            {**brief(old), "by": new.id if new else None, "newPassRate": _number(new)}
+            {
+                **brief(old),
+                "by": new.id if new else None,
+                "newPassRate": _number(new),
+                "beliefChanged": not diff.changed_no_belief(old, new),
+            }
             for old, new in diff.superseded
         ],
-        "archived": [{**brief(c), "reason": reason} for c, reason in diff.archived],
-        "stale": [{**brief(c), "reason": "canary-drift", "status": c.status} for c in diff.staled],
-        "expired": [{**brief(c), "expiresAt": c.expires_at} for c in diff.expired],
+        "unchangedCount": len(diff.unchanged),
         "compacted": [{**brief(c), "status": c.status} for c in diff.compacted],
     }
 
@@ -246,10 +341,12 @@ def _when(side: Side) -> str:
     return f"{format_instant(side.at)[:16]}Z"
 
 
-def diff_markdown(diff: StoreDiff) -> str:
+def diff_markdown(diff: StoreDiff, list_all: bool = False) -> str:
     """A pull-request comment or ``$GITHUB_STEP_SUMMARY`` block.
 
-    Every name, id, label and reason is inert (:mod:`kb.markdown`): a model, a
+    What changed a belief leads (the module doc's order); re-measurements that
+    changed no belief are one count line, or a table with ``list_all``. Every
+    name, id, label and reason is inert (:mod:`kb.markdown`): a model, a
     dataset, a spec or a commit trailer chose them.
     """
     before, after = diff.before, diff.after
@@ -273,6 +370,9 @@ def diff_markdown(diff: StoreDiff) -> str:
     def who(claim: ModelClaim) -> str:
         return f"{table_code(claim.subject_key)} · {table_code(claim.task_class)}"
 
+    def rates(old: ModelClaim, new: ModelClaim | None) -> str:
+        return f"{_rate(old)} → {_rate(new)}"
+
     if diff.staled:
         lines += [
             f"> **Drift:** the canary saw a provider change the model behind "
@@ -280,6 +380,20 @@ def diff_markdown(diff: StoreDiff) -> str:
             "flipped stale.",
             "",
         ]
+    table(
+        "Falsified",
+        ["subject", "claim", "how"],
+        [
+            [
+                who(old),
+                old.polarity,
+                f"superseded by a {new.polarity} ({rates(old, new)})"
+                if new
+                else f"archived ({table_code(FALSIFIED)})",
+            ]
+            for old, new in diff.falsified
+        ],
+    )
     table(
         "Flipped stale (canary drift)",
         ["subject", "claim", "now"],
@@ -294,23 +408,32 @@ def diff_markdown(diff: StoreDiff) -> str:
         ],
     )
     table(
-        "Superseded",
-        ["subject", "claim", "pass rate"],
-        [[who(old), old.polarity, f"{_rate(old)} → {_rate(new)}"] for old, new in diff.superseded],
-    )
-    table(
         "Archived",
         ["subject", "claim", "reason"],
-        [
-            [who(c), c.polarity, table_code(reason) if reason else "—"]
-            for c, reason in diff.archived
-        ],
+        [[who(c), c.polarity, table_code(reason) if reason else "—"] for c, reason in diff.lost],
     )
     table(
         "Expired",
         ["subject", "claim", "expired at"],
         [[who(c), c.polarity, c.expires_at] for c in diff.expired],
     )
+    table(
+        "Superseded",
+        ["subject", "claim", "pass rate"],
+        [[who(old), old.polarity, rates(old, new)] for old, new in diff.remeasured],
+    )
+    unchanged = diff.unchanged
+    if list_all:
+        table(
+            "Re-measured, no belief changed",
+            ["subject", "claim", "pass rate"],
+            [[who(old), old.polarity, rates(old, new)] for old, new in unchanged],
+        )
+    elif unchanged:
+        lines += [
+            f"{unchanged_line(len(unchanged))} ({code_span('kb diff --all')} lists them).",
+            "",
+        ]
     if diff.compacted:
         lines += [
             f"**Compacted** ({len(diff.compacted)} superseded or archived "
@@ -322,6 +445,11 @@ def diff_markdown(diff: StoreDiff) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def unchanged_line(count: int) -> str:
+    """``4 claims re-measured, no belief changed``."""
+    return f"{count} claim{'s' if count != 1 else ''} re-measured, no belief changed"
 
 
 def _n(claim: ModelClaim) -> str:

@@ -29,6 +29,13 @@ from kb.engine.scheduler import Engine, journaled
 from kb.errors import ConfigError
 from kb.schema import DEFAULT_ATTEMPTS
 from kb.store.baselines import BaselinesFile
+from kb.store.changes import (
+    Falsified,
+    drift_reason,
+    exact_drifts,
+    falsified_claims,
+    falsified_line,
+)
 from kb.store.diff import Side, StoreDiff, diff_snapshots
 from kb.store.epochs import EpochsAt, EpochsFile, cell_key, read_epochs
 from kb.store.evidence import evidence_paths
@@ -232,13 +239,19 @@ class SweepReport:
     def failures(self) -> list[str]:
         """Why the sweep failed its job (exit 1; empty: it did not).
 
-        A drift under ``fail_on_drift``; an incomplete cell unless ``allow_incomplete``.
+        An exact canary drift under ``fail_on_drift`` or ``fail_on_change``; a held
+        claim falsified under ``fail_on_change`` (:mod:`kb.store.changes`); an
+        incomplete cell unless ``allow_incomplete``. Judged on the report, after
+        the commit: the night is in the store whatever this says.
         """
         options = self.options or SweepOptions()
         found = []
         drifted = self.drifted
-        if drifted and options.fail_on_drift:
-            found.append(f"drift in {len(drifted)} model{'s' if len(drifted) != 1 else ''}")
+        if drifted and (options.fail_on_drift or options.fail_on_change):
+            found.append(drift_reason(drifted))
+        falsified = self.falsified if options.fail_on_change else []
+        if falsified:
+            found.append(falsified_line(falsified))
         incomplete = self.report.incomplete_line()
         if incomplete and not options.allow_incomplete:
             found.append(incomplete)
@@ -246,8 +259,13 @@ class SweepReport:
 
     @property
     def drifted(self) -> list[str]:
-        """The members whose canary drifted tonight."""
-        return [c.subject_key for c in self.report.canary if c.status == "drift"]
+        """The members whose exact canary fingerprint drifted tonight."""
+        return exact_drifts(self.report)
+
+    @property
+    def falsified(self) -> list[Falsified]:
+        """The held claims the night falsified (:func:`kb.store.changes.falsified_claims`)."""
+        return falsified_claims(self.report)
 
     @property
     def cells(self) -> Sequence[MeasuredCell]:
@@ -578,6 +596,8 @@ class SweepOptions:
     evidence: bool = True
     fail_on_drift: bool = False
     allow_incomplete: bool = False
+    fail_on_change: bool = False
+    """Fail (after committing) on a falsified held claim or an exact canary drift."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from kb.money import usd
 from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
 from kb.store.canonical import js_stringify, to_fixed_2
-from kb.store.diff import StoreDiff
+from kb.store.diff import StoreDiff, unchanged_line
 from kb.store.epochs import EpochsFile, cell_key, suite_grader_id
 from kb.store.evidence import load_evidence
 from kb.store.filestore import KnowledgeStore
@@ -219,13 +219,27 @@ def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | N
     return "\n".join(lines)
 
 
-def format_diff(changes: StoreDiff) -> str:
-    """``kb diff`` as text: one line per change."""
+def format_diff(changes: StoreDiff, list_all: bool = False) -> str:
+    """``kb diff`` as text: one line per change, what changed a belief first.
+
+    Falsified, flipped stale, added, archived (other reasons), expired, superseded;
+    re-measurements that changed no belief are one count line (``list_all``: one
+    line each, ``= re-measured``). See :mod:`kb.store.diff` for the order.
+    """
     before, after = changes.before, changes.after
     lines = [
         f"store v{before.version} ({before.heading()}) -> v{after.version} ({after.heading()})",
     ]
-    for claim in changes.staled:  # first: a drift is the news of the night
+    for old, new in changes.falsified:  # first: a belief the evidence turned against
+        if new is None:
+            lines += _change("- archived", f"{old.id} (falsified)")
+        else:
+            lines += _change(
+                "~ superseded",
+                f"{old.id} by {new.id} ({old.polarity} -> {new.polarity}, "
+                f"passRate {_number(old)} -> {_number(new)})",
+            )
+    for claim in changes.staled:  # a drift: the provider changed the model
         then = {"superseded": "; re-measured since", "archived": "; archived since"}
         lines += _change(
             "! stale",
@@ -234,13 +248,23 @@ def format_diff(changes: StoreDiff) -> str:
         )
     for claim in changes.added:
         lines += _change("+ added", f"{claim.id} ({claim.polarity}, {_rate(claim)})")
-    for old, new in changes.superseded:
-        by = f" by {new.id} (passRate {_number(old)} -> {_number(new)})" if new else ""
-        lines += _change("~ superseded", f"{old.id}{by}")
-    for claim, reason in changes.archived:
+    for claim, reason in changes.lost:
         lines += _change("- archived", f"{claim.id} ({reason or 'reason not recorded'})")
     for claim in changes.expired:
         lines += _change("x expired", f"{claim.id} (at {claim.expires_at})")
+    for old, maybe in changes.remeasured:
+        by = f" by {maybe.id} (passRate {_number(old)} -> {_number(maybe)})" if maybe else ""
+        lines += _change("~ superseded", f"{old.id}{by}")
+    unchanged = changes.unchanged
+    if list_all:
+        for old, new in unchanged:
+            lines += _change(
+                "= re-measured",
+                f"{old.id} by {new.id} (passRate {_number(old)} -> {_number(new)})",
+            )
+    elif unchanged:
+        said = f"{unchanged_line(len(unchanged))} (kb diff --all lists them)"
+        lines += wrapped(f"=\xa0{said}", "  ", "    ")
     if changes.compacted:
         count = len(changes.compacted)
         lines += _change(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
+from kb.store.changes import CellAlarm, cell_alarms
 from kb.store.records import CellRecord, ReportFile, RunRecord
 
 OUTCOME_COLOURS = {
@@ -97,7 +98,29 @@ def _short_claim(claim_id: str) -> str:
     return "…/" + parts[1] if len(parts) == 2 else claim_id
 
 
-def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
+ALARM_BACKGROUND = "#ffebe9"
+"""An alarm cell's background: never the pass colour its rate would give."""
+ALARM_RED = "#cf222e"
+
+
+def alarm_badge(alarm: CellAlarm) -> str:
+    """The badge an alarm cell carries (the report's heatmap and the site's)."""
+    return (
+        f'<div class="alarm-badge" data-direction="{alarm.direction or "falsified"}" '
+        f'title="{html.escape(alarm.explanation)}">{html.escape(alarm.badge)}</div>'
+    )
+
+
+ALARM_LEGEND = (
+    f'<li><span class="swatch" style="background:{ALARM_BACKGROUND};'
+    f'border:2px solid {ALARM_RED}"></span>ALARM: the change detector alarmed tonight '
+    "(▼ a drop, ▲ a rise) or a held claim was falsified; shown in red whatever the rate</li>"
+)
+
+
+def _cell_td(
+    index: int, cell: CellRecord, earlier: Sequence[CellPoint], alarm: CellAlarm | None = None
+) -> str:
     esc = html.escape
     outcome = cell.outcome
     n, planned = cell.n, cell.planned_n
@@ -118,7 +141,9 @@ def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
             f'<div class="rate">{to_fixed_2(rate)}</div>'
             f'<div class="note">{count} · 95% [{to_fixed_2(low)}, {to_fixed_2(high)}]</div>'
         )
-        style = f' class="cell" style="background:{heat_colour(rate)}"'
+        background = ALARM_BACKGROUND if alarm is not None else heat_colour(rate)
+        marked = "cell alarm" if alarm is not None else "cell"
+        style = f' class="{marked}" style="background:{background}"'
         why = ""
     trend = (
         _sparkline([p.pass_rate for p in earlier if p.complete][-TREND_POINTS:] + [cell.shown_rate])
@@ -139,15 +164,23 @@ def _cell_td(index: int, cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
             + (" (hysteresis)" if outcome != "incomplete" else "")
             + "</div>"
         )
+    for retired in alarm.falsified if alarm is not None else ():
+        claim_line += (
+            f'<div class="claim retired" title="{esc(retired)}">retired '
+            f"{esc(_short_claim(retired))} (falsified)</div>"
+        )
     repeats = cell.repeats
     if repeats:
         flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
         claim_line = f'<div class="note">x{repeats} repeats · {flaky} flaky</div>' + claim_line
     colour = OUTCOME_COLOURS.get(outcome, "#57606a")
+    badge = alarm_badge(alarm) if alarm is not None else ""
+    if alarm is not None and outcome == "incomplete":
+        style = ' class="cell incomplete alarm"'
     return (
         f'<td{style} data-outcome="{esc(outcome)}" data-cell="cell-{index}">'
         f'<a href="#cell-{index}" aria-label="cases of {esc(cell.subject_key)} '
-        f'{esc(cell.task_class)}">{figure}'
+        f'{esc(cell.task_class)}">{badge}{figure}'
         f'<div class="outcome" style="color:{colour}">{esc(outcome)}</div>'
         f"{delta}{trend}{why}{claim_line}</a></td>"
     )
@@ -211,6 +244,11 @@ th, td { border: 1px solid #d0d7de; padding: 0; vertical-align: top; text-align:
 th.drifted { box-shadow: inset 4px 0 0 #b35900; }
 .drift { color: #8a4500; font-size: 0.8em; font-weight: 600; }
 .drift-banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
+td.alarm { box-shadow: inset 0 0 0 3px #cf222e; }
+.alarm-badge { display: inline-block; background: #cf222e; color: #fff; font-weight: 700;
+               font-size: .75em; letter-spacing: .04em; padding: .05em .45em;
+               border-radius: 3px; margin-bottom: .2em; }
+.claim.retired { color: #a40e26; }
 td.incomplete { background: repeating-linear-gradient(45deg, #f6f8fa, #f6f8fa 6px,
                 #eaeef2 6px, #eaeef2 12px); }
 td.empty { padding: .5em .7em; color: #8c959f; }
@@ -278,6 +316,7 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
     members = list(dict.fromkeys(c.subject_key for c in cells))
     index_of = {(c.subject_key, c.task_class): i for i, c in enumerate(cells)}
     drifted = {c.subject_key: c for c in report.canary if c.status == "drift"}
+    alarms = cell_alarms(report)
     rows = []
     for member in members:
         mark = ""
@@ -295,7 +334,8 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
                 tds.append('<td class="empty">not measured</td>')
                 continue
             earlier = history.get((member, task_class), ())
-            tds.append(_cell_td(found, cells[found], earlier))
+            alarm = alarms.get((member, task_class))
+            tds.append(_cell_td(found, cells[found], earlier, alarm))
         rows.append("<tr>" + "".join(tds) + "</tr>")
     sections = "".join(
         f'<section class="cases" id="cell-{i}"><h3>{esc(c.subject_key)} · '
@@ -323,7 +363,8 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
         "background: pass rate 0 → 1</li>"
         '<li><span class="swatch" style="background:repeating-linear-gradient(45deg,#f6f8fa,'
         '#f6f8fa 3px,#eaeef2 3px,#eaeef2 6px)"></span>incomplete: no claim, cause shown</li>'
-        "<li>▲/▼ change since the previous report · line: up to 10 earlier reports</li>"
+        + ALARM_LEGEND
+        + "<li>▲/▼ change since the previous report · line: up to 10 earlier reports</li>"
         f"<li>{esc(rule)}</li></ul>"
     )
     retired = (

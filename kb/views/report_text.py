@@ -226,11 +226,13 @@ def _batched_lines(report: ReportFile) -> list[str]:
 
 
 def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
-    """``kb sweep --summary``: the cells as a table, then what the commit changed.
+    """``kb sweep --summary``: drifts and alarms, what the commit changed, then the cells.
 
     ``store_changes`` is ``kb diff --markdown`` of the sweep's own commit
-    (``None`` when nothing was committed). Every name and reason is inert
-    (:mod:`kb.markdown`): a model, a dataset or a spec chose them.
+    (``None`` when nothing was committed): it leads with falsified claims,
+    drifts, new and lost claims, and counts re-measurements that changed no
+    belief in one line. Every name and reason is inert (:mod:`kb.markdown`): a
+    model, a dataset or a spec chose them.
     """
     lines = [f"## kb sweep {code_span(report.report_id)}", ""]
     drift = drift_line(report, code_span)
@@ -238,8 +240,10 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
         lines += [f"> **Drift:** {drift}.", ""]
     for line in alarm_lines(report, code_span):
         lines += [f"> **Alarm:** {line}", ""]
+    lines += [f"Observed {report.observed_at}; spent {usd(report.spent_usd)}.", ""]
+    lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
     lines += [
-        f"Observed {report.observed_at}; spent {usd(report.spent_usd)}.",
+        "### Cells",
         "",
         "| model | task class | pass rate | 95% interval | n | outcome |",
         "|---|---|---:|---|---:|---|",
@@ -254,7 +258,6 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
             for c in report.canary
         ]
         lines.append("")
-    lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
     return "\n".join(lines)
 
 

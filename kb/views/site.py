@@ -38,13 +38,14 @@ from kb.errors import ConfigError
 from kb.money import usd
 from kb.schema import subject_key
 from kb.store.canonical import to_fixed_2
+from kb.store.changes import cell_alarms
 from kb.store.epochs import EpochsFile
 from kb.store.evidence import REPORT_SUFFIX, evidence_stem, load_evidence
 from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.records import CellRecord, ReportFile, RunRecord
 from kb.views.decision import claim_interval, newest_first
-from kb.views.html import heat_colour
+from kb.views.html import ALARM_BACKGROUND, ALARM_LEGEND, alarm_badge, heat_colour
 from kb.views.report_text import EPOCH_WORDS, alarm_lines, drift_line
 from kb.views.site_models import MODELS_PAGE, case_anchor, models_page_body
 
@@ -69,6 +70,13 @@ td.num { text-align: right; white-space: nowrap; }
 .error { color: #9a6700; font-weight: 600; }
 .drift { color: #8a4500; font-weight: 600; }
 .banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
+td.alarm { box-shadow: inset 0 0 0 3px #cf222e; }
+.alarm-badge { display: block; width: fit-content; margin: 0 0 2px auto; background: #cf222e;
+  color: #fff; font-weight: 700; font-size: 0.75em; letter-spacing: 0.04em; padding: 0 0.45em;
+  border-radius: 3px; white-space: nowrap; }
+ul.legend { list-style: none; padding: 0; font-size: 0.85em; color: #424a53; }
+.swatch { display: inline-block; width: 0.9em; height: 0.9em; vertical-align: -0.1em;
+  margin-right: 0.3em; }
 pre { white-space: pre-wrap; overflow-wrap: break-word; margin: 0; max-height: 14em;
   overflow-y: auto; font-size: 0.9em; }
 pre.params { overflow-wrap: normal; overflow-x: auto; }
@@ -229,7 +237,7 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
         r = night.report
         drift = _drifted(r)
         mark = f' <span class="drift">drift: {esc(", ".join(drift))}</span>' if drift else ""
-        alarms = [c for c in r.cells if c.epoch is not None and c.epoch.alarm is not None]
+        alarms = cell_alarms(r)
         if alarms:
             cells = f"{len(alarms)} cell{'s' if len(alarms) != 1 else ''}"
             mark += f' <span class="drift">alarm: {cells}</span>'
@@ -297,6 +305,7 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
     members = list(dict.fromkeys(c.subject_key for c in r.cells))
     rates = {(c.subject_key, c.task_class): c for c in r.cells}
     drifted = set(_drifted(r))
+    alarms = cell_alarms(r)
     head = "".join(f'<th class="name">{esc(t)}</th>' for t in classes)
     grid = []
     for member in members:
@@ -321,8 +330,14 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
                 if cell.epoch is not None
                 else f"{to_fixed_2(rate)} n={cell.n}"
             )
+            alarm = alarms.get((member, task_class))
+            shown = (
+                f'class="num alarm" style="background:{ALARM_BACKGROUND}"'
+                if alarm is not None
+                else f'class="num" style="background:{heat_colour(rate)}"'
+            )
             tds.append(
-                f'<td class="num" style="background:{heat_colour(rate)}">{pooled}<br>'
+                f"<td {shown}>{alarm_badge(alarm) if alarm is not None else ''}{pooled}<br>"
                 f"<small>{tonight} · {esc(str(cell.outcome))}</small></td>"
             )
         grid.append("<tr>" + "".join(tds) + "</tr>")
@@ -354,7 +369,7 @@ def night_page(night: Night, earlier: Sequence[Night]) -> str:
         "the epoch's pooled rate over its n cases (several nights), then tonight's own count."
         '</p><div class="scroll"><table id="rates">'
         f"<thead><tr><th>model</th>{head}</tr></thead><tbody>{''.join(grid)}</tbody></table>"
-        "</div><h2>Cases</h2>"
+        f'</div><ul class="legend">{ALARM_LEGEND}</ul><h2>Cases</h2>'
         '<p class="filters"><label><input type="checkbox" id="only-failed"> failures only'
         '</label><label><input type="checkbox" id="only-flaky"> flaky only</label>'
         '<label><input type="checkbox" id="only-changed"> changed since the previous night'
