@@ -57,6 +57,9 @@ from kb.paired import (  # noqa: E402
 )
 from kb.stats import Z_95  # noqa: E402
 
+import os
+MIN_CASES = int(os.environ.get("MIN_CASES", "0"))
+PRIOR = float(os.environ.get("PRIOR", "0.25"))
 Cells = tuple[float, float, float, float]
 
 
@@ -311,7 +314,7 @@ def sequential_study(
         s_dec = s_err = 0
         for start in range(0, max_cases, round_size):
             stop = min(max_cases, start + round_size)
-            betting_update(state, d[:, start:stop], alpha, cap, horizon, bets)  # type: ignore[arg-type]
+            betting_update(state, d[:, start:stop], alpha, cap, horizon, bets, PRIOR)  # type: ignore[arg-type]
             sums = d[:, :stop].sum(axis=1)
             squares = (d[:, :stop] ** 2).sum(axis=1)
             for s in np.flatnonzero(~stopped):
@@ -327,7 +330,7 @@ def sequential_study(
                 )
                 v = checkpoint_criterion(diff, ratio, margin=margin)
                 ok = correct(v.verdict, delta, margin)
-                if ok is not None:
+                if ok is not None and stop >= MIN_CASES:
                     stopped[s] = True
                     s_calls[s] = 2 * stop
                     s_dec += 1
