@@ -63,7 +63,6 @@ from kb.paired import (  # noqa: E402
 )
 from kb.stats import Z_95  # noqa: E402
 
-
 Cells = tuple[float, float, float, float]
 
 
