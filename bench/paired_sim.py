@@ -339,22 +339,22 @@ def sequential_study(
                 continue
             sums = d[:, :stop].sum(axis=1)
             squares = (d[:, :stop] ** 2).sum(axis=1)
-            for s in np.flatnonzero(~stopped):
+            for row in np.flatnonzero(~stopped):
                 diff = PairedDifference(
                     n=stop,
-                    difference=float(sums[s]) / stop,
-                    low=float(state.low[s]),
-                    high=float(state.high[s]),
+                    difference=float(sums[row]) / stop,
+                    low=float(state.low[row]),
+                    high=float(state.high[row]),
                     discordant_a=0,
                     discordant_b=0,
                     method="confidence sequence",
-                    discordance=float(squares[s]) / stop,
+                    discordance=float(squares[row]) / stop,
                 )
                 v = START_RUNG_INTERVAL.decide(diff, ratio, margin)
                 ok = correct(v.verdict, delta, margin)
                 if ok is not None:
-                    stopped[s] = True
-                    s_calls[s] = 2 * stop
+                    stopped[row] = True
+                    s_calls[row] = 2 * stop
                     s_dec += 1
                     s_err += not ok
         f_calls = 2 * n_fixed
@@ -406,7 +406,9 @@ def main() -> None:
     parser.add_argument("--min-cases", type=int, default=default.min_cases)
     parser.add_argument("--horizon", type=int, default=None)
     parser.add_argument("--grid", type=int, default=2001)
-    parser.add_argument("--bets", choices=["hedged", "agrapa"], default=default.bets)
+    parser.add_argument(
+        "--bets", choices=["hedged", "agrapa", "agrapa-mixed"], default=default.bets
+    )
     parser.add_argument("--alpha", type=float, default=default.alpha, help="the sequence's alpha")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
