@@ -414,7 +414,8 @@ def controls(treatment: Arm, baseline: Arm, strongest: Arm) -> Controls | None:
         retained = Estimate(
             float(score_t.mean()) / strongest_rate,
             max(0.0, (strongest_rate + diff.low) / strongest_rate),
-            (strongest_rate + diff.high) / strongest_rate,
+            # A pass rate is at most 1: the treatment retains at most 1 / strongest.
+            min(1.0, strongest_rate + diff.high) / strongest_rate,
         )
     mean_t, mean_b, mean_s = cost_t.mean(), cost_b.mean(), cost_s.mean()
     share = mix_rate = versus = unavailable = None

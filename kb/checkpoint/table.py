@@ -150,7 +150,8 @@ def checkpoint_table(report: CheckpointReport) -> str:
     if report.sequential is not None:
         seq = report.sequential
         lines.append(
-            f"sequential: {seq.rounds} rounds of {seq.design.round_size}, {seq.cases} of "
+            f"sequential: {seq.rounds} round{'s' if seq.rounds != 1 else ''} of "
+            f"{seq.design.round_size}, {seq.cases} of "
             f"{seq.cases_planned} cases, {seq.calls} of {seq.calls_planned} calls "
             f"({seq.calls_saved} saved)"
         )
