@@ -306,3 +306,16 @@ def test_forty_cases_keep_equal_arms_inconclusive_and_worse_ones_out() -> None:
             assert inconclusive >= 0.90
         else:
             assert passed <= 0.05
+
+
+def test_sequential_stops_at_the_first_contaminated_round(
+    runner: CliRunner, isolated: Path
+) -> None:
+    seed_store()
+    world = write_world(isolated / "cp.toml", cheap_right=True, cases=20, max_total=0.3)
+    result = run(runner, world, "--json", "--sequential", "--allow-partial")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["criterion1"]["verdict"] == "contaminated"
+    assert (report["sequential"]["rounds"], report["sequential"]["cases"]) == (1, 5)
+    assert report["sequential"]["callsSaved"] == 60 - 15
