@@ -641,9 +641,11 @@ class SequentialDifference:
     running intersection). The bets (``bets``): ``"agrapa"`` (default) — their
     approximate growth-rate-adaptive bet λ(m) = (μ̂ − m)/(σ̂² + (μ̂ − m)²), one
     signed gambler per m, clipped to ``cap``; ``"hedged"`` — their hedged
-    capital ½K⁺ + ½K⁻ with the predictable plug-in bet of their eq. 26. In
-    ``bench/paired_sim.py`` aGRAPA with cap 0.75 decided the checkpoint with
-    the fewest cases (``bench/RESULTS.md``). It is non-asymptotic (no normal
+    capital ½K⁺ + ½K⁻ with the predictable plug-in bet of their eq. 26;
+    ``"agrapa-mixed"`` — two aGRAPA gamblers, one with ``prior_variance`` and
+    one with WSR's 1/4, half the capital each. ``kb checkpoint --sequential``
+    uses :class:`SequentialDesign`'s choice, measured in ``bench/paired_sim.py``
+    (``bench/RESULTS.md``). It is non-asymptotic (no normal
     approximation, valid from the first case) and it adapts to the variance:
     with few discordant cases the per-case differences vary little and the
     bets are large. Chosen over Hoeffding-style and normal-mixture (Robbins)
