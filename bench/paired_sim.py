@@ -8,10 +8,15 @@ Three studies, each printing a table (numpy, vectorized, seeded):
   case) the percentile and BCa bootstraps.
 * ``checkpoint`` — the checkpoint's verdict rates (baseline 0.90, cost ratio
   0.5, 5 % of cases flipping, 40 cases): equal arms, and a treatment 5 points
-  worse, with the old point rule beside.
+  worse, with the old point rule beside. Each seed is decided by
+  :func:`kb.checkpoint.rules.paired_decision`, the function ``kb checkpoint``
+  decides with.
 * ``sequential`` — the sequential checkpoint (betting confidence sequence,
-  rounds of cases) against the fixed-n rule (120 cases): error rates and
-  calls on the comparisons that decide.
+  rounds of cases, :class:`kb.paired.SequentialDesign` — ``kb checkpoint
+  --sequential``'s defaults unless flags say otherwise) against the fixed-n
+  rule (120 cases): error rates and calls, read two ways — on the
+  comparisons each rule decides, and over every comparison — each decided by
+  :data:`kb.checkpoint.rules.START_RUNG_INTERVAL`, as the CLI decides.
 
 **How paired 0/1 data with a given truth are drawn.** A case falls in one of
 four cells: both pass (p11), only arm A (p10), only arm B (p01), neither
@@ -45,12 +50,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kb.checkpoint.rules import START_RUNG  # noqa: E402
+from kb.checkpoint.rules import START_RUNG, START_RUNG_INTERVAL, paired_decision  # noqa: E402
 from kb.paired import (  # noqa: E402
     BettingState,
     PairedDifference,
+    PairedScores,
+    SequentialDesign,
     betting_update,
-    checkpoint_criterion,
     newcombe_arrays,
     normal_cdf,
     normal_quantile,
@@ -206,11 +212,15 @@ def diff_from_table(t: np.ndarray, low: float, high: float) -> PairedDifference:
 
 
 def checkpoint_rates(seeds: int, rng: np.random.Generator, n: int = 40) -> None:
-    """Verdict rates of criterion 1 at cost ratio 0.5 (treatment = arm A, baseline = arm B)."""
+    """Verdict rates of criterion 1 at cost ratio 0.5 (treatment = arm A, baseline = arm B).
+
+    Each seed's cases go through :func:`kb.checkpoint.rules.paired_decision`,
+    exactly as ``kb checkpoint`` decides its pooled arms.
+    """
     base, ratio = 0.90, 0.5
     print(
         f"\n## b. Checkpoint criterion 1: baseline {base}, cost ratio {ratio}, {n} cases, "
-        f"{seeds} seeds\n"
+        f"{seeds} seeds (decided by kb.checkpoint.rules.paired_decision)\n"
     )
     print(
         "| truth (treatment - baseline) | passed | failed | inconclusive "
@@ -220,20 +230,20 @@ def checkpoint_rates(seeds: int, rng: np.random.Generator, n: int = 40) -> None:
         # p is the treatment's rate: baseline 0.90 plus delta.
         probs = cells(base + delta, delta, psi)
         assert probs is not None
-        tables = draw_tables(rng, probs, n, seeds)
-        low, high = newcombe_arrays(tables[:, 0], tables[:, 1], tables[:, 2], tables[:, 3])
+        kinds = draw_cases(rng, probs, n, seeds)
+        treatment = ((kinds == 0) | (kinds == 1)).astype(np.float64)
+        baseline = ((kinds == 0) | (kinds == 2)).astype(np.float64)
         counts = {"passed": 0, "failed": 0, "inconclusive": 0}
         more: list[int] = []
         old = 0
         for s in range(seeds):
-            diff = diff_from_table(tables[s], float(low[s]), float(high[s]))
-            result = checkpoint_criterion(diff, ratio)
+            _, result = paired_decision(PairedScores(treatment[s], baseline[s]), ratio)
             counts[result.verdict] += 1
             if result.cases_to_decide is not None:
                 more.append(result.cases_to_decide)
-            treat_rate = (tables[s, 0] + tables[s, 1]) / n
-            base_rate = (tables[s, 0] + tables[s, 2]) / n
-            old += START_RUNG.passes(treat_rate, ratio, base_rate, 1.0)
+            old += START_RUNG.passes(
+                float(treatment[s].mean()), ratio, float(baseline[s].mean()), 1.0
+            )
         median_more = int(np.median(more)) if more else 0
         print(
             f"| {label} | {counts['passed'] / seeds:.3f} | {counts['failed'] / seeds:.3f} "
@@ -263,29 +273,34 @@ def sequential_study(
     seeds: int,
     rng: np.random.Generator,
     n_fixed: int,
-    round_size: int,
     max_cases: int,
     margin: float,
-    cap: float,
+    design: SequentialDesign,
     horizon: int | None,
     grid_points: int,
-    bets: str,
-    alpha: float,
 ) -> None:
-    """Fixed-n Newcombe at n_fixed against the betting confidence sequence in rounds."""
+    """Fixed-n Newcombe at n_fixed against the betting confidence sequence in rounds.
+
+    Both decide through START_RUNG_INTERVAL.decide (the fixed rule once, at
+    n_fixed; the sequential after every round, on the sequence's interval).
+    Calls are 2 per case (two arms). Two readings of "fewer calls": (A) mean
+    calls over the comparisons each rule decides, (B) mean calls over every
+    comparison (an undecided sequential run spends its cap, 2 × max_cases).
+    """
     base, ratio = 0.90, 0.5
     print(
         f"\n## c. Sequential vs fixed n: baseline {base}, cost ratio {ratio}, margin {margin}, "
-        f"fixed n {n_fixed}, rounds of {round_size} up to {max_cases}, cap {cap}, "
-        f"horizon {horizon}, grid {grid_points}, bets {bets}, alpha {alpha}, {seeds} seeds\n"
+        f"fixed n {n_fixed}, rounds of {design.round_size} up to {max_cases}, cap {design.cap}, "
+        f"prior variance {design.prior_variance}, min cases {design.min_cases}, horizon "
+        f"{horizon}, grid {grid_points}, bets {design.bets}, alpha {design.alpha}, {seeds} seeds\n"
     )
     print(
-        "| truth | fixed: decided | fixed: errors | fixed: calls when decided "
-        "| seq: decided | seq: errors | seq: calls when decided | fewer calls |"
+        "| truth | decided fixed / seq | errors fixed / seq (pp apart) "
+        "| A: calls per decided fixed / seq (fewer) | B: calls per comparison fixed / seq (fewer) |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    total_err = {"fixed": 0, "seq": 0}
-    decided_calls = {"fixed": [0, 0], "seq": [0, 0]}
+    print("|---|---:|---:|---:|---:|")
+    totals = {"f_err": 0, "s_err": 0, "f_dec": 0, "s_dec": 0, "s_dec_calls": 0.0, "s_all": 0.0}
+    worst_gap = 0.0
     for label, delta, psi in SCENARIOS:
         probs = cells(base + delta, delta, psi)
         assert probs is not None
@@ -299,7 +314,7 @@ def sequential_study(
         f_dec = f_err = 0
         for s in range(seeds):
             fixed = diff_from_table(table[s], float(low[s]), float(high[s]))
-            v = checkpoint_criterion(fixed, ratio, margin=margin)
+            v = START_RUNG_INTERVAL.decide(fixed, ratio, margin)
             ok = correct(v.verdict, delta, margin)
             if ok is not None:
                 f_dec += 1
@@ -307,51 +322,69 @@ def sequential_study(
         # Sequential: the confidence sequence, looked at after every round.
         state = BettingState.start((seeds,), grid_points)
         stopped = np.zeros(seeds, dtype=bool)
-        s_calls = np.zeros(seeds)
+        s_calls = np.full(seeds, 2.0 * max_cases)
         s_dec = s_err = 0
-        for start in range(0, max_cases, round_size):
-            stop = min(max_cases, start + round_size)
-            betting_update(state, d[:, start:stop], alpha, cap, horizon, bets)  # type: ignore[arg-type]
+        for start in range(0, max_cases, design.round_size):
+            stop = min(max_cases, start + design.round_size)
+            betting_update(
+                state,
+                d[:, start:stop],
+                design.alpha,
+                design.cap,
+                horizon,
+                design.bets,
+                design.prior_variance,
+            )
+            if stop < design.min_cases:
+                continue
             sums = d[:, :stop].sum(axis=1)
             squares = (d[:, :stop] ** 2).sum(axis=1)
-            for s in np.flatnonzero(~stopped):
+            for row in np.flatnonzero(~stopped):
                 diff = PairedDifference(
                     n=stop,
-                    difference=float(sums[s]) / stop,
-                    low=float(state.low[s]),
-                    high=float(state.high[s]),
+                    difference=float(sums[row]) / stop,
+                    low=float(state.low[row]),
+                    high=float(state.high[row]),
                     discordant_a=0,
                     discordant_b=0,
                     method="confidence sequence",
-                    discordance=float(squares[s]) / stop,
+                    discordance=float(squares[row]) / stop,
                 )
-                v = checkpoint_criterion(diff, ratio, margin=margin)
+                v = START_RUNG_INTERVAL.decide(diff, ratio, margin)
                 ok = correct(v.verdict, delta, margin)
                 if ok is not None:
-                    stopped[s] = True
-                    s_calls[s] = 2 * stop
+                    stopped[row] = True
+                    s_calls[row] = 2 * stop
                     s_dec += 1
                     s_err += not ok
         f_calls = 2 * n_fixed
-        seq_mean = s_calls[stopped].mean() if stopped.any() else float("nan")
-        saving = 1 - seq_mean / f_calls if stopped.any() and f_dec else float("nan")
-        total_err["fixed"] += f_err
-        total_err["seq"] += s_err
-        decided_calls["fixed"][0] += f_dec * f_calls
-        decided_calls["fixed"][1] += f_dec
-        decided_calls["seq"][0] += float(s_calls[stopped].sum())
-        decided_calls["seq"][1] += s_dec
+        seq_decided = float(s_calls[stopped].mean()) if stopped.any() else float("nan")
+        seq_all = float(s_calls.mean())
+        gap = (s_err - f_err) / seeds * 100
+        worst_gap = max(worst_gap, abs(gap))
+        totals["f_err"] += f_err
+        totals["s_err"] += s_err
+        totals["f_dec"] += f_dec
+        totals["s_dec"] += s_dec
+        totals["s_dec_calls"] += float(s_calls[stopped].sum())
+        totals["s_all"] += float(s_calls.sum())
         print(
-            f"| {label} | {f_dec / seeds:.3f} | {f_err / seeds:.3f} | {f_calls} "
-            f"| {s_dec / seeds:.3f} | {s_err / seeds:.3f} | {seq_mean:.1f} | {saving:.0%} |"
+            f"| {label} | {f_dec / seeds:.3f} / {s_dec / seeds:.3f} "
+            f"| {f_err / seeds:.3f} / {s_err / seeds:.3f} ({gap:+.1f}) "
+            f"| {f_calls} / {seq_decided:.1f} ({1 - seq_decided / f_calls:.0%}) "
+            f"| {f_calls} / {seq_all:.1f} ({1 - seq_all / f_calls:.0%}) |"
         )
     runs = seeds * len(SCENARIOS)
-    fixed_mean = decided_calls["fixed"][0] / max(1, decided_calls["fixed"][1])
-    seq_mean_all = decided_calls["seq"][0] / max(1, decided_calls["seq"][1])
+    f_calls = 2 * n_fixed
+    seq_decided = totals["s_dec_calls"] / max(1, totals["s_dec"])
+    seq_all = totals["s_all"] / runs
     print(
-        f"\nall scenarios: errors fixed {total_err['fixed'] / runs:.4f}, "
-        f"sequential {total_err['seq'] / runs:.4f}; calls when decided fixed {fixed_mean:.1f}, "
-        f"sequential {seq_mean_all:.1f} ({1 - seq_mean_all / fixed_mean:.0%} fewer)"
+        f"\nall five truths: errors fixed {totals['f_err'] / runs:.4f}, sequential "
+        f"{totals['s_err'] / runs:.4f} (largest gap in one truth {worst_gap:.1f} pp); "
+        f"decided fixed {totals['f_dec'] / runs:.3f}, sequential {totals['s_dec'] / runs:.3f}; "
+        f"A: calls per decided comparison {f_calls} / {seq_decided:.1f} "
+        f"({1 - seq_decided / f_calls:.0%} fewer); B: calls per comparison {f_calls} / "
+        f"{seq_all:.1f} ({1 - seq_all / f_calls:.0%} fewer)"
     )
 
 
@@ -364,14 +397,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261203)
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (bench)")
     parser.add_argument("--margin", type=float, default=0.03)
-    parser.add_argument("--round", type=int, default=10, dest="round_size")
+    default = SequentialDesign()
+    parser.add_argument("--round", type=int, default=default.round_size, dest="round_size")
     parser.add_argument("--fixed-n", type=int, default=120)
     parser.add_argument("--max-cases", type=int, default=120)
-    parser.add_argument("--cap", type=float, default=0.75)
+    parser.add_argument("--cap", type=float, default=default.cap)
+    parser.add_argument("--prior-variance", type=float, default=default.prior_variance)
+    parser.add_argument("--min-cases", type=int, default=default.min_cases)
     parser.add_argument("--horizon", type=int, default=None)
     parser.add_argument("--grid", type=int, default=2001)
-    parser.add_argument("--bets", choices=["hedged", "agrapa"], default="agrapa")
-    parser.add_argument("--alpha", type=float, default=0.05, help="the sequence's alpha")
+    parser.add_argument(
+        "--bets", choices=["hedged", "agrapa", "agrapa-mixed"], default=default.bets
+    )
+    parser.add_argument("--alpha", type=float, default=default.alpha, help="the sequence's alpha")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     began = time.process_time()
@@ -381,18 +419,23 @@ def main() -> None:
     if args.study in ("checkpoint", "all"):
         checkpoint_rates(args.seeds or 2000, rng)
     if args.study in ("sequential", "all"):
+        design = SequentialDesign(
+            round_size=args.round_size,
+            alpha=args.alpha,
+            cap=args.cap,
+            prior_variance=args.prior_variance,
+            bets=args.bets,
+            min_cases=args.min_cases,
+        )
         sequential_study(
             args.seeds or 500,
             rng,
             args.fixed_n,
-            args.round_size,
             args.max_cases,
             args.margin,
-            args.cap,
+            design,
             args.horizon,
             args.grid,
-            args.bets,
-            args.alpha,
         )
     print(f"\n(CPU {time.process_time() - began:.1f} s)")
 

@@ -18,6 +18,8 @@ exit code, in one place (``kb.cli.app.exit_code_for``)::
     ├── ProviderFailure             one provider attempt failed (the engine retries it or
     │                               settles the run ``error``; it never reaches the user)
     ├── JobFailedError              the job ran and its outcome is a failure (exit 1)
+    ├── JobInconclusive             the job ran and its evidence decides nothing yet: an
+    │                               inconclusive checkpoint (exit 4)
     ├── JournalUnwritable           a settled run could not be journaled (a full disk): the
     │                               job stopped before another call; nothing committed (exit 1)
     └── JobInterrupted              SIGINT/SIGTERM stopped the job; nothing committed (exit 130)
@@ -159,6 +161,13 @@ class ProviderFailure(KbError):
 
 class JobFailedError(KbError):
     """The job ran to the end and its outcome is a failure (e.g. checkpoint not passed)."""
+
+
+class JobInconclusive(KbError):
+    """The job ran to the end and its evidence decides neither way.
+
+    A checkpoint whose interval still spans its margin: neither a pass nor a failure.
+    """
 
 
 def in_flight_phrase(in_flight: int, resumable: bool) -> str:

@@ -51,7 +51,7 @@ DEFAULT_POWER = 0.8
 _NORMAL = NormalDist()
 
 Method = Literal["newcombe", "bootstrap", "confidence sequence"]
-Bets = Literal["hedged", "agrapa"]
+Bets = Literal["hedged", "agrapa", "agrapa-mixed"]
 
 
 def normal_quantile(p: float) -> float:
@@ -561,10 +561,15 @@ def betting_update(
     cap: float = 0.5,
     horizon: int | None = None,
     bets: Bets = "hedged",
+    prior_variance: float = 0.25,
 ) -> None:
     """Add cases to a betting confidence sequence (in place); see :class:`SequentialDifference`.
 
     ``differences`` has shape ``S + (k,)``: k new cases for each comparison.
+    ``prior_variance`` is the variance of x = (d + 1)/2 the bets assume before
+    any case (WSR's 1/4, the most a variable in [0, 1] can have); it is worth
+    one case in the running estimate. Any value keeps the sequence valid (the
+    bets stay predictable); a smaller one bets harder early.
     """
     threshold = math.log(1 / alpha)
     grid = state.grid
@@ -574,9 +579,9 @@ def betting_update(
         t = state.count + 1
         # Predictable plug-in bet (WSR 2023, eq. 26): from the cases before this
         # one only, which is all Ville's inequality needs.
-        variance = (0.25 + state.squares) / t
+        variance = (prior_variance + state.squares) / t
         x_col = x[..., None]
-        if bets == "agrapa":
+        if bets in ("agrapa", "agrapa-mixed"):
             # aGRAPA (WSR 2023, section 5.3): one gambler per candidate m whose
             # signed bet approximates the growth-optimal (μ̂ − m)/(σ̂² + (μ̂ − m)²).
             mean = ((0.5 + state.total) / t)[..., None]
@@ -584,6 +589,11 @@ def betting_update(
             signed = gap / (variance[..., None] + gap**2)
             signed = np.clip(signed, -cap / (1 - grid), cap / grid)
             state.log_up += np.log1p(signed * (x_col - grid))
+            if bets == "agrapa-mixed":
+                # A second gambler with WSR's prior (1/4); half the capital on each.
+                wsr = ((0.25 + state.squares) / t)[..., None]
+                signed = np.clip(gap / (wsr + gap**2), -cap / (1 - grid), cap / grid)
+                state.log_down += np.log1p(signed * (x_col - grid))
         else:
             spread = horizon if horizon is not None else t * math.log(1 + t)
             bet = np.sqrt(2 * math.log(2 / alpha) / (variance * spread))[..., None]
@@ -592,7 +602,7 @@ def betting_update(
         state.count = t
         state.total = state.total + x
         state.squares = state.squares + (x - (0.5 + state.total) / (t + 1)) ** 2
-        # The hedged wealth ½K⁺ + ½K⁻; a mean is excluded once it reaches 1/α.
+        # The hedged wealth ½K⁺ + ½K⁻ (mixed: ½K₁ + ½K₂); excluded once it reaches 1/α.
         if bets == "agrapa":
             wealth = state.log_up
         else:
@@ -630,9 +640,11 @@ class SequentialDifference:
     running intersection). The bets (``bets``): ``"agrapa"`` (default) — their
     approximate growth-rate-adaptive bet λ(m) = (μ̂ − m)/(σ̂² + (μ̂ − m)²), one
     signed gambler per m, clipped to ``cap``; ``"hedged"`` — their hedged
-    capital ½K⁺ + ½K⁻ with the predictable plug-in bet of their eq. 26. In
-    ``bench/paired_sim.py`` aGRAPA with cap 0.75 decided the checkpoint with
-    the fewest cases (``bench/RESULTS.md``). It is non-asymptotic (no normal
+    capital ½K⁺ + ½K⁻ with the predictable plug-in bet of their eq. 26;
+    ``"agrapa-mixed"`` — two aGRAPA gamblers, one with ``prior_variance`` and
+    one with WSR's 1/4, half the capital each. ``kb checkpoint --sequential``
+    uses :class:`SequentialDesign`'s choice, measured in ``bench/paired_sim.py``
+    (``bench/RESULTS.md``). It is non-asymptotic (no normal
     approximation, valid from the first case) and it adapts to the variance:
     with few discordant cases the per-case differences vary little and the
     bets are large. Chosen over Hoeffding-style and normal-mixture (Robbins)
@@ -652,16 +664,20 @@ class SequentialDifference:
         horizon: int | None = None,
         grid_points: int = 2001,
         bets: Bets = "agrapa",
+        prior_variance: float = 0.25,
     ) -> None:
         """Start with no cases; ``alpha`` is the chance the sequence ever misses the truth."""
         if not 0 < alpha < 1:
             raise ValueError(f"need 0 < alpha < 1, got {alpha}")
         if not 0 < cap < 1:
             raise ValueError(f"need 0 < cap < 1, got {cap}")
+        if not 0 < prior_variance <= 0.25:
+            raise ValueError(f"need 0 < prior_variance <= 0.25, got {prior_variance}")
         self.alpha = alpha
         self.cap = cap
         self.horizon = horizon
         self.bets: Bets = bets
+        self.prior_variance = prior_variance
         self._state = BettingState.start((), grid_points)
         self._positive = 0
         self._negative = 0
@@ -673,7 +689,9 @@ class SequentialDifference:
         d = np.asarray(differences, dtype=np.float64).reshape(-1)
         if d.size and not np.all((d >= -1) & (d <= 1)):
             raise ValueError("per-case differences must lie in [-1, 1]")
-        betting_update(self._state, d, self.alpha, self.cap, self.horizon, self.bets)
+        betting_update(
+            self._state, d, self.alpha, self.cap, self.horizon, self.bets, self.prior_variance
+        )
         self._positive += int(np.sum(d > 0))
         self._negative += int(np.sum(d < 0))
         self._sum += float(d.sum())
@@ -703,3 +721,62 @@ class SequentialDifference:
     def decides(self, margin: float = DEFAULT_MARGIN) -> bool:
         """The reading is no longer inconclusive."""
         return read_difference(self.current(), margin).reading is not Reading.INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class SequentialDesign:
+    """How ``kb checkpoint --sequential`` runs its rounds and reads them.
+
+    The defaults are the design ``bench/paired_sim.py sequential`` chose
+    (``bench/RESULTS.md``): rounds of ``round_size`` cases, aGRAPA bets capped
+    at ``cap``, a prior variance of x = (d + 1)/2 of ``prior_variance`` (4 %
+    discordance; WSR's 1/4 assumes the worst, 100 %, and bets timidly for the
+    first hundred cases), level ``alpha``; no stop before ``min_cases``. Any
+    such choice keeps the sequence valid: they only move where its power goes
+    (``"agrapa-mixed"`` splits the capital between this prior and WSR's,
+    deciding more truly-worse comparisons and fewer equal ones early).
+    """
+
+    round_size: int = 5
+    alpha: float = 0.05
+    cap: float = 0.95
+    prior_variance: float = 0.01
+    bets: Bets = "agrapa"
+    min_cases: int = 0
+
+    def start(self) -> SequentialDifference:
+        """A confidence sequence with no cases yet."""
+        return SequentialDifference(
+            alpha=self.alpha, cap=self.cap, bets=self.bets, prior_variance=self.prior_variance
+        )
+
+
+def ratio_of_means_interval(
+    numerator: Sequence[float] | FloatArray,
+    denominator: Sequence[float] | FloatArray,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+    z: float = Z_95,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap over cases of ``mean(numerator) / mean(denominator)`` (paired).
+
+    For cost ratios per case (``1 − ratio`` is the cost saved). Cases are
+    resampled together, so two arms' costs on the same case stay paired.
+    ``None`` with no cases or a denominator that sums to 0. Deterministic in
+    ``seed``; it cannot see variation the sample lacks (equal costs on every
+    case give a point).
+    """
+    top = np.asarray(numerator, dtype=np.float64)
+    bottom = np.asarray(denominator, dtype=np.float64)
+    if top.shape != bottom.shape or top.ndim != 1:
+        raise ValueError(f"need two equal-length 1-d arrays, got {top.shape} and {bottom.shape}")
+    if top.size == 0 or float(bottom.sum()) <= 0:
+        return None
+    rng = np.random.default_rng(seed)
+    index = rng.integers(0, top.size, size=(resamples, top.size))
+    sums = bottom[index].sum(axis=1)
+    ratios = top[index].sum(axis=1) / np.where(sums > 0, sums, np.nan)
+    ratios = ratios[np.isfinite(ratios)]
+    tail = normal_cdf(-z)
+    low, high = np.quantile(ratios, [tail, 1 - tail])
+    return float(low), float(high)

@@ -95,14 +95,32 @@ def answers(correct: bool, cases: list[tuple[str, str, str]]) -> dict[str, str]:
 
 
 def write_world(
-    path: Path, *, cheap_right: bool, max_total: float = 5.0, informed_profile: str = "fast"
+    path: Path,
+    *,
+    cheap_right: bool,
+    max_total: float = 5.0,
+    informed_profile: str = "fast",
+    cases: int = 4,
+    mid_right: bool = True,
+    routed_class: str = "extraction",
 ) -> Path:
+    """Ladder cheap < mid < top (start tier 1: mid); profiles fast (cheap), careful (top).
+
+    ``cases`` extraction cases for criterion 1 (the first four are :data:`EXTRACTION`),
+    four orchestrated cases of ``routed_class`` for criterion 2.
+    """
+    extraction = EXTRACTION + [
+        (f"ck-{i}", f"Checkpoint question {i}?", f"right-{i}") for i in range(4, cases)
+    ]
+    extraction = extraction[:cases]
+
     def model(name: str, responses: dict[str, str], cost: float, **extra: Any) -> str:
         params = {"responses": responses, "cost_usd": cost, **extra}
         return f'[[models]]\nmodel = "scripted:{name}"\nparams = {toml_value(params)}\n'
 
-    right = answers(True, EXTRACTION) | answers(True, ROUTED)
-    cheap = answers(cheap_right, EXTRACTION) | answers(True, ROUTED)
+    right = answers(True, extraction) | answers(True, ROUTED)
+    cheap = answers(cheap_right, extraction) | answers(True, ROUTED)
+    mid = answers(mid_right, extraction) | answers(True, ROUTED)
     lines = [
         "[checkpoint]",
         'orchestrator = "scripted:router"',
@@ -113,7 +131,7 @@ def write_world(
         f"max_total_usd = {max_total}",
         "",
         model("cheap", cheap, 0.001),
-        model("mid", right, 0.01),
+        model("mid", mid, 0.01),
         model("top", right, 0.04),
         model(
             "router",
@@ -139,12 +157,15 @@ def write_world(
         'task_class = "extraction"',
         "",
     ]
-    for section, cases in (("cases", EXTRACTION), ("orchestrated", ROUTED)):
-        for name, prompt, answer in cases:
+    for section, table, task_class in (
+        ("cases", extraction, "extraction"),
+        ("orchestrated", ROUTED, routed_class),
+    ):
+        for name, prompt, answer in table:
             lines += [
                 f"[[{section}]]",
                 f'name = "{name}"',
-                'task_class = "extraction"',
+                f'task_class = "{task_class}"',
                 f'prompt = "{prompt}"',
                 f'graders = [{{ kind = "golden", expected = "{answer}" }}]',
                 "",
@@ -172,9 +193,24 @@ def run(runner: CliRunner, spec: Path, *args: str) -> Result:
 
 def test_a_world_where_the_knowledge_pays(runner: CliRunner, isolated: Path) -> None:
     seed_store()
-    result = run(runner, write_world(isolated / "cp.toml", cheap_right=True), "--json")
+    world = write_world(isolated / "cp.toml", cheap_right=True)
+    # SPEC 13.3 changed the default: four equal cases cannot tell equal from 3 points
+    # worse, so the interval rule says inconclusive (exit 4), not passed ...
+    result = run(runner, world, "--json")
+    assert result.exit_code == 4, result.stdout
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "inconclusive" and report["passed"] is False
+    assert report["verdicts"] == {"interval": "inconclusive", "rulvar": "passed"}
+    c1 = report["criterion1"]
+    assert c1["verdict"] == "inconclusive" and c1["casesToDecide"] > 0
+    assert c1["difference"]["n"] == 4 and c1["difference"]["low"] < -0.03
+    assert c1["costRatio"] == pytest.approx(0.1)
+    assert result.stderr.strip().startswith("Error: checkpoint inconclusive: criterion 1 needs")
+    # ... and the seed's point rule, kept under --rule rulvar, passes it as before.
+    result = run(runner, world, "--json", "--rule", "rulvar")
     assert result.exit_code == 0, result.stdout
     report = json.loads(result.stdout)
+    assert report["rule"] == "rulvar" and report["verdicts"]["interval"] == "inconclusive"
     (cell,) = report["criterion1"]["cells"]
     assert (cell["defaultTier"], cell["recommendedTier"], cell["passed"]) == (1, 0, True)
     assert cell["treatment"]["passRate"] == cell["baseline"]["passRate"] == 1.0
@@ -186,19 +222,31 @@ def test_a_world_where_the_knowledge_pays(runner: CliRunner, isolated: Path) -> 
     assert informed["costUsd"] == pytest.approx(4 * 0.0005 + 4 * 0.001)  # router calls count
     assert blind["costUsd"] == pytest.approx(4 * 0.0005 + 4 * 0.04)
     assert report["passed"] is True
-    table = run(runner, write_world(isolated / "cp.toml", cheap_right=True)).stdout
+    table = run(runner, world, "--rule", "rulvar").stdout
     assert "general        extraction             1->0" in table
     assert table.rstrip().endswith("checkpoint: PASSED")
+    assert "(by intervals: inconclusive)" in table
+    table = run(runner, world).stdout
+    assert table.rstrip().endswith("checkpoint: INCONCLUSIVE")
+    assert "(by rulvar's point rule: passed)" in table
 
 
 def test_a_world_where_it_must_fail(runner: CliRunner, isolated: Path) -> None:
     seed_store()
-    result = run(runner, write_world(isolated / "cp.toml", cheap_right=False), "--json")
-    assert result.exit_code == 1
-    report = json.loads(result.stdout)
-    assert report["criterion1"]["cells"][0]["passed"] is False
-    assert report["criterion1"]["holds"] is False and report["passed"] is False
-    assert "checkpoint not passed" in result.stderr
+    world = write_world(isolated / "cp.toml", cheap_right=False)
+    for rule in ("interval", "rulvar"):
+        result = run(runner, world, "--json", "--rule", rule)
+        assert result.exit_code == 1
+        report = json.loads(result.stdout)
+        assert report["criterion1"]["cells"][0]["passed"] is False
+        assert report["criterion1"]["holds"] is False and report["passed"] is False
+        assert report["verdict"] == "not passed"
+        assert "checkpoint not passed" in result.stderr
+    # By the intervals: 0 of 4 against 4 of 4 is inferior throughout.
+    c1 = report["criterion1"]
+    assert c1["verdict"] == "failed" and c1["reason"].startswith("inferior [")
+    assert c1["difference"]["high"] < -0.03
+    assert report["verdicts"] == {"interval": "not passed", "rulvar": "not passed"}
 
 
 def test_an_envelope_refusal_contaminates_its_arm(runner: CliRunner, isolated: Path) -> None:
@@ -207,15 +255,22 @@ def test_an_envelope_refusal_contaminates_its_arm(runner: CliRunner, isolated: P
     world = write_world(isolated / "cp.toml", cheap_right=True, max_total=0.3)
     refused = run(runner, world)
     assert refused.exit_code == 2  # refused before any call ...
-    assert "worst-case authorized spend $0.8800 exceeds the cap $0.3000" in refused.stderr
+    # $0.88 before SPEC 13.3 plus the always-strongest control arm's 4 x $0.05.
+    assert "worst-case authorized spend $1.0800 exceeds the cap $0.3000" in refused.stderr
     result = run(runner, world, "--json", "--allow-partial")  # ... unless partial is allowed
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     treatment = report["criterion1"]["cells"][0]["treatment"]
     assert treatment["contamination"].startswith("refused run target:scripted:cheap/")
     assert report["criterion1"]["cells"][0]["passed"] is False
+    assert report["criterion1"]["verdict"] == "contaminated"
+    assert report["criterion1"]["reason"].startswith("treatment arm contaminated: refused run")
+    assert report["verdict"] == "not passed"
+    assert "criterion 1: contaminated (treatment arm contaminated" in result.stderr
     table = run(runner, world, "--allow-partial").stdout
     assert "CONTAMINATED: refused run" in table
+    assert "contaminated: treatment arm contaminated: refused run target:scripted:cheap/" in table
+    table = run(runner, world, "--allow-partial", "--rule", "rulvar").stdout
     assert "FAIL: treatment arm contaminated: refused run target:scripted:cheap/" in table
 
 
@@ -224,14 +279,21 @@ def test_criterion_two_needs_the_card_to_change_the_choice(
 ) -> None:
     seed_store()
     same = write_world(isolated / "cp.toml", cheap_right=True, informed_profile="careful")
-    report = json.loads(run(runner, same, "--json").stdout)
+    report = json.loads(run(runner, same, "--json", "--rule", "rulvar").stdout)
     # Both arms pick "careful": equal, and the informed arm is not dearer: still holds.
     assert report["criterion2"]["holds"] is True
+    # By the intervals four equal cases decide nothing, and nothing fails.
+    report = json.loads(run(runner, same, "--json").stdout)
+    assert report["criterion2"]["verdict"] == "inconclusive"
+    assert report["criterion2"]["costRatio"] == pytest.approx(1.0)
     wrong = write_world(isolated / "cp2.toml", cheap_right=True, informed_profile="nonexistent")
-    report = json.loads(run(runner, wrong, "--json").stdout)
-    assert report["criterion2"]["informed"]["invalidChoices"] == 4
-    assert report["criterion2"]["informed"]["costUsd"] == pytest.approx(4 * 0.0005)  # once each
-    assert report["criterion2"]["holds"] is False  # informed pass rate 0 fails outright
+    for rule in ("rulvar", "interval"):
+        report = json.loads(run(runner, wrong, "--json", "--rule", rule).stdout)
+        assert report["criterion2"]["informed"]["invalidChoices"] == 4
+        assert report["criterion2"]["informed"]["costUsd"] == pytest.approx(4 * 0.0005)
+        assert report["criterion2"]["holds"] is False  # informed pass rate 0 fails outright
+    assert report["criterion2"]["verdict"] == "failed"
+    assert "passed nothing" in report["criterion2"]["reason"]
 
 
 def test_seeding_cases_are_refused_as_leakage(runner: CliRunner, isolated: Path) -> None:
@@ -270,7 +332,11 @@ def test_cells_without_a_recommendation_stay_out_of_the_pool() -> None:
         card="",
         spent_usd=0.0,
     )
-    assert untested.passed is None and report.criterion1
+    assert untested.passed is None and report.criterion1_rulvar
+    # By the intervals the one case each decides nothing; the untested cell stays out.
+    assert report.criterion1.verdict == "inconclusive"
+    assert report.criterion1.difference is not None and report.criterion1.difference.n == 1
+    assert report.criterion1.cost_ratio == pytest.approx(0.5)
 
 
 def test_relative_model_paths_resolve_against_the_checkpoint_spec(isolated: Path) -> None:
@@ -330,7 +396,7 @@ def test_a_checkpoint_spec_includes_case_files_as_a_sweep_spec_does(
         name for name, _, _ in EXTRACTION
     ]
     seed_store()
-    result = run(runner, spec, "--json")
+    result = run(runner, spec, "--json", "--rule", "rulvar")
     assert result.exit_code == 0, result.stderr
     (cell,) = json.loads(result.stdout)["criterion1"]["cells"]
     assert cell["passed"] is True and cell["treatment"]["costUsd"] == pytest.approx(0.004)

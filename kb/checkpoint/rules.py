@@ -1,6 +1,13 @@
-"""The two value rules, each written once as an object with its thresholds.
+"""The value rules, each written once as an object with its thresholds.
 
-A rule compares a treatment arm with a baseline arm: the treatment passes
+Two families. The **interval rules** (SPEC 13.3, the default) decide from the
+paired difference's interval: :class:`IntervalRule`, :data:`START_RUNG_INTERVAL`
+and :data:`PROFILE_INTERVAL`, each deciding with
+:func:`kb.paired.checkpoint_criterion` — ``passed``, ``failed`` or
+``inconclusive`` (with how many more cases would decide). The **point rules**
+below are the seed's (rulvar's), kept for ``--rule rulvar`` and parity:
+
+A point rule compares a treatment arm with a baseline arm: the treatment passes
 when it **matches or beats** the baseline's pass rate at no more than
 ``cheaper`` × the baseline's cost, or **beats it by** ``margin`` at no more
 than ``better`` × the cost (every comparison with a 1e-9 tolerance).
@@ -16,10 +23,22 @@ Any arm with a refused, exhausted, failed or judge-incomplete run is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from kb.money import usd
+from kb.paired import (
+    DEFAULT_MARGIN,
+    CriterionResult,
+    PairedDifference,
+    PairedScores,
+    checkpoint_criterion,
+    paired_difference,
+)
 from kb.store.canonical import to_fixed_2
+
+RuleName = Literal["interval", "rulvar"]
+"""Which rule decides: SPEC 13.3's intervals (default) or the seed's point rule."""
+RULES: tuple[RuleName, ...] = ("interval", "rulvar")
 
 
 class Arm(Protocol):
@@ -90,12 +109,17 @@ class ValueRule:
         if self.zero_fails and treat.pass_rate <= TOLERANCE:
             return f"the {treat.name} arm passed nothing (a pass rate of 0 fails outright)"
         rate, cost = to_fixed_2(treat.pass_rate), usd(treat.cost_usd)
-        return (
+        line = (
             f"{treat.name} {rate} at {cost} needs >= {to_fixed_2(base.pass_rate)} at <= "
-            f"${self.cheaper * base.cost_usd:.4f} ({self.cheaper:.2f}x) or >= "
-            f"{to_fixed_2(base.pass_rate + self.margin)} at <= "
-            f"${self.better * base.cost_usd:.4f} ({self.better:.2f}x)"
+            f"${self.cheaper * base.cost_usd:.4f} ({self.cheaper:.2f}x)"
         )
+        # A pass rate is at most 1: never ask for more (the "beats by" arm is then out of reach).
+        if base.pass_rate + self.margin <= 1 + TOLERANCE:
+            return line + (
+                f" or >= {to_fixed_2(base.pass_rate + self.margin)} at <= "
+                f"${self.better * base.cost_usd:.4f} ({self.better:.2f}x)"
+            )
+        return line + f" (beating {to_fixed_2(base.pass_rate)} by {self.margin:.2f} is impossible)"
 
 
 START_RUNG = ValueRule(cheaper=0.90, margin=0.05, better=1.00)
@@ -119,3 +143,57 @@ def profile_rule(
     An informed arm at pass rate 0 fails outright.
     """
     return PROFILE.passes(informed_rate, informed_cost, blind_rate, blind_cost)
+
+
+@dataclass(frozen=True)
+class IntervalRule:
+    """A criterion decided with the paired interval (SPEC 13.3).
+
+    The treatment passes when non-inferior (lower bound ≥ −margin) at ≤
+    ``cheaper`` × the baseline's cost per case, or better (lower bound > 0) at ≤
+    ``better`` ×; it fails when inferior (upper bound < −margin), or dearer than
+    ``better`` ×, or dearer than ``cheaper`` × and not better; otherwise it is
+    inconclusive and says how many more cases would decide. The CLI and
+    ``bench/paired_sim.py`` both decide through :meth:`decide`.
+    """
+
+    cheaper: float
+    better: float
+    zero_fails: bool = False
+    """A treatment that passes nothing fails whatever the interval (criterion 2)."""
+
+    def decide(
+        self,
+        diff: PairedDifference,
+        cost_ratio: float,
+        margin: float = DEFAULT_MARGIN,
+        *,
+        passed_nothing: bool = False,
+    ) -> CriterionResult:
+        """The verdict on treatment − baseline ``diff`` at ``cost_ratio`` (treatment/baseline)."""
+        if self.zero_fails and passed_nothing:
+            return CriterionResult("failed", "passed nothing (a pass rate of 0 fails outright)")
+        return checkpoint_criterion(diff, cost_ratio, margin, self.cheaper, self.better)
+
+
+START_RUNG_INTERVAL = IntervalRule(cheaper=0.90, better=1.00)
+"""Criterion 1 with intervals: non-inferior at ≤ 0.90 ×, or better at ≤ 1.00 ×."""
+PROFILE_INTERVAL = IntervalRule(cheaper=1.05, better=1.15, zero_fails=True)
+"""Criterion 2 with intervals: rulvar's cost factors, 1.05 × and (better) 1.15 ×."""
+
+
+def paired_decision(
+    scores: PairedScores,
+    cost_ratio: float,
+    rule: IntervalRule = START_RUNG_INTERVAL,
+    margin: float = DEFAULT_MARGIN,
+    seed: int = 0,
+) -> tuple[PairedDifference, CriterionResult]:
+    """Treatment (``scores.a``) against baseline (``scores.b``): the interval and the verdict.
+
+    What the checkpoint computes for a fixed set of cases (the bench calls it
+    too, so its verdict rates are the CLI's).
+    """
+    diff = paired_difference(scores, seed=seed)
+    passed_nothing = bool(scores.n) and float(scores.a.max()) <= TOLERANCE
+    return diff, rule.decide(diff, cost_ratio, margin, passed_nothing=passed_nothing)

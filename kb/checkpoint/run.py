@@ -7,9 +7,17 @@ without the card) and the bounds on what those calls decide. Its
 :class:`JobPlan` is what the budget refusal reads and what
 :func:`run_checkpoint` then runs, phase by phase:
 
-1. criterion 1's targets, then their judges;
+1. criterion 1's targets (baseline, treatment and the always-strongest
+   control — the ladder's top rung, planned only where it is neither of the
+   other two rungs), then their judges;
 2. the orchestrator's routing calls;
 3. the chosen profiles' targets, then their judges.
+
+With a :class:`~kb.paired.SequentialDesign` (``--sequential``) step 1 runs in
+rounds of cases (in an order shuffled by a seed from the case names, so a
+spec sorted by difficulty cannot bias the early rounds) and stops once the
+pooled confidence sequence decides; the budget refusal still reads the whole
+plan.
 """
 
 from __future__ import annotations
@@ -17,9 +25,28 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
-from kb.card import Ladder, Profile, compile_verified_layer, render_card, usable_claims
-from kb.checkpoint.arms import Arm, CheckpointReport, StartRungCell, pooled
+import numpy as np
+
+from kb.card import (
+    Ladder,
+    LaddersFile,
+    Profile,
+    compile_verified_layer,
+    render_card,
+    usable_claims,
+)
+from kb.checkpoint.arms import (
+    Arm,
+    CheckpointOptions,
+    CheckpointReport,
+    SequentialRecord,
+    StartRungCell,
+    compare,
+    pooled,
+)
+from kb.checkpoint.rules import START_RUNG_INTERVAL
 from kb.checkpoint.spec import CheckpointSpec, leakage_issues
 from kb.engine.budget import SpendEnvelope, usd
 from kb.engine.phases import JobPlan, Phase, job_plan
@@ -29,6 +56,7 @@ from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
 from kb.evals.cases import Case, JudgeGrader, unique_names
 from kb.evals.suite import CaseRun, CaseVerdict, judge_phase, run_pairs, target_phase
+from kb.paired import SequentialDesign, seed_from
 from kb.store.filestore import ReadOnlyStore
 from kb.store.models import ModelClaim
 
@@ -48,6 +76,26 @@ class CellLayout:
     ladder: Ladder
     task_class: str
     recommended_tier: int | None
+
+    @property
+    def strongest_tier(self) -> int:
+        """The ladder's top rung: the always-strongest control."""
+        return len(self.ladder.rungs) - 1
+
+    @property
+    def arms(self) -> list[tuple[str, int]]:
+        """The arms this cell runs, each on its rung: the strongest only where it is new."""
+        arms = [("baseline", self.ladder.start_tier)]
+        if self.recommended_tier is not None:
+            arms.append(("treatment", self.recommended_tier))
+            if self.strongest_tier not in (self.ladder.start_tier, self.recommended_tier):
+                arms.append(("strongest", self.strongest_tier))
+        return arms
+
+    @property
+    def prefix(self) -> str:
+        """How the cell's case names read in the pooled arms."""
+        return f"{self.ladder.name}/{self.task_class}/"
 
 
 @dataclass(frozen=True)
@@ -128,12 +176,9 @@ def _start_rung_pairs(
             c.task_class for c in spec.cases if ladder.task_class in (None, c.task_class)
         )
         for task_class in classes:
-            tier = recommended.get((ladder.name, task_class))
-            layout.append(CellLayout(ladder, task_class, tier))
-            arms = [("baseline", ladder.start_tier)]
-            if tier is not None:
-                arms.append(("treatment", tier))
-            for arm, rung_index in arms:
+            cell = CellLayout(ladder, task_class, recommended.get((ladder.name, task_class)))
+            layout.append(cell)
+            for arm, rung_index in cell.arms:
                 rung = ladder.rungs[rung_index]
                 planned += [
                     (
@@ -144,6 +189,29 @@ def _start_rung_pairs(
                     if c.task_class == task_class
                 ]
     return layout, planned
+
+
+def card_task_classes(
+    claims: Sequence[ModelClaim], ladders: LaddersFile, as_of: int
+) -> frozenset[str]:
+    """Task classes the card says something about.
+
+    A verified start tier, a profile's evidence line (an eval-measured claim
+    about a profile's model) or an editorial note on a ladder's rung: what
+    :func:`kb.card.render_card` can print about a class.
+    """
+    said = {
+        r.task_class for r in compile_verified_layer(claims, ladders.ladders, as_of, ladders.floors)
+    }
+    profiles = {(p.model, p.effort) for p in ladders.profiles}
+    rungs = {(r.model, r.effort) for ladder in ladders.ladders for r in ladder.rungs}
+    for claim in usable_claims(claims, as_of):
+        subject = (claim.model, claim.effort)
+        if claim.claim_class == "eval-measured" and subject in profiles:
+            said.add(claim.task_class)
+        elif claim.claim_class == "human-editorial" and subject in rungs:
+            said.add(claim.task_class)
+    return frozenset(said)
 
 
 def plan_checkpoint(spec: CheckpointSpec, store: ReadOnlyStore, *, as_of: int) -> CheckpointPlan:
@@ -209,52 +277,88 @@ def run_checkpoint(
     *,
     as_of: int,
     allow_partial: bool = False,
+    options: CheckpointOptions | None = None,
 ) -> CheckpointReport:
     """Run both experiments against the store's claims at instant ``as_of``.
 
     Refused before any call when the envelope cannot pay for the worst case,
     unless ``allow_partial`` (a contaminated arm then says which run it lost).
+    ``options`` picks the rule, the margin and the sequential design.
     """
+    options = options or CheckpointOptions()
     plan = plan_checkpoint(spec, store, as_of=as_of)
     plan.job.refuse_overspend(allow_partial=allow_partial)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
-    cells = _start_rung_cells(plan, engine, envelope)
+    sequential = None
+    if options.sequential is None:
+        cells = _cells(plan, _run_case_runs(plan, list(plan.pairs), engine, envelope))
+    else:
+        cells, sequential = _sequential_cells(
+            plan, engine, envelope, options.sequential, options.margin
+        )
     informed, blind = _profile_arms(plan, engine, envelope)
     engine.finish()
     tested = [cell for cell in cells if cell.recommended_tier is not None]
+    strongest = [cell.strongest for cell in tested if cell.strongest is not None]
     return CheckpointReport(
         cells=cells,
-        # Pooled over the cells with a recommendation: the others run the same tier in
-        # both arms and would only dilute the comparison.
-        pooled_baseline=pooled("baseline", [c.baseline for c in tested]),
-        pooled_treatment=pooled("treatment", [c.treatment for c in tested]),
+        pooled_baseline=_pool("baseline", [c.baseline for c in tested], tested),
+        pooled_treatment=_pool("treatment", [c.treatment for c in tested], tested),
         informed=informed,
         blind=blind,
         card=plan.card,
         spent_usd=usd(envelope.debited),
+        pooled_strongest=(
+            _pool("strongest", strongest, tested) if len(strongest) == len(tested) else None
+        ),
+        card_classes=card_task_classes(plan.claims, spec.ladders, as_of),
+        options=options,
+        sequential=sequential,
     )
 
 
-def _start_rung_cells(
-    plan: CheckpointPlan, engine: Engine, envelope: SpendEnvelope
-) -> list[StartRungCell]:
-    """Criterion 1: the planned case runs in one engine phase, grouped into cells."""
+def _pool(name: str, arms: Sequence[Arm], cells: Sequence[StartRungCell]) -> Arm:
+    # Pooled over the cells with a recommendation: the others run the same tier in
+    # both arms and would only dilute the comparison.
+    return pooled(name, arms, [f"{c.ladder}/{c.task_class}/" for c in cells])
+
+
+Planned = tuple[ArmKey, CaseRun]
+
+
+def _run_case_runs(
+    plan: CheckpointPlan, pairs: Sequence[Planned], engine: Engine, envelope: SpendEnvelope
+) -> dict[ArmKey, list[CaseVerdict]]:
+    """Criterion 1's ``pairs`` in one engine phase (targets, then judges), by arm."""
+    case_runs = [pair for _, pair in pairs]
     verdicts = run_pairs(
         engine,
-        [pair for _, pair in plan.pairs],
-        plan.job.phase("targets"),
+        case_runs,
+        target_phase(case_runs, plan.spec.budgets.target_usd),
         envelope,
         judge_usd=plan.spec.budgets.judge_usd,
     )
     by_arm: dict[ArmKey, list[CaseVerdict]] = {}
-    for (key, _), verdict in zip(plan.pairs, verdicts, strict=True):
+    for (key, _), verdict in zip(pairs, verdicts, strict=True):
         by_arm.setdefault(key, []).append(verdict)
+    return by_arm
+
+
+def _cells(plan: CheckpointPlan, by_arm: dict[ArmKey, list[CaseVerdict]]) -> list[StartRungCell]:
+    """Criterion 1's cells from the verdicts so far (a rung two arms share: the same runs)."""
     cells = []
     for cell in plan.layout:
         name = cell.ladder.name
+        rungs = dict(cell.arms)
         baseline = by_arm.get((name, cell.task_class, "baseline"), [])
         # Without a recommendation the treatment is the default tier: the same runs.
         treatment = by_arm.get((name, cell.task_class, "treatment"), list(baseline))
+        strongest = None
+        if cell.recommended_tier is not None:
+            tier = cell.strongest_tier
+            reused = treatment if tier == rungs["treatment"] else baseline
+            runs = by_arm.get((name, cell.task_class, "strongest"), list(reused))
+            strongest = Arm("strongest", runs)
         cells.append(
             StartRungCell(
                 name,
@@ -263,9 +367,102 @@ def _start_rung_cells(
                 cell.recommended_tier,
                 Arm("baseline", baseline),
                 Arm("treatment", treatment),
+                strongest,
             )
         )
     return cells
+
+
+class SequentialUnits(NamedTuple):
+    """Criterion 1's runs for ``--sequential``, in run order.
+
+    The untested cells' runs (all in the first round) and the tested cases,
+    each unit holding every arm's runs of one case in one cell.
+    """
+
+    untested: list[Planned]
+    units: list[list[Planned]]
+
+
+def sequential_order(plan: CheckpointPlan) -> SequentialUnits:
+    """The tested cases shuffled by a seed from their names (the same spec, the same order)."""
+    tested = {(c.ladder.name, c.task_class) for c in plan.layout if c.recommended_tier is not None}
+    units: dict[tuple[str, str, str], list[Planned]] = {}
+    untested: list[Planned] = []
+    for key, run in plan.pairs:
+        if (key[0], key[1]) in tested:
+            units.setdefault((key[0], key[1], run.name), []).append((key, run))
+        else:
+            untested.append((key, run))
+    names = sorted(units)
+    rng = np.random.default_rng(seed_from(*("/".join(name) for name in names)))
+    return SequentialUnits(untested, [units[names[i]] for i in rng.permutation(len(names))])
+
+
+def _sequential_cells(
+    plan: CheckpointPlan,
+    engine: Engine,
+    envelope: SpendEnvelope,
+    design: SequentialDesign,
+    margin: float,
+) -> tuple[list[StartRungCell], SequentialRecord]:
+    """Criterion 1 in rounds.
+
+    After each round the pooled confidence sequence either decides (passed or
+    failed), or a contaminated arm ends it, or the next round runs.
+    """
+    untested, units = sequential_order(plan)
+    sequence = design.start()
+    by_arm: dict[ArmKey, list[CaseVerdict]] = {}
+    rounds = cases = 0
+    cells: list[StartRungCell] = []
+    for start in range(0, max(1, len(units)), design.round_size):
+        fresh = units[start : start + design.round_size]
+        batch = (untested if rounds == 0 else []) + [run for unit in fresh for run in unit]
+        for key, verdicts in _run_case_runs(plan, batch, engine, envelope).items():
+            by_arm.setdefault(key, []).extend(verdicts)
+        rounds += 1
+        cases += len(fresh)
+        cells = _cells(plan, by_arm)
+        sequence.add(_unit_differences(cells, fresh))
+        tested = [c for c in cells if c.recommended_tier is not None]
+        decision = compare(
+            _pool("treatment", [c.treatment for c in tested], tested),
+            _pool("baseline", [c.baseline for c in tested], tested),
+            START_RUNG_INTERVAL,
+            margin,
+            sequence=sequence.current(),
+        )
+        decided = decision.verdict in ("passed", "failed") and cases >= design.min_cases
+        if decided or decision.verdict == "contaminated":
+            break
+    made = sum(1 + len(v.judges) for verdicts in by_arm.values() for v in verdicts)
+    record = SequentialRecord(
+        design=design,
+        rounds=rounds,
+        cases=cases,
+        cases_planned=len(units),
+        calls=made,
+        calls_planned=len(plan.pairs) + plan.job.phase("judges").later,
+        difference=sequence.current() if sequence.n else None,
+    )
+    return cells, record
+
+
+def _unit_differences(
+    cells: Sequence[StartRungCell], units: Sequence[list[Planned]]
+) -> list[float]:
+    """Treatment − baseline score of each unit's case (its repeats averaged)."""
+    by_cell = {(c.ladder, c.task_class): c for c in cells}
+    differences = []
+    for unit in units:
+        (ladder, task_class, _), run = unit[0]
+        cell = by_cell[(ladder, task_class)]
+        treat = cell.treatment.case_scores().get(run.name)
+        base = cell.baseline.case_scores().get(run.name)
+        if treat is not None and base is not None:
+            differences.append(treat - base)
+    return differences
 
 
 def _profile_arms(plan: CheckpointPlan, engine: Engine, envelope: SpendEnvelope) -> tuple[Arm, Arm]:
@@ -273,23 +470,24 @@ def _profile_arms(plan: CheckpointPlan, engine: Engine, envelope: SpendEnvelope)
     spec = plan.spec
     router_runs = engine.run(plan.job.phase("orchestrator").runs, envelope)
     arms = {"informed": Arm("informed"), "blind": Arm("blind")}
-    chosen: list[tuple[str, CaseRun]] = []
+    chosen: list[tuple[str, str, CaseRun]] = []
     for routed, run in zip(plan.routed, router_runs, strict=True):
         arm = arms[routed.arm]
-        arm.extra_runs.append(run)
+        arm.routing[routed.name] = run
         profile = _choice(spec, run)
         if profile is None:
             if run.status == "ok":
                 arm.invalid_choices += 1
-            # The router call is already counted in extra_runs: the case costs nothing more.
+            # The router call is already counted in routing: the case costs nothing more.
             placeholder = replace(run, cost_usd=0.0)
             arm.verdicts.append(
                 CaseVerdict(routed.name, routed.case.task_class, placeholder, (), (), False, False)
             )
             continue
         model = spec.model(profile.model, profile.effort)
-        chosen.append((routed.arm, CaseRun(model, routed.case, f"{routed.arm}/{routed.name}")))
-    pairs = [pair for _, pair in chosen]
+        case_run = CaseRun(model, routed.case, f"{routed.arm}/{routed.name}")
+        chosen.append((routed.arm, routed.name, case_run))
+    pairs = [pair for _, _, pair in chosen]
     verdicts = run_pairs(
         engine,
         pairs,
@@ -297,6 +495,7 @@ def _profile_arms(plan: CheckpointPlan, engine: Engine, envelope: SpendEnvelope)
         envelope,
         judge_usd=spec.budgets.judge_usd,
     )
-    for (arm_name, _), verdict in zip(chosen, verdicts, strict=True):
-        arms[arm_name].verdicts.append(verdict)
+    for (arm_name, name, _), verdict in zip(chosen, verdicts, strict=True):
+        # Named by the routed case in both arms, so the two arms pair case by case.
+        arms[arm_name].verdicts.append(replace(verdict, name=name))
     return arms["informed"], arms["blind"]

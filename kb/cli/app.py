@@ -26,6 +26,7 @@ from kb.errors import (
     ConfigError,
     GitError,
     JobFailedError,
+    JobInconclusive,
     JobInterrupted,
     KbError,
     KnowledgeCasError,
@@ -60,13 +61,14 @@ EXIT_CODES: tuple[tuple[type[KbError], int], ...] = (
     (ConfigError, 2),
     (JobInterrupted, 130),
     (JobFailedError, 1),
+    (JobInconclusive, 4),
     (GitError, 1),
     (KbError, 1),
 )
 
 
 def exit_code_for(error: KbError) -> int:
-    """The documented exit code of an error: 1 failed job, 2 bad input, 3 CAS exhausted."""
+    """The documented exit code of an error: 1 failed, 2 bad input, 3 CAS, 4 inconclusive."""
     for kind, code in EXIT_CODES:
         if isinstance(error, kind):
             return code

@@ -554,32 +554,77 @@ def route(
     click.echo(render_yaml(config, header, notes), nl=False)
 
 
-@cli.command()
+CHECKPOINT_EPILOG = """\b
+Examples:
+  kb checkpoint cp.toml                 decide with intervals (exit 0 passed, 1 not, 4 neither)
+  kb checkpoint cp.toml --dry-run       the planned runs per arm and the worst-case spend
+  kb checkpoint cp.toml --sequential    rounds of cases; stop once the interval decides
+  kb checkpoint cp.toml --rule rulvar   the seed's point rule (exit 0/1); --json carries both
+"""
+
+
+@cli.command(epilog=CHECKPOINT_EPILOG)
 @spec_argument()
 @json_option("Print the report as JSON.")
+@click.option(
+    "--rule",
+    default="interval",
+    metavar="interval|rulvar",
+    help="Decide with paired intervals (default) or the seed's point rule.",
+)
+@click.option(
+    "--margin", type=float, default=0.03, show_default=True, help="Non-inferiority margin."
+)
+@click.option("--sequential", is_flag=True, help="Run criterion 1 in rounds; stop once decided.")
+@click.option("--round", "round_size", type=int, default=None, help="Cases per round (5).")
+@click.option("--dry-run", is_flag=True, help="Print the planned runs and spend; stop.")
 @engine_options
 @allow_partial_option("run")
 @global_options
 @pass_app
 def checkpoint(
-    app: App, spec_path: Path, as_json: bool, engine_flags: EngineFlags, allow_partial: bool
+    app: App,
+    spec_path: Path,
+    as_json: bool,
+    rule: str,
+    margin: float,
+    sequential: bool,
+    round_size: int | None,
+    dry_run: bool,
+    engine_flags: EngineFlags,
+    allow_partial: bool,
 ) -> None:
-    """A/B-test whether routing by the knowledge beats routing without it (exit 0/1)."""
-    from kb.checkpoint import checkpoint_table, load_checkpoint_spec, run_checkpoint
+    """A/B-test whether routing by the knowledge beats routing without it (exit 0/1/4)."""
+    from kb.checkpoint import (
+        checkpoint_options,
+        checkpoint_table,
+        load_checkpoint_spec,
+        plan_checkpoint,
+        plan_text,
+        run_checkpoint,
+    )
     from kb.engine.scheduler import EngineConfig
 
+    options = checkpoint_options(rule, margin, sequential, round_size)
     spec = load_checkpoint_spec(spec_path)
+    if dry_run:
+        click.echo(plan_text(plan_checkpoint(spec, app.store.read_only(), as_of=app.as_of)))
+        return
     level = engine_flags.concurrency or spec.section.concurrency
     engine = build_engine(app, EngineConfig(concurrency=level, per_provider=level), engine_flags)
     report = run_checkpoint(
-        spec, app.store.read_only(), engine, as_of=app.as_of, allow_partial=allow_partial
+        spec,
+        app.store.read_only(),
+        engine,
+        as_of=app.as_of,
+        allow_partial=allow_partial,
+        options=options,
     )
     if as_json:
         echo_json(report.to_json())
     else:
         click.echo(checkpoint_table(report))
-    if not report.passed:
-        raise JobFailedError("checkpoint not passed")
+    report.raise_for_verdict()
 
 
 REPORT_EPILOG = """\b
