@@ -32,7 +32,6 @@ from kb.engine.runs import RunResult
 from kb.errors import ConfigError, JobFailedError, JobInconclusive
 from kb.evals.suite import CaseVerdict
 from kb.paired import (
-    DEFAULT_MARGIN,
     PairedDifference,
     PairedScores,
     SequentialDesign,
@@ -40,6 +39,7 @@ from kb.paired import (
     ratio_of_means_interval,
     seed_from,
 )
+from kb.schema import DEFAULT_MARGIN
 
 Verdict = Literal["passed", "failed", "inconclusive", "contaminated", "not applicable"]
 """A criterion's (or a cell's) verdict."""

@@ -27,13 +27,13 @@ from typing import Literal, Protocol
 
 from kb.money import usd
 from kb.paired import (
-    DEFAULT_MARGIN,
     CriterionResult,
     PairedDifference,
     PairedScores,
     checkpoint_criterion,
     paired_difference,
 )
+from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
 
 RuleName = Literal["interval", "rulvar"]

@@ -33,6 +33,7 @@ from kb.cli.options import (
     spec_argument,
 )
 from kb.errors import ConfigError, JobFailedError
+from kb.schema import DEFAULT_MARGIN
 from kb.textwidth import wrapped
 
 if TYPE_CHECKING:
@@ -573,7 +574,11 @@ Examples:
     help="Decide with paired intervals (default) or the seed's point rule.",
 )
 @click.option(
-    "--margin", type=float, default=0.03, show_default=True, help="Non-inferiority margin."
+    "--margin",
+    type=float,
+    default=DEFAULT_MARGIN,
+    show_default=True,
+    help="How much worse (in pass rate) still reads non-inferior.",
 )
 @click.option("--sequential", is_flag=True, help="Run criterion 1 in rounds; stop once decided.")
 @click.option("--round", "round_size", type=int, default=None, help="Cases per round (5).")
