@@ -411,22 +411,27 @@ def cases_to_decide(
 
     The checkpoint decides when its interval clears ``−margin`` on one side
     (passed above, failed below). At the observed difference δ̂ and per-case
-    spread σ² = ψ − δ̂² (ψ the discordance, at least 1/n), a one-sided bound at
-    the interval's z clears −margin with probability ``power`` after
+    spread σ² = ψ − δ̂² (ψ the discordance), a one-sided bound at the
+    interval's z clears −margin with probability ``power`` after
 
-        N = ⌈((z + z_power) · σ / |δ̂ + margin|)²⌉
+        N = ⌈(z + z_power)² · σ² / (δ̂ + margin)²⌉
 
     cases in all (the normal approximation); the answer is ``N − n``, at least
-    1 when the interval has not decided yet. ``None`` when δ̂ is exactly at
-    ``−margin``: no number of cases is expected to decide.
+    1 when the interval has not decided yet. With few or no discordant cases
+    the plug-in σ² is near 0 and would promise a decision at once; the least
+    spread the cases cannot exclude is one discordant case among the N (σ² =
+    1/N), which gives N = (z + z_power) / |δ̂ + margin| (about 94 cases at a
+    margin of 0.03 and δ̂ = 0): the larger of the two is the answer, so a
+    4-case checkpoint that saw no disagreement is told about 90 more, not
+    thousands. ``None`` when δ̂ is exactly at ``−margin``: no number of cases
+    is expected to decide.
     """
     gap = abs(diff.difference + margin)
     if gap < 1e-12:
         return None
-    n = max(1, diff.n)
-    variance = max(_effective_discordance(n, diff.discordance) - diff.difference**2, 1.0 / n)
-    z_power = normal_quantile(power)
-    total = math.ceil(((diff.z + z_power) * math.sqrt(variance) / gap) ** 2 - 1e-9)
+    k = (diff.z + normal_quantile(power)) ** 2
+    spread = max(diff.discordance - diff.difference**2, 0.0)
+    total = math.ceil(max(k * spread / gap**2, math.sqrt(k) / gap) - 1e-9)
     return max(1, total - diff.n)
 
 

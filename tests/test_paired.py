@@ -348,3 +348,14 @@ def test_sequence_covers_the_truth_when_looked_at_every_round(bets: str) -> None
 def test_sequence_refuses_out_of_range() -> None:
     with pytest.raises(ValueError):
         SequentialDifference().add([1.5])
+
+
+def test_cases_to_decide_without_disagreement_is_about_a_hundred_not_thousands() -> None:
+    # 4 cases, all concordant: one discordant case among the N is the least spread the cases
+    # cannot exclude, so N = (z + z_0.8) / margin ~ 94 in all (not 2,000+ from a 1/n floor)
+    quiet = PairedDifference(4, 0.0, -0.5, 0.5, 0, 0, "newcombe", discordance=0.0)
+    assert cases_to_decide(quiet, 0.03) == math.ceil((Z_95 + 0.8416212335729143) / 0.03) - 4
+    # 10 % discordance at 40 cases: the observed spread rules, (z + z_0.8)^2 * 0.1 / 0.03^2
+    noisy = PairedDifference(40, 0.0, -0.1, 0.1, 2, 2, "newcombe", discordance=0.1)
+    expected = math.ceil((Z_95 + 0.8416212335729143) ** 2 * 0.1 / 0.03**2) - 40
+    assert cases_to_decide(noisy, 0.03) == expected
