@@ -341,6 +341,85 @@ def _when(side: Side) -> str:
     return f"{format_instant(side.at)[:16]}Z"
 
 
+def _md_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        f"**{title}** ({len(rows)})",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]
+
+
+def _md_who(claim: ModelClaim) -> str:
+    return f"{table_code(claim.subject_key)} · {table_code(claim.task_class)}"
+
+
+def _md_rates(old: ModelClaim, new: ModelClaim | None) -> str:
+    return f"{_rate(old)} → {_rate(new)}"
+
+
+def _md_tables(diff: StoreDiff, list_all: bool) -> list[str]:
+    """The change tables in the module doc's order (what changed a belief first)."""
+    who, rates = _md_who, _md_rates
+    tables = [
+        (
+            "Falsified",
+            ["subject", "claim", "how"],
+            [
+                [
+                    who(old),
+                    old.polarity,
+                    f"superseded by a {new.polarity} ({rates(old, new)})"
+                    if new
+                    else f"archived ({table_code(FALSIFIED)})",
+                ]
+                for old, new in diff.falsified
+            ],
+        ),
+        (
+            "Flipped stale (canary drift)",
+            ["subject", "claim", "now"],
+            [[who(c), c.polarity, c.status] for c in diff.staled],
+        ),
+        (
+            "Added",
+            ["subject", "claim", "pass rate", "n", "id"],
+            [
+                [who(c), f"{c.polarity} ({c.claim_class})", _rate(c), _n(c), table_code(c.id)]
+                for c in diff.added
+            ],
+        ),
+        (
+            "Archived",
+            ["subject", "claim", "reason"],
+            [[who(c), c.polarity, table_code(r) if r else "—"] for c, r in diff.lost],
+        ),
+        (
+            "Expired",
+            ["subject", "claim", "expired at"],
+            [[who(c), c.polarity, c.expires_at] for c in diff.expired],
+        ),
+        (
+            "Superseded",
+            ["subject", "claim", "pass rate"],
+            [[who(old), old.polarity, rates(old, new)] for old, new in diff.remeasured],
+        ),
+    ]
+    if list_all:
+        tables.append(
+            (
+                "Re-measured, no belief changed",
+                ["subject", "claim", "pass rate"],
+                [[who(old), old.polarity, rates(old, new)] for old, new in diff.unchanged],
+            )
+        )
+    return [line for title, header, rows in tables for line in _md_table(title, header, rows)]
+
+
 def diff_markdown(diff: StoreDiff, list_all: bool = False) -> str:
     """A pull-request comment or ``$GITHUB_STEP_SUMMARY`` block.
 
@@ -358,21 +437,6 @@ def diff_markdown(diff: StoreDiff, list_all: bool = False) -> str:
     ]
     if diff.empty:
         return "\n".join([*lines, "No claim changed."]) + "\n"
-
-    def table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        if not rows:
-            return
-        lines.extend([f"**{title}** ({len(rows)})", "", "| " + " | ".join(header) + " |"])
-        lines.append("|" + "|".join("---" for _ in header) + "|")
-        lines.extend("| " + " | ".join(row) + " |" for row in rows)
-        lines.append("")
-
-    def who(claim: ModelClaim) -> str:
-        return f"{table_code(claim.subject_key)} · {table_code(claim.task_class)}"
-
-    def rates(old: ModelClaim, new: ModelClaim | None) -> str:
-        return f"{_rate(old)} → {_rate(new)}"
-
     if diff.staled:
         lines += [
             f"> **Drift:** the canary saw a provider change the model behind "
@@ -380,56 +444,9 @@ def diff_markdown(diff: StoreDiff, list_all: bool = False) -> str:
             "flipped stale.",
             "",
         ]
-    table(
-        "Falsified",
-        ["subject", "claim", "how"],
-        [
-            [
-                who(old),
-                old.polarity,
-                f"superseded by a {new.polarity} ({rates(old, new)})"
-                if new
-                else f"archived ({table_code(FALSIFIED)})",
-            ]
-            for old, new in diff.falsified
-        ],
-    )
-    table(
-        "Flipped stale (canary drift)",
-        ["subject", "claim", "now"],
-        [[who(c), c.polarity, c.status] for c in diff.staled],
-    )
-    table(
-        "Added",
-        ["subject", "claim", "pass rate", "n", "id"],
-        [
-            [who(c), f"{c.polarity} ({c.claim_class})", _rate(c), _n(c), table_code(c.id)]
-            for c in diff.added
-        ],
-    )
-    table(
-        "Archived",
-        ["subject", "claim", "reason"],
-        [[who(c), c.polarity, table_code(reason) if reason else "—"] for c, reason in diff.lost],
-    )
-    table(
-        "Expired",
-        ["subject", "claim", "expired at"],
-        [[who(c), c.polarity, c.expires_at] for c in diff.expired],
-    )
-    table(
-        "Superseded",
-        ["subject", "claim", "pass rate"],
-        [[who(old), old.polarity, rates(old, new)] for old, new in diff.remeasured],
-    )
+    lines += _md_tables(diff, list_all)
     unchanged = diff.unchanged
-    if list_all:
-        table(
-            "Re-measured, no belief changed",
-            ["subject", "claim", "pass rate"],
-            [[who(old), old.polarity, rates(old, new)] for old, new in unchanged],
-        )
-    elif unchanged:
+    if unchanged and not list_all:
         lines += [
             f"{unchanged_line(len(unchanged))} ({code_span('kb diff --all')} lists them).",
             "",
