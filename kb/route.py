@@ -168,6 +168,39 @@ def unknown_task_classes(
     return warnings
 
 
+def unknown_rungs(
+    ladders: LaddersFile, claims: Sequence[ModelClaim], spec_models: Sequence[str] | None
+) -> list[str]:
+    """A warning for each rung that looks like a typo of a model kb knows.
+
+    A rung no claim (nor, with ``--spec``, the spec) names is normal — a top
+    rung nobody measured yet — but one a letter or two away from a known
+    model of the same provider is almost surely a typo: the config would
+    route to a model nobody measured, and a claim on a neighbour could even
+    move a route onto it.
+    """
+    known = sorted({c.model for c in claims} | set(spec_models or ()))
+    warnings = []
+    for ladder in ladders.ladders:
+        for index, rung in enumerate(ladder.rungs):
+            if rung.model in known:
+                continue
+            provider, _, name = rung.model.partition(":")
+            # a typo keeps the length within a letter or two (gpt-4o-mini is no typo of gpt-4o)
+            same = {
+                k.partition(":")[2]: k
+                for k in known
+                if k.partition(":")[0] == provider and abs(len(k) - len(rung.model)) <= 2
+            }
+            close = difflib.get_close_matches(name, list(same), n=1, cutoff=0.6)
+            if close:
+                warnings.append(
+                    f"ladder {ladder.name!r} rung {index}: {rung.model} has no claim in the "
+                    f"store; did you mean {same[close[0]]!r}?"
+                )
+    return warnings
+
+
 RoutePolicy = Literal["card", "evidence"]
 CostsOf = Callable[[Sequence[str]], Mapping[str, Mapping[str, CellCost]]]
 """Candidate subjects → task class → their :class:`kb.compare.CellCost` (:func:`class_costs`)."""

@@ -395,3 +395,20 @@ def test_a_literal_key_is_written_only_when_it_is_no_secret(literal: str) -> Non
         assert issues == [] and config["model_list"][0]["litellm_params"]["api_key"] == literal
     else:  # refused, naming the way to give it, and never quoting it
         assert len(issues) == 1 and "api_key_env" in issues[0] and literal not in issues[0]
+
+
+def test_a_rung_that_looks_like_a_typo_of_a_known_model_is_a_warning(
+    runner: CliRunner, isolated: Path
+) -> None:
+    Path("ladders.toml").write_text(LADDERS.replace('"openai:mid"', '"openai:mdi"'))
+    claims(("openai:tiny", "extraction", "strength"), ("openai:mid", "planning", "weakness"))
+    result = kb(runner, "--as-of", AT, "route", "ladders.toml")
+    assert result.exit_code == 0
+    assert (
+        "warning: ladder 'openai' rung 1: openai:mdi has no claim in the store; did you mean "
+        "'openai:mid'?"
+    ) in result.stderr.splitlines()
+    # a rung nobody measured yet is normal: openai:big gets no warning
+    assert "openai:big" not in result.stderr
+    card = kb(runner, "--as-of", AT, "card", "ladders.toml")
+    assert "openai:mdi has no claim in the store; did you mean 'openai:mid'?" in card.stderr

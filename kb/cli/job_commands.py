@@ -419,10 +419,11 @@ def canary(
 def card(app: App, spec_path: Path, as_json: bool) -> None:
     """Render the knowledge card an orchestrator would be taught (tier-relative)."""
     from kb.card import compile_verified_layer, load_ladders, profile_warnings, render_card
+    from kb.route import unknown_rungs
 
     ladders = load_ladders(spec_path)
     claims = app.store.read().claims
-    for warning in profile_warnings(ladders, claims):
+    for warning in [*unknown_rungs(ladders, claims, None), *profile_warnings(ladders, claims)]:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
         recommendations = compile_verified_layer(claims, ladders.ladders, app.as_of, ladders.floors)
@@ -510,6 +511,7 @@ def route(
         router_config,
         routes_json,
         spec_issues,
+        unknown_rungs,
         unknown_task_classes,
     )
     from kb.store.ttl import format_instant
@@ -533,7 +535,12 @@ def route(
     routes, warnings = plan_routes(ladders, claims, app.as_of, evidence)
     cases = [case.task_class for case in spec.cases] if spec else None
     config = router_config(routes, models)
-    for warning in [*unknown_task_classes(ladders, claims, cases), *warnings]:
+    spec_models = [m.ref for m in spec.models] if spec else None
+    unknown = [
+        *unknown_task_classes(ladders, claims, cases),
+        *unknown_rungs(ladders, claims, spec_models),
+    ]
+    for warning in [*unknown, *warnings]:
         click.echo(f"warning: {warning}", err=True)
     if output_format == "json":
         echo_json(routes_json(routes, app.as_of, models))
