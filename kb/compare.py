@@ -310,12 +310,13 @@ def class_costs(
 ) -> dict[str, dict[str, CellCost]]:
     """Task class → subject → cost, latency, and whether it may replace the best model.
 
-    The best is the model with the highest mean score in its current epoch.
+    The best is the model with the highest mean score in its current epoch
+    (on a tie the cheaper, then the first by name).
     Every other model is compared with it on their shared cases (paired,
     Bonferroni over the comparisons of the class); the ones whose reading is
     ``better`` or ``non-inferior`` qualify, the best itself included, and the
-    cheapest of them by known cost per case is marked (the best when no cost
-    is known). ``subjects`` limits the candidates (``kb route``: the rungs).
+    cheapest of them by known cost per case is marked; with no cost known
+    (no evidence files) nothing is. ``subjects`` limits the candidates (``kb route``: the rungs).
     """
     allowed = set(subjects) if subjects is not None else None
     found: dict[str, dict[str, CellCost]] = {}
@@ -323,7 +324,17 @@ def class_costs(
         cells = {s: c for s, c in all_cells.items() if allowed is None or s in allowed}
         if not cells:
             continue
-        best = max(sorted(cells), key=lambda s: cells[s].pass_rate)
+        costs = {s: arm_costs(cell, cell.scores, runs_of) for s, cell in cells.items()}
+
+        # the highest mean score; on a tie the cheaper (a known cost first), then by name
+        best = min(
+            cells,
+            key=lambda s: (
+                -cells[s].pass_rate,  # noqa: B023 - called at once, in this iteration
+                _cost_key(costs[s]),  # noqa: B023
+                s,
+            ),
+        )
         others = [s for s in sorted(cells) if s != best]
         z = bonferroni_z(max(len(others), 1))
         versus = {
@@ -335,7 +346,7 @@ def class_costs(
                 name,
                 cell.pass_rate,
                 len(cell.scores),
-                arm_costs(cell, cell.scores, runs_of),
+                costs[s],
                 non_inferior_to_best=s == best or _as_good(versus[s]),
                 best=best,
                 versus_best=versus.get(s),
@@ -347,10 +358,15 @@ def class_costs(
             for s, cost in row.items()
             if cost.non_inferior_to_best and cost.costs.cost_per_case is not None
         }
-        chosen = min(priced, key=lambda s: (priced[s], s)) if priced else best
-        row[chosen] = replace(row[chosen], cheapest_non_inferior=True)
+        if priced:  # the cheapest needs a known cost: with none, nothing is marked
+            chosen = min(priced, key=lambda s: (priced[s], s))
+            row[chosen] = replace(row[chosen], cheapest_non_inferior=True)
         found[name] = row
     return found
+
+
+def _cost_key(costs: ArmCosts) -> float:
+    return costs.cost_per_case if costs.cost_per_case is not None else math.inf
 
 
 def _as_good(pair: PairComparison | None) -> bool:

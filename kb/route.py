@@ -349,11 +349,35 @@ def _evidence_tier(
         if rung.model not in floors.get(task_class, ())
     ]
     row = evidence([rung.key for _, rung in usable]).get(task_class, {})
-    chosen = next((cost for cost in row.values() if cost.cheapest_non_inferior), None)
-    if chosen is None:
+    if not row:
         return card_tier, f"{card_why} (evidence policy: no rung measured in a current epoch)"
+    chosen = next((cost for cost in row.values() if cost.cheapest_non_inferior), None)
+    if chosen is None:  # no qualifying rung has a known cost: the best, the safe side
+        chosen = next(cost for cost in row.values() if cost.versus_best is None)
     tier = next(index for index, rung in usable if rung.key == chosen.subject)
-    return tier, evidence_why(chosen, len(row))
+    start = ladder.rungs[ladder.start_tier]
+    moved = (
+        ""
+        if tier == ladder.start_tier
+        else f"tier {ladder.start_tier} -> {tier} ({'up' if tier > ladder.start_tier else 'down'}"
+        f" from the start rung {start.key}" + _start_reading(row.get(start.key)) + "): "
+    )
+    return tier, moved + evidence_why(chosen, len(row))
+
+
+def _start_reading(start: CellCost | None) -> str:
+    """How the start rung read against the best (why the route left it)."""
+    if start is None:
+        return ", not measured"
+    pair = start.versus_best
+    if pair is None:
+        return ""
+    d = pair.difference
+    return (
+        f", {pair.reading.reading} against the best: {to_fixed_2(d.difference)} "
+        f"[{to_fixed_2(d.low)}, {to_fixed_2(d.high)}] on {d.n} cases"
+        + ("; more cases would tell" if pair.reading.reading == "inconclusive" else "")
+    )
 
 
 def evidence_why(chosen: CellCost, measured: int) -> str:
@@ -361,6 +385,12 @@ def evidence_why(chosen: CellCost, measured: int) -> str:
     money = chosen.costs.cost_per_case
     cost = f"{usd(money)}/case" if money is not None else "cost unknown"
     pair = chosen.versus_best
+    if pair is None and not chosen.cheapest_non_inferior:
+        return (
+            f"evidence: {chosen.subject} is the best measured rung (pass rate "
+            f"{to_fixed_2(chosen.pass_rate)} over {chosen.n} cases); no cost is known (no "
+            "evidence files), so no cheaper rung can be chosen"
+        )
     if pair is None:
         others = measured - 1
         rest = (

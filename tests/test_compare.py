@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -335,7 +336,7 @@ def three_rungs_measured(runner: CliRunner, isolated: Path) -> None:
 
     path = write_spec(
         isolated / "s.toml",
-        [on_big("dear", 0, 0.01), on_big("mid", 0, 0.005), on_big("cheap", 60, 0.001)],
+        [on_big("dear", 0, 0.01), on_big("mid", 1, 0.005), on_big("cheap", 60, 0.001)],
         cases=big,
         gate="interval",
         extra_sweep="max_cases = 300",
@@ -361,13 +362,16 @@ def test_route_by_evidence_goes_to_the_cheapest_rung_as_good_as_the_best(
     assert chosen["model"] == "scripted:mid" and chosen["tier"] == 1
     assert [f["model"] for f in chosen["fallbacks"]] == ["scripted:dear"]
     assert chosen["why"].startswith(
-        "evidence: scripted:mid is the cheapest rung non-inferior to the best measured "
-        "(scripted:dear) on 300 shared cases"
+        "tier 0 -> 1 (up from the start rung scripted:cheap, worse against the best: -0.20 ["
     )
+    assert (
+        "): evidence: scripted:mid is the cheapest rung non-inferior to the best measured "
+        "(scripted:dear) on 300 shared cases"
+    ) in chosen["why"]
     yaml_text = kb(runner, *as_of, "route", "ladders.toml", "--policy", "evidence").stdout
     lines = yaml_text.splitlines()
     at = lines.index('  - model_name: "kb/extraction"')
-    assert lines[at - 1].startswith("  # evidence: scripted:mid is the cheapest rung")
+    assert lines[at - 1].startswith("  # tier 0 -> 1 (up from the start rung scripted:cheap")
     assert "# Policy evidence (margin 0.03)" in yaml_text
 
 
@@ -403,3 +407,41 @@ def test_route_policy_and_margin_are_checked(runner: CliRunner, isolated: Path) 
     assert bad.exit_code == 2 and "Invalid value for '--policy'" in bad.stderr
     bad = kb(runner, "route", "ladders.toml", "--policy", "evidence", "--margin", "2")
     assert bad.exit_code == 2 and "Invalid value for '--margin'" in bad.stderr
+
+
+def test_without_evidence_nothing_is_marked_cheapest_and_each_command_says_why(
+    runner: CliRunner, isolated: Path
+) -> None:
+    three_rungs_measured(runner, isolated)
+    shutil.rmtree(isolated / "kb-evidence")
+    matrix = kb(runner, "--as-of", "2026-11-02", "matrix", "--cost", "--json")
+    assert matrix.exit_code == 0, matrix.stderr
+    assert not any(c["cheapestNonInferior"] for c in json.loads(matrix.stdout)["costs"])
+    assert "warning: no evidence for 1 night (kb-sweep-2026-11-01T02:00:00.000Z)" in (matrix.stderr)
+    compared = kb(runner, "compare")
+    assert compared.exit_code == 0 and "warning: no evidence for 1 night" in compared.stderr
+    route = kb(
+        runner,
+        "--as-of",
+        "2026-11-02",
+        "route",
+        "ladders.toml",
+        "--format",
+        "json",
+        "--policy",
+        "evidence",
+    )
+    assert route.exit_code == 0, route.stderr
+    (chosen,) = [r for r in json.loads(route.stdout)["routes"] if r["taskClass"] == "extraction"]
+    # no cost known: the safe side, the best measured rung, and the reason says so
+    assert chosen["model"] == "scripted:dear"
+    assert (
+        "no cost is known (no evidence files), so no cheaper rung can be chosen" in (chosen["why"])
+    )
+    assert "warning: no evidence for 1 night" in route.stderr
+
+
+def test_matrix_margin_without_cost_is_refused(runner: CliRunner, isolated: Path) -> None:
+    result = kb(runner, "matrix", "--margin", "0.1")
+    assert result.exit_code == 2
+    assert "--margin: applies to --cost only" in result.stderr

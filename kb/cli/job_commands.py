@@ -531,8 +531,11 @@ def route(
         from kb.store.evidence import runs_reader
 
         epochs = read_epochs(app.store.home.epochs_file)
-        evidence = evidence_costs(epochs, runs_reader(app.store, evidence_dir), margin)
+        runs_of = runs_reader(app.store, evidence_dir)
+        evidence = evidence_costs(epochs, runs_of, margin)
     routes, warnings = plan_routes(ladders, claims, app.as_of, evidence)
+    if policy == "evidence" and (missing := runs_of.warning()) is not None:
+        warnings.append(missing)
     cases = [case.task_class for case in spec.cases] if spec else None
     config = router_config(routes, models)
     spec_models = [m.ref for m in spec.models] if spec else None

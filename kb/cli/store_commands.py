@@ -35,7 +35,7 @@ from kb.cli.options import (
     status_choice,
 )
 from kb.errors import ConfigError
-from kb.schema import ArchiveReason, Confidence, Polarity, RuledOut
+from kb.schema import DEFAULT_MARGIN, ArchiveReason, Confidence, Polarity, RuledOut
 
 
 @cli.command()
@@ -231,12 +231,21 @@ def matrix(
         epochs = read_epochs(app.store.home.epochs_file)
         runs_of = runs_reader(app.store, evidence_dir)
         found = found.with_costs(class_costs(epochs, runs_of, margin=margin), margin)
+        warn_missing_evidence(runs_of.warning())
+    elif margin != DEFAULT_MARGIN:
+        raise ConfigError("--margin", "applies to --cost only (kb matrix --cost --margin D)")
     if as_json:
         echo_json(matrix_json(found))
     elif markdown:
         click.echo(matrix_markdown(found), nl=False)
     else:
         click.echo(matrix_text(found))
+
+
+def warn_missing_evidence(line: str | None) -> None:
+    """The nights whose evidence was not found, as one warning on stderr."""
+    if line is not None:
+        click.echo(f"warning: {line}", err=True)
 
 
 COMPARE_EPILOG = """\b
@@ -279,13 +288,9 @@ def compare(
 
     epochs = read_epochs(app.store.home.epochs_file)
     check_compare_filters(epochs, task_class, models)
-    found = compare_models(
-        epochs,
-        runs_reader(app.store, evidence_dir),
-        task_class=task_class,
-        models=models,
-        margin=margin,
-    )
+    runs_of = runs_reader(app.store, evidence_dir)
+    found = compare_models(epochs, runs_of, task_class=task_class, models=models, margin=margin)
+    warn_missing_evidence(runs_of.warning())
     if as_json:
         echo_json(compare_json(found))
     elif markdown:

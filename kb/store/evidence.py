@@ -10,7 +10,6 @@ it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,16 +137,42 @@ def report_observed_at(path: Path) -> str | None:
         return None
 
 
-def runs_reader(
-    store: KnowledgeStore, directory: Path | None = None
-) -> Callable[[str], list[RunRecord] | None]:
-    """A report id's runs, each report read once (``None``: its evidence is nowhere)."""
-    cache: dict[str, list[RunRecord] | None] = {}
+class RunsReader:
+    """A report id's runs, each report read once (``None``: its evidence is nowhere).
 
-    def runs_of(report_id: str) -> list[RunRecord] | None:
-        if report_id not in cache:
-            loaded = load_evidence(store, report_id, directory)
-            cache[report_id] = loaded.runs if loaded is not None and loaded.runs else None
-        return cache[report_id]
+    ``missing`` names the reports asked for whose evidence was not found (swept
+    with ``--no-evidence``, or a directory moved away): what they would have
+    told — cost, latency — is unknown, and a command says so.
+    """
 
-    return runs_of
+    def __init__(self, store: KnowledgeStore, directory: Path | None = None) -> None:
+        self._store = store
+        self._directory = directory
+        self._cache: dict[str, list[RunRecord] | None] = {}
+        self.missing: list[str] = []
+
+    def __call__(self, report_id: str) -> list[RunRecord] | None:
+        if report_id not in self._cache:
+            loaded = load_evidence(self._store, report_id, self._directory)
+            runs = loaded.runs if loaded is not None and loaded.runs else None
+            self._cache[report_id] = runs
+            if runs is None:
+                self.missing.append(report_id)
+        return self._cache[report_id]
+
+    def warning(self) -> str | None:
+        """One line naming the nights without evidence (``None``: every night had it)."""
+        if not self.missing:
+            return None
+        count = len(self.missing)
+        shown = ", ".join(self.missing[:3]) + (" …" if count > 3 else "")
+        return (
+            f"no evidence for {count} night{'s' if count != 1 else ''} ({shown}): their cost "
+            "and latency are unknown (kb sweep wrote none with --no-evidence, or the "
+            "directory moved: --evidence-dir)"
+        )
+
+
+def runs_reader(store: KnowledgeStore, directory: Path | None = None) -> RunsReader:
+    """A :class:`RunsReader` over ``store``'s evidence (``directory`` first when given)."""
+    return RunsReader(store, directory)
