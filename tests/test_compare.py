@@ -302,17 +302,19 @@ def test_the_site_links_each_discordant_case_to_both_answers(
     assert result.exit_code == 0, result.stderr
     page = (isolated / "site" / "models.html").read_text()
     assert "scripted:cheap</span> vs <span" in page and "n=40 shared cases" in page
-    links = re.findall(r'<a href="([^"#]+)#([^"]+)">([^<]+)</a>', page)
+    links = re.findall(r'<a href="([^"#]+)#([^"]+)" title="([^"]+)">([^<]+)</a>', page)
     # three discordant cases, each linked to both models' answers
     assert len(links) == 6
-    for target, anchor, text in links:
+    for target, anchor, model, text in links:
         night_page = (isolated / "site" / html.unescape(target)).read_text()
-        section = re.search(
-            rf'<section class="case" id="{anchor}"[^>]*>(.*?)</section>', night_page
-        )
+        found = rf'<section class="case" id="{anchor}"[^>]*>(.*?)</section>'
+        section = re.search(found, night_page)
         assert section is not None, (target, anchor)
-        model = text.split(":")[0] + ":" + text.split(":")[1]
-        assert model in section.group(1)
+        assert html.unescape(model) in section.group(1)
+        assert text.endswith("— answer")
+    # each model's pass rate and cost per case, as kb compare prints them
+    assert '<td class="name">scripted:cheap</td><td class="num">0.90</td>' in page
+    assert "$0.0010" in page and "$0.0100" in page
     assert "models.html" in (isolated / "site" / "index.html").read_text()
 
 

@@ -58,6 +58,7 @@ body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin:
 h1 { font-size: 1.3em; margin: 0.2em 0 0.4em; overflow-x: auto; }
 .id { display: block; overflow-x: auto; white-space: nowrap; }
 h2 { font-size: 1.1em; margin-top: 1.4em; }
+section.pair h3 { font-size: 1em; }
 a { color: #0550ae; }
 .name { white-space: nowrap; }
 .scroll { overflow-x: auto; max-width: 100%; }

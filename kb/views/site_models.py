@@ -13,7 +13,8 @@ import hashlib
 import html
 from collections.abc import Mapping, Sequence
 
-from kb.compare import ClassComparison, PairComparison
+from kb.compare import ArmCosts, ClassComparison, PairComparison
+from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.epochs import EpochsFile, cell_key
 from kb.views.compare import interval_text, reading_text
@@ -44,6 +45,33 @@ def _score(value: float) -> str:
     return "pass" if value == 1 else "fail" if value == 0 else to_fixed_2(value)
 
 
+def _money(costs: ArmCosts) -> str:
+    return usd(costs.cost_per_case) if costs.cost_per_case is not None else "unknown"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.0f} ms" if value is not None else "—"
+
+
+def _arms_table(pair: PairComparison) -> str:
+    """Each model's pass rate, cost and latency on the shared cases (as ``kb compare``)."""
+    esc = html.escape
+    rows = "".join(
+        f'<tr><td class="name">{esc(subject)}</td><td class="num">{to_fixed_2(rate)}</td>'
+        f'<td class="num">{_money(costs)}</td><td class="num">{_ms(costs.p50_ms)}</td>'
+        f'<td class="num">{_ms(costs.p90_ms)}</td></tr>'
+        for subject, rate, costs in (
+            (pair.a, pair.rate_a, pair.costs_a),
+            (pair.b, pair.rate_b, pair.costs_b),
+        )
+    )
+    return (
+        '<div class="scroll"><table class="arms"><thead><tr><th>model</th><th>pass rate</th>'
+        "<th>$/case</th><th>p50</th><th>p90</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
+    )
+
+
 def _pair_html(pair: PairComparison, epochs: EpochsFile, pages: Mapping[str, str]) -> str:
     esc = html.escape
     rows = []
@@ -51,20 +79,21 @@ def _pair_html(pair: PairComparison, epochs: EpochsFile, pages: Mapping[str, str
         links = []
         for subject, score in ((pair.a, found.a), (pair.b, found.b)):
             link = answer_link(epochs, pages, subject, pair.task_class, found.case)
-            text = f"{esc(subject)}: {_score(score)}"
-            links.append(f'<a href="{esc(link)}">{text}</a>' if link else f"{text} (no evidence)")
+            text = f"{_score(score)} — answer"
+            links.append(
+                f'<a href="{esc(link)}" title="{esc(subject)}">{text}</a>'
+                if link
+                else f"{_score(score)} (no evidence)"
+            )
         rows.append(
             f'<tr><td class="name">{esc(found.case)}</td>'
             f"<td>{links[0]}</td><td>{links[1]}</td></tr>"
         )
-    cost = (
-        f" · cost ratio {pair.cost_ratio:.2f}x"
-        if pair.cost_ratio is not None
-        else " · cost unknown"
-    )
+    ratio = pair.cost_ratio
+    cost = f" · cost ratio {ratio:.2f}x" if ratio is not None else " · cost unknown"
     table = (
-        '<div class="scroll"><table class="discordant"><thead><tr><th>case</th>'
-        f"<th>{esc(pair.a)}</th><th>{esc(pair.b)}</th></tr></thead>"
+        '<div class="scroll"><table class="discordant"><thead><tr><th>discordant case</th>'
+        f'<th class="name">{esc(pair.a)}</th><th class="name">{esc(pair.b)}</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
         if rows
         else '<p class="meta">no discordant case: every shared case scored the same</p>'
@@ -73,7 +102,7 @@ def _pair_html(pair: PairComparison, epochs: EpochsFile, pages: Mapping[str, str
         f'<section class="pair"><h3><span class="name">{esc(pair.a)}</span> vs '
         f'<span class="name">{esc(pair.b)}</span></h3>'
         f"<p>n={pair.n} shared cases · difference {esc(interval_text(pair))} · "
-        f"<b>{esc(reading_text(pair))}</b>{cost}</p>{table}</section>"
+        f"<b>{esc(reading_text(pair))}</b>{cost}</p>{_arms_table(pair)}{table}</section>"
     )
 
 
@@ -88,7 +117,7 @@ def models_page_body(
         )
     else:
         sections = "".join(
-            f'<h2 class="name">{esc(group.task_class)}</h2>'
+            f'<h2><span class="name">{esc(group.task_class)}</span></h2>'
             f'<p class="meta">margin {to_fixed_2(group.margin)}; 95% intervals'
             + (f", Bonferroni over {len(group.pairs)} pairs" if len(group.pairs) > 1 else "")
             + "</p>"
