@@ -176,14 +176,16 @@ def test_the_summary_and_kb_diff_lead_with_the_falsified_claim(
         summary.index("### Cells"),
     ]
     assert order == sorted(order)
-    assert "| `scripted:e` · `extraction` | strength | archived (`falsified`) |" in summary
+    assert (
+        "| `scripted:e` · `extraction` | strength | archived (`falsified`; was 1.00) |" in summary
+    )
     assert "**Superseded**" not in summary and "1.00 → 1.00" not in summary
     markdown = kb(runner, "diff", "--markdown").stdout
     assert markdown.split("\n", 3)[3] in summary  # the same changes as kb diff of the commit
 
     text = unwrapped(kb(runner, "diff").stdout.split("\n", 1)[1])
     assert text == (
-        f"- archived {DROPPED} (falsified) "
+        f"- archived {DROPPED} (falsified: was strength, passRate 1.00) "
         f"+ added {NIGHT2}/scripted:e/extraction (weakness, passRate 0.50) "
         "= 4 claims re-measured, no belief changed (kb diff --all lists them)"
     )

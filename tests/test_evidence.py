@@ -182,7 +182,7 @@ def test_kb_diff_over_two_nights(runner: CliRunner, repo: Path) -> None:
     text = unwrapped("\n".join(lines))
     assert "+ added" not in text  # the one new claim replaced an older one
     # what changed a belief first; the re-measurement at the same rate is a count
-    assert text.index(f"- archived {ids['scripted:weak']} (falsified)") < text.index(
+    assert text.index(f"- archived {ids['scripted:weak']} (falsified: was ") < text.index(
         f"! stale {ids['scripted:gone']} (canary drift: the provider changed the model)"
     )
     assert text.endswith("= 1 claim re-measured, no belief changed (kb diff --all lists them)")

@@ -375,7 +375,7 @@ def _md_tables(diff: StoreDiff, list_all: bool) -> list[str]:
                     old.polarity,
                     f"superseded by a {new.polarity} ({rates(old, new)})"
                     if new
-                    else f"archived ({table_code(FALSIFIED)})",
+                    else f"archived ({table_code(FALSIFIED)}; was {_rate(old)})",
                 ]
                 for old, new in diff.falsified
             ],

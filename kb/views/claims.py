@@ -232,7 +232,8 @@ def format_diff(changes: StoreDiff, list_all: bool = False) -> str:
     ]
     for old, new in changes.falsified:  # first: a belief the evidence turned against
         if new is None:
-            lines += _change("- archived", f"{old.id} (falsified)")
+            held = f"{old.polarity}, passRate {_number(old)}" if old.metrics else old.polarity
+            lines += _change("- archived", f"{old.id} (falsified: was {held})")
         else:
             lines += _change(
                 "~ superseded",
