@@ -30,6 +30,7 @@ a reported p90 is a latency that occurred. A night without evidence files
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -380,7 +381,11 @@ def check_compare_filters(
     cells = epoch_cells(epochs)
     if task_class is not None and task_class not in cells:
         known = ", ".join(sorted(cells)) or "none yet"
-        raise ConfigError("--task-class", f"no model measured {task_class!r} (measured: {known})")
+        close = difflib.get_close_matches(task_class, sorted(cells), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            "--task-class", f"no model measured {task_class!r} (measured: {known}){hint}"
+        )
     scope = [cells[task_class]] if task_class is not None else list(cells.values())
     subjects = sorted({s for group in scope for s in group})
     missing = [m for m in models if m not in subjects]

@@ -447,3 +447,15 @@ def test_matrix_margin_without_cost_is_refused(runner: CliRunner, isolated: Path
     result = kb(runner, "matrix", "--margin", "0.1")
     assert result.exit_code == 2
     assert "--margin: applies to --cost only" in result.stderr
+
+
+def test_a_task_class_typo_gets_a_suggestion_and_two_formats_are_refused(
+    runner: CliRunner, isolated: Path
+) -> None:
+    night(runner, spec(isolated / "s.toml", DEAR, CHEAP))
+    typo = kb(runner, "compare", "--task-class", "extractoin")
+    assert typo.exit_code == 2 and "did you mean 'extraction'?" in typo.stderr
+    for command in (("compare",), ("matrix",), ("diff",)):
+        both = kb(runner, *command, "--json", "--markdown")
+        assert both.exit_code == 2, command
+        assert "--json: choose one of --json and --markdown" in both.stderr

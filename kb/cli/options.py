@@ -107,6 +107,12 @@ def margin_option(func: F) -> F:
     )(func)
 
 
+def one_output_format(as_json: bool, markdown: bool) -> None:
+    """``--json`` and ``--markdown`` together: refused, never one of them chosen silently."""
+    if as_json and markdown:
+        raise ConfigError("--json", "choose one of --json and --markdown")
+
+
 def json_option(help_text: str) -> Callable[[F], F]:
     """``--json``: machine-readable output on stdout."""
     return click.option("--json", "as_json", is_flag=True, help=help_text)

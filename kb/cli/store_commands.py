@@ -28,6 +28,7 @@ from kb.cli.options import (
     evidence_dir_option,
     json_option,
     margin_option,
+    one_output_format,
     polarity_choice,
     push_option,
     resolve_attempts,
@@ -219,6 +220,7 @@ def matrix(
         retired_cells,
     )
 
+    one_output_format(as_json, markdown)
     snapshot = app.store.read()
     found = claim_matrix(snapshot, app.as_of)
     if retired_cells(found):  # the history is read only when a cell needs its reason
@@ -286,6 +288,7 @@ def compare(
     from kb.store.evidence import runs_reader
     from kb.views.compare import compare_json, compare_markdown, compare_text
 
+    one_output_format(as_json, markdown)
     epochs = read_epochs(app.store.home.epochs_file)
     check_compare_filters(epochs, task_class, models)
     runs_of = runs_reader(app.store, evidence_dir)
@@ -364,6 +367,7 @@ def diff(
     from kb.store.diff import diff_json, diff_markdown
     from kb.views.claims import format_diff
 
+    one_output_format(as_json, markdown)
     changes = diff_revisions(app.store, rev_a, rev_b, app.as_of)
     if as_json:
         echo_json(diff_json(changes))
