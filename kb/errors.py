@@ -166,7 +166,8 @@ class JobFailedError(KbError):
 class JobInconclusive(KbError):
     """The job ran to the end and its evidence decides neither way.
 
-    A checkpoint whose interval still spans its margin: neither a pass nor a failure.
+    A checkpoint whose interval still spans its margin: neither a pass nor a failure,
+    so the CLI prints its line without the ``Error:`` prefix (exit 4).
     """
 
 

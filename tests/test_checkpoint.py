@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,7 @@ def write_world(
     cases: int = 4,
     mid_right: bool = True,
     routed_class: str = "extraction",
+    cheap_cost: float = 0.001,
 ) -> Path:
     """Ladder cheap < mid < top (start tier 1: mid); profiles fast (cheap), careful (top).
 
@@ -130,7 +133,7 @@ def write_world(
         "orchestrator_usd = 0.01",
         f"max_total_usd = {max_total}",
         "",
-        model("cheap", cheap, 0.001),
+        model("cheap", cheap, cheap_cost),
         model("mid", mid, 0.01),
         model("top", right, 0.04),
         model(
@@ -185,6 +188,11 @@ def seed_store() -> None:
     KnowledgeStore("rulvar.models.json").commit([add(claim)], 0, CommitContext("seed", "t"))
 
 
+def one_line(text: str) -> str:
+    """The table's text with its 80-column wrapping undone, to find a phrase in it."""
+    return " ".join(text.split())
+
+
 def run(runner: CliRunner, spec: Path, *args: str) -> Result:
     return runner.invoke(
         cli, ["--as-of", "2026-11-30", "checkpoint", str(spec), *args], catch_exceptions=False
@@ -205,7 +213,8 @@ def test_a_world_where_the_knowledge_pays(runner: CliRunner, isolated: Path) -> 
     assert c1["verdict"] == "inconclusive" and c1["casesToDecide"] > 0
     assert c1["difference"]["n"] == 4 and c1["difference"]["low"] < -0.03
     assert c1["costRatio"] == pytest.approx(0.1)
-    assert result.stderr.strip().startswith("Error: checkpoint inconclusive: criterion 1 needs")
+    # Inconclusive is not a failure: its stderr line has no "Error:" prefix (still exit 4).
+    assert result.stderr.strip().startswith("checkpoint inconclusive: criterion 1 needs")
     # ... and the seed's point rule, kept under --rule rulvar, passes it as before.
     result = run(runner, world, "--json", "--rule", "rulvar")
     assert result.exit_code == 0, result.stdout
@@ -223,7 +232,7 @@ def test_a_world_where_the_knowledge_pays(runner: CliRunner, isolated: Path) -> 
     assert blind["costUsd"] == pytest.approx(4 * 0.0005 + 4 * 0.04)
     assert report["passed"] is True
     table = run(runner, world, "--rule", "rulvar").stdout
-    assert "general        extraction             1->0" in table
+    assert "  general  extraction  1->0   1.00 $0.0400  1.00 $0.0040  pass" in table
     assert table.rstrip().endswith("checkpoint: PASSED")
     assert "(by intervals: inconclusive)" in table
     table = run(runner, world).stdout
@@ -267,10 +276,10 @@ def test_an_envelope_refusal_contaminates_its_arm(runner: CliRunner, isolated: P
     assert report["criterion1"]["reason"].startswith("treatment arm contaminated: refused run")
     assert report["verdict"] == "not passed"
     assert "criterion 1: contaminated (treatment arm contaminated" in result.stderr
-    table = run(runner, world, "--allow-partial").stdout
-    assert "CONTAMINATED: refused run" in table
+    table = one_line(run(runner, world, "--allow-partial").stdout)
+    assert "treatment CONTAMINATED: refused run" in table
     assert "contaminated: treatment arm contaminated: refused run target:scripted:cheap/" in table
-    table = run(runner, world, "--allow-partial", "--rule", "rulvar").stdout
+    table = one_line(run(runner, world, "--allow-partial", "--rule", "rulvar").stdout)
     assert "FAIL: treatment arm contaminated: refused run target:scripted:cheap/" in table
 
 
@@ -447,4 +456,194 @@ def test_an_include_inside_a_case_table_names_the_checkpoint_section(isolated: P
     assert list(caught.value.issues) == [
         "cases[3].include: unknown key; put include = [...] at the top of the file (before "
         "any table) or in [checkpoint]"
+    ]
+
+
+# -- refused before any call: what the checkpoint would drop or run blind -----------------
+
+
+def served_world(folder: Path, *, cases: str = "extraction", routed: str = "extraction") -> Path:
+    """The world with its ladder serving only extraction; cases and routed cases re-classed."""
+    world = write_world(folder / "cp.toml", cheap_right=True, routed_class=routed)
+    text = world.read_text().replace(
+        'name = "general"', 'name = "general"\ntask_class = "extraction"'
+    )
+    text = text.replace(
+        'task_class = "extraction"\nprompt = "Checkpoint',
+        f'task_class = "{cases}"\nprompt = "Checkpoint',
+    )
+    world.write_text(text)
+    return world
+
+
+@pytest.mark.parametrize(
+    ("cases", "routed", "issue"),
+    [
+        (
+            "extractoin",
+            "extraction",
+            "cases: task class 'extractoin' (4 cases: ck-0, ck-1, ck-2, ...) matches no ladder "
+            "(ladder 'general' serves 'extraction'); did you mean 'extraction'?",
+        ),
+        (
+            "extraction",
+            "extractoin",
+            "orchestrated: task class 'extractoin' (4 cases: route-0, route-1, route-2, ...) "
+            "matches no ladder and no profile (ladder 'general' serves 'extraction'; profiles "
+            "are for 'extraction'); did you mean 'extraction'?",
+        ),
+    ],
+    ids=["cases", "orchestrated"],
+)
+def test_cases_of_a_task_class_no_ladder_serves_are_refused_before_any_call(
+    runner: CliRunner, isolated: Path, cases: str, routed: str, issue: str
+) -> None:
+    """They used to be dropped: a dry run printed ``criterion 1:  target runs (cells: 0)``."""
+    seed_store()
+    world = served_world(isolated, cases=cases, routed=routed)
+    for args in (["--dry-run"], [], ["--json"]):
+        result = run(runner, world, *args)
+        assert result.exit_code == 2 and result.stdout == ""
+        assert result.stderr.splitlines() == [f"Error: {world}: {issue}"]
+    assert not (isolated / "kb-evidence").exists()
+
+
+def test_a_routed_case_may_be_of_a_class_only_a_profile_serves(isolated: Path) -> None:
+    from kb.checkpoint import load_checkpoint_spec
+
+    world = served_world(isolated, routed="summary")
+    world.write_text(
+        world.read_text().replace(
+            'name = "careful"\nmodel = "scripted:top"\ntask_class = "extraction"',
+            'name = "careful"\nmodel = "scripted:top"\ntask_class = "summary"',
+        )
+    )
+    assert len(load_checkpoint_spec(world).orchestrated) == 4
+
+
+def test_a_plan_without_a_cell_prints_no_garbled_line(isolated: Path) -> None:
+    from kb.checkpoint import load_checkpoint_spec, plan_checkpoint, plan_text
+    from kb.store.ttl import parse_instant
+
+    seed_store()
+    spec = load_checkpoint_spec(write_world(isolated / "cp.toml", cheap_right=True))
+    store = KnowledgeStore("rulvar.models.json").read_only()
+    plan = plan_checkpoint(spec, store, as_of=parse_instant("2026-11-30"))
+    text = plan_text(replace(plan, pairs=(), layout=()))
+    assert "  criterion 1: no target run (no cell: no case of a task class a ladder serves)" in text
+    assert "criterion 1:  " not in text and "(cells: 0)" not in text
+
+
+SCRIPTED_TYPOS = {
+    "rung": (
+        'rungs = [{ model = "scripted:cheap" }',
+        'rungs = [{ model = "scripted:chep" }',
+        "ladder 'general' rung 0: scripted:chep",
+        "scripted:cheap",
+    ),
+    "profile": (
+        'name = "careful"\nmodel = "scripted:top"',
+        'name = "careful"\nmodel = "scripted:tpo"',
+        "profile 'careful': scripted:tpo",
+        "scripted:top",
+    ),
+    "orchestrator": (
+        'orchestrator = "scripted:router"',
+        'orchestrator = "scripted:ruoter"',
+        "checkpoint.orchestrator: scripted:ruoter",
+        "scripted:router",
+    ),
+}
+
+
+@pytest.mark.parametrize("typo", SCRIPTED_TYPOS, ids=list(SCRIPTED_TYPOS))
+def test_a_scripted_model_without_a_models_entry_is_refused(
+    runner: CliRunner, isolated: Path, typo: str
+) -> None:
+    """Without params it would answer "" to everything: 0.00 at $0, "cost saved 100%"."""
+    old, new, where, nearest = SCRIPTED_TYPOS[typo]
+    seed_store()
+    world = write_world(isolated / "cp.toml", cheap_right=True)
+    assert old in world.read_text()
+    world.write_text(world.read_text().replace(old, new))
+    for args in (["--dry-run"], []):
+        result = run(runner, world, *args)
+        assert result.exit_code == 2 and result.stdout == ""
+        (line,) = result.stderr.splitlines()
+        assert line == (
+            f"Error: {world}: {where} has no [[models]] entry, and a scripted model without "
+            f'params answers "" to everything; did you mean {nearest!r}?'
+        )
+
+
+def test_a_scripted_models_entry_without_params_is_taken_as_meant(isolated: Path) -> None:
+    from kb.checkpoint import load_checkpoint_spec
+
+    world = write_world(isolated / "cp.toml", cheap_right=True)
+    text = world.read_text().replace('{ model = "scripted:cheap" }', '{ model = "scripted:blank" }')
+    world.write_text(text + '\n[[models]]\nmodel = "scripted:blank"\n')
+    assert load_checkpoint_spec(world).model("scripted:blank").params == {}
+
+
+# -- the README's example spec ---------------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_checkpoint_section() -> str:
+    text = README.read_text()
+    start = text.index("## The value checkpoint: `kb checkpoint SPEC.toml`")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def readme_block(language: str, first_line: str) -> str:
+    """The fenced block of ``language`` in the checkpoint section that starts so."""
+    blocks = re.findall(rf"```{language}\n(.*?)```", readme_checkpoint_section(), re.S)
+    (block,) = [b for b in blocks if b.startswith(first_line)]
+    return block
+
+
+def test_the_readmes_example_spec_parses_and_runs(runner: CliRunner, isolated: Path) -> None:
+    from kb.checkpoint import load_checkpoint_spec, plan_checkpoint
+    from kb.checkpoint.run import ROUTER_SYSTEM
+    from kb.store.ttl import parse_instant
+
+    spec_path = isolated / "cp.toml"
+    spec_path.write_text(readme_block("toml", "# cp.toml"))
+    spec = load_checkpoint_spec(spec_path)
+    assert (len(spec.cases), len(spec.orchestrated), len(spec.params)) == (2, 2, 4)
+    # Against an empty store (kb init): the plan, then "not passed" as the README says.
+    assert runner.invoke(cli, ["init"], catch_exceptions=False).exit_code == 0
+    result = run(runner, spec_path, "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert "general / extraction: baseline tier 1" in result.stdout
+    result = run(runner, spec_path, "--json")
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert (
+        report["criterion1"]["reason"]
+        == "no cell has a recommendation: the knowledge moved nothing"
+    )
+    assert report["criterion2"]["verdict"] == "not applicable"
+    # The scripted orchestrator keyed on "Knowledge card:": informed picks fast, blind careful.
+    informed, blind = report["criterion2"]["informed"], report["criterion2"]["blind"]
+    assert informed["passRate"] == blind["passRate"] == 1 and "invalidChoices" not in informed
+    assert informed["costUsd"] == 2 * 0.0005 + 2 * 0.001
+    assert blind["costUsd"] == 2 * 0.0005 + 2 * 0.04
+    # The orchestrator's prompt as the README shows it (the card itself elided).
+    assert readme_block("text", "You route") == ROUTER_SYSTEM + "\n"
+    plan = plan_checkpoint(
+        spec, KnowledgeStore("rulvar.models.json").read_only(), as_of=parse_instant("2026-11-30")
+    )
+    request = plan.job.phase("orchestrator").runs[0].request
+    assert request.params["temperature"] == 0
+    sent = request.messages[-1]["content"].replace(plan.card, "<card>\n")
+    shown = re.sub(
+        r"# Model knowledge card.*?\.\.\.\n",
+        "<card>\n",
+        readme_block("text", "Profiles:"),
+        flags=re.S,
+    )
+    assert [line for line in sent.splitlines() if line] == [
+        line for line in shown.splitlines() if line
     ]

@@ -11,6 +11,7 @@ are computed beside them for ``--rule rulvar``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -40,6 +41,24 @@ from kb.paired import (
     seed_from,
 )
 from kb.schema import DEFAULT_MARGIN
+
+
+def rounded(value: float | None) -> float | None:
+    """A derived figure (a rate, a ratio, an interval bound) for the JSON: 6 significant digits.
+
+    Ratios of float sums carry binary noise (``0.30000000000000004``); the
+    report gives what the data can say, and the same digits on every machine.
+    Non-finite values (a cost ratio over a free baseline) are ``None``.
+    """
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.6g}")
+
+
+def rounded_usd(value: float | None) -> float | None:
+    """A sum or mean of dollars for the JSON: to 10 decimals (a ten-thousandth of a micro-USD)."""
+    return None if value is None else round(value, 10)
+
 
 Verdict = Literal["passed", "failed", "inconclusive", "contaminated", "not applicable"]
 """A criterion's (or a cell's) verdict."""
@@ -157,9 +176,9 @@ class Arm:
         costs = self.case_costs()
         entry: dict[str, Any] = {
             "arm": self.name,
-            "passRate": self.pass_rate,
-            "costUsd": self.cost_usd,
-            "costPerCaseUsd": sum(costs.values()) / len(costs) if costs else None,
+            "passRate": rounded(self.pass_rate),
+            "costUsd": rounded_usd(self.cost_usd),
+            "costPerCaseUsd": rounded_usd(sum(costs.values()) / len(costs) if costs else None),
             "n": len(self.verdicts),
         }
         if self.contamination:
@@ -248,7 +267,7 @@ class Decision:
         if self.difference is not None:
             entry["difference"] = difference_json(self.difference)
         if self.cost_ratio is not None:
-            entry["costRatio"] = self.cost_ratio if np.isfinite(self.cost_ratio) else None
+            entry["costRatio"] = rounded(self.cost_ratio)
         return entry
 
 
@@ -256,9 +275,9 @@ def difference_json(diff: PairedDifference) -> dict[str, Any]:
     """A paired difference (treatment − baseline) in report form."""
     return {
         "n": diff.n,
-        "difference": diff.difference,
-        "low": diff.low,
-        "high": diff.high,
+        "difference": rounded(diff.difference),
+        "low": rounded(diff.low),
+        "high": rounded(diff.high),
         "method": diff.method,
         "discordantTreatment": diff.discordant_a,
         "discordantBaseline": diff.discordant_b,
@@ -331,9 +350,9 @@ class Estimate:
     low: float
     high: float
 
-    def to_json(self) -> dict[str, float]:
-        """Report form."""
-        return {"value": self.value, "low": self.low, "high": self.high}
+    def to_json(self) -> dict[str, float | None]:
+        """Report form (:func:`rounded`)."""
+        return {"value": rounded(self.value), "low": rounded(self.low), "high": rounded(self.high)}
 
 
 @dataclass(frozen=True)
@@ -363,7 +382,7 @@ class Controls:
     def to_json(self) -> dict[str, Any]:
         """Report form."""
 
-        def est(e: Estimate | None) -> dict[str, float] | None:
+        def est(e: Estimate | None) -> dict[str, float | None] | None:
             return e.to_json() if e is not None else None
 
         mix: dict[str, Any]
@@ -371,13 +390,13 @@ class Controls:
             mix = {"unavailable": self.mix_unavailable}
         else:
             mix = {
-                "strongestShare": self.mix_share,
-                "passRate": self.mix_rate,
+                "strongestShare": rounded(self.mix_share),
+                "passRate": rounded(self.mix_rate),
                 "difference": difference_json(self.versus_mix),
             }
         return {
             "n": self.n,
-            "strongestPassRate": self.strongest_rate,
+            "strongestPassRate": rounded(self.strongest_rate),
             "qualityRetained": est(self.quality_retained),
             "costSavedVsStrongest": est(self.cost_saved_vs_strongest),
             "costSavedVsStart": est(self.cost_saved_vs_start),
@@ -611,12 +630,22 @@ class CheckpointReport:
             ]
             raise JobFailedError("checkpoint not passed: " + "; ".join(failed))
         if self.verdict == "inconclusive":
-            open_ = [
-                f"criterion {i}"
-                + (f" needs about {d.cases_to_decide} more cases" if d.cases_to_decide else "")
-                for i, d in ((1, self.criterion1), (2, self.criterion2))
-                if d.verdict == "inconclusive"
-            ]
+            open_ = []
+            for i, d in ((1, self.criterion1), (2, self.criterion2)):
+                if d.verdict != "inconclusive":
+                    continue
+                more = ""
+                if d.cases_to_decide and i == 1 and self.sequential is not None:
+                    # The estimate is a fixed-n one; the confidence sequence needs more.
+                    more = (
+                        f" needs more cases (its confidence sequence spans the margin after "
+                        f"{self.sequential.cases}; a fixed-n run would need about "
+                        f"{d.cases_to_decide} more)"
+                    )
+                elif d.cases_to_decide:
+                    more = f" needs about {d.cases_to_decide} more cases"
+                open_.append(f"criterion {i}{more}")
+            # Not a failure: the CLI prints it without "Error:" (exit 4).
             raise JobInconclusive("checkpoint inconclusive: " + "; ".join(open_))
 
     @property

@@ -22,7 +22,7 @@ Any arm with a refused, exhausted, failed or judge-incomplete run is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from kb.money import usd
@@ -66,6 +66,17 @@ class Arm(Protocol):
 
 
 TOLERANCE = 1e-9
+
+
+def signed_2(value: float) -> str:
+    """``+0.05``, ``-0.49``: a difference in pass rate as kb prints it (:func:`to_fixed_2`)."""
+    text = to_fixed_2(value)
+    return text if text.startswith("-") else f"+{text}"
+
+
+def interval_text(diff: PairedDifference) -> str:
+    """``[-0.49, +0.49]``: a paired difference's interval, two decimals as everywhere in kb."""
+    return f"[{signed_2(diff.low)}, {signed_2(diff.high)}]"
 
 
 @dataclass(frozen=True)
@@ -173,7 +184,10 @@ class IntervalRule:
         """The verdict on treatment − baseline ``diff`` at ``cost_ratio`` (treatment/baseline)."""
         if self.zero_fails and passed_nothing:
             return CriterionResult("failed", "passed nothing (a pass rate of 0 fails outright)")
-        return checkpoint_criterion(diff, cost_ratio, margin, self.cheaper, self.better)
+        result = checkpoint_criterion(diff, cost_ratio, margin, self.cheaper, self.better)
+        # The reason's interval as kb prints every interval: two decimals.
+        written = f"[{diff.low:+.3f}, {diff.high:+.3f}]"
+        return replace(result, reason=result.reason.replace(written, interval_text(diff)))
 
 
 START_RUNG_INTERVAL = IntervalRule(cheaper=0.90, better=1.00)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,10 +146,93 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
         tuple(spec.orchestrated),
         tuple(seeding),
     )
-    issues = unpriced_issues(loaded.priced_models(), None)
-    if issues:  # both criteria compare arms on cost: a model nobody prices cannot be compared
+    issues = task_class_issues(loaded)
+    if issues:  # a case no ladder serves would be dropped from criterion 1 without a word
+        raise ConfigError(str(path), issues)
+    # Both criteria compare arms on cost: a model nobody prices cannot be compared; a
+    # scripted model without params answers "" to everything (a typo, most likely).
+    issues = unpriced_issues(loaded.priced_models(), None) + unscripted_issues(loaded)
+    if issues:
         raise ConfigError(str(path), issues)
     return loaded
+
+
+def _did_you_mean(wanted: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(wanted, sorted(set(known)), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(repr(name) for name in dict.fromkeys(names)) or "none"
+
+
+def task_class_issues(spec: CheckpointSpec) -> list[str]:
+    """One line per task class of the cases that no ladder serves (nor, routed, any profile).
+
+    A ladder with a ``task_class`` serves only that class (one without serves
+    every class): criterion 1 would plan no cell for the cases of any other
+    class, and an orchestrated case of such a class has no profile meant for it.
+    """
+    ladders = spec.ladders.ladders
+    if any(ladder.task_class is None for ladder in ladders):
+        return []
+    served = {ladder.task_class: ladder.name for ladder in ladders if ladder.task_class}
+    profiled = [p.task_class for p in spec.ladders.profiles]
+    serving = ", ".join(f"ladder {name!r} serves {tc!r}" for tc, name in served.items())
+    issues = []
+    for kind, cases, known in (
+        ("cases", spec.cases, list(served)),
+        ("orchestrated", spec.orchestrated, [*served, *profiled]),
+    ):
+        missing: dict[str, list[str]] = {}
+        for case in cases:
+            if case.task_class not in known:
+                missing.setdefault(case.task_class, []).append(case.name)
+        for task_class, names in missing.items():
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            count = f"{len(names)} case{'s' if len(names) != 1 else ''}"
+            where = "matches no ladder"
+            tail = f" ({serving})"
+            if kind == "orchestrated":
+                where = "matches no ladder and no profile"
+                tail = f" ({serving}; profiles are for {_quoted(profiled)})"
+            issues.append(
+                f"{kind}: task class {task_class!r} ({count}: {shown}) {where}{tail}"
+                + _did_you_mean(task_class, known)
+            )
+    return issues
+
+
+def unscripted_issues(spec: CheckpointSpec) -> list[str]:
+    """One line per ``scripted:`` model the checkpoint would run that ``[[models]]`` lacks.
+
+    Without params a scripted model answers ``""`` to everything, so its arm
+    reads 0.00 at $0: a ladder rung (of a ladder serving a case), a profile or
+    the orchestrator named so is a typo, most likely. An entry with empty
+    params is taken as meant.
+    """
+    classes = {case.task_class for case in spec.cases}
+    used: list[tuple[str, str, str | None]] = [
+        (f"ladder {ladder.name!r} rung {index}", rung.model, rung.effort)
+        for ladder in spec.ladders.ladders
+        if ladder.task_class is None or ladder.task_class in classes
+        for index, rung in enumerate(ladder.rungs)
+    ]
+    used += [(f"profile {p.name!r}", p.model, p.effort) for p in spec.ladders.profiles]
+    used.append(("checkpoint.orchestrator", spec.section.orchestrator, None))
+    issues: dict[str, str] = {}
+    for where, ref, effort in used:
+        key = subject_key(ref, effort)
+        if ModelSpec(ref).provider != "scripted" or key in spec.params or ref in spec.params:
+            continue
+        configured = sorted(spec.params)
+        hint = _did_you_mean(key, configured) or f" (configured: {_quoted(configured)})"
+        issues.setdefault(
+            key,
+            f"{where}: {key} has no [[models]] entry, and a scripted model without "
+            f'params answers "" to everything{hint}',
+        )
+    return list(issues.values())
 
 
 def _ladders(spec: _CheckpointFile, base: Path, source: str) -> LaddersFile:

@@ -5,21 +5,24 @@ from __future__ import annotations
 from collections import Counter
 
 from kb.checkpoint.arms import Arm, CheckpointReport, Controls, Decision, Estimate, StartRungCell
-from kb.checkpoint.rules import PROFILE, START_RUNG
+from kb.checkpoint.rules import PROFILE, START_RUNG, interval_text, signed_2
 from kb.checkpoint.run import CheckpointPlan
 from kb.money import usd, usd_or_unbounded
 from kb.paired import PairedDifference
 from kb.store.canonical import to_fixed_2
+from kb.textwidth import WIDTH, fit, fits, table_lines
 
 
 def plan_text(plan: CheckpointPlan) -> str:
     """What the checkpoint would run, arm by arm, and its worst-case spend (no call made)."""
     arms = Counter(key[2] for key, _ in plan.pairs)
     lines = [f"checkpoint {plan.spec.path.name}: planned runs"]
+    runs = ", ".join(f"{arms[a]} {a}" for a in ("baseline", "treatment", "strongest") if arms[a])
+    # The spec refuses cases no ladder serves, so a plan without a cell is not expected.
     lines.append(
-        "  criterion 1: "
-        + ", ".join(f"{arms[a]} {a}" for a in ("baseline", "treatment", "strongest") if arms[a])
-        + f" target runs (cells: {len(plan.layout)})"
+        f"  criterion 1: {runs} target runs (cells: {len(plan.layout)})"
+        if runs
+        else "  criterion 1: no target run (no cell: no case of a task class a ladder serves)"
     )
     for cell in plan.layout:
         tiers = ", ".join(f"{arm} tier {tier}" for arm, tier in cell.arms)
@@ -38,24 +41,49 @@ def plan_text(plan: CheckpointPlan) -> str:
     if forecast.exceeds:
         line += f": EXCEEDS the cap, {forecast.refused} of {forecast.runs} runs would be refused"
     lines.append(line)
-    return "\n".join(lines)
+    return _text(lines)
+
+
+def _glue(text: str) -> str:
+    """``text`` kept on one line when its line wraps (:func:`kb.textwidth.wrapped`)."""
+    return text.replace(" ", "\xa0")
+
+
+def _text(lines: list[str]) -> str:
+    """The lines within 80 columns, each wrapped under its own indent."""
+    return fit("\n".join(lines)).replace("\xa0", " ")
 
 
 def _interval(diff: PairedDifference) -> str:
-    return f"{diff.difference:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}] ({diff.method}, n {diff.n})"
+    return (
+        f"{signed_2(diff.difference)} {_glue(interval_text(diff))} "
+        f"({_glue(f'{diff.method}, n {diff.n}')})"
+    )
 
 
-def _decision(decision: Decision) -> str:
+def _decision(decision: Decision, *, sequential: bool = False) -> str:
+    """A verdict and why; ``sequential``: decided by the confidence sequence, so labelled."""
     text = f"{decision.verdict}: {decision.reason}"
+    if decision.difference is not None:
+        shown = interval_text(decision.difference)
+        text = text.replace(shown, _glue(shown))
+    if sequential and decision.difference is not None:
+        text += " " + _glue(f"(confidence sequence, n {decision.difference.n})")
     if decision.verdict == "inconclusive" and decision.cases_to_decide is not None:
-        text += f"; {decision.cases_to_decide} more cases would decide"
+        if sequential:  # the estimate is a fixed-n one: a confidence sequence needs more
+            text += (
+                f"; a fixed-n run would need about {decision.cases_to_decide} more cases "
+                "(without --sequential)"
+            )
+        else:
+            text += f"; {decision.cases_to_decide} more cases would decide"
     return text
 
 
 def _percent(estimate: Estimate | None) -> str:
     if estimate is None:
         return "n/a"
-    return f"{estimate.value:.0%} [{estimate.low:.0%}, {estimate.high:.0%}]"
+    return _glue(f"{estimate.value:.0%} [{estimate.low:.0%}, {estimate.high:.0%}]")
 
 
 def controls_lines(controls: Controls) -> list[str]:
@@ -78,53 +106,114 @@ def controls_lines(controls: Controls) -> list[str]:
     return lines
 
 
-def checkpoint_table(report: CheckpointReport) -> str:
-    """The terminal table: cells, arms, pass rates, costs, verdicts, controls, contamination."""
-    rulvar = report.options.rule == "rulvar"
-    margin = report.options.margin
+def _arm_cell(arm: Arm) -> str:
+    return f"{to_fixed_2(arm.pass_rate)} {usd(arm.cost_usd)}" + (" !" if arm.contamination else "")
 
-    def arm_text(arm: Arm) -> str:
-        tail = f"  CONTAMINATED: {arm.contamination}" if arm.contamination else ""
-        return f"{to_fixed_2(arm.pass_rate)} {usd(arm.cost_usd)}{tail}"
+
+def cell_lines(report: CheckpointReport) -> list[str]:
+    """Criterion 1's cells: flat when every row fits 80 columns, else grouped by ladder.
+
+    The grouped layout (as ``kb matrix`` falls back to) puts each ladder on a
+    line of its own, its task classes under it, and each cell's verdict (and
+    any contaminated arm, marked ``!`` in its column) on the lines below its row.
+    """
+    rulvar = report.options.rule == "rulvar"
+    sequential = report.sequential is not None
 
     def verdict(cell: StartRungCell) -> str:
-        decision = cell.decision(margin)
+        decision = cell.decision(report.options.margin)
         if decision is None:
             return "n/a (no recommendation)"
         if rulvar:
             failure = START_RUNG.failure(cell.treatment, cell.baseline)
             return "pass" if cell.passed else f"FAIL: {failure}"
+        if sequential and decision.difference is not None:
+            # A fixed-n interval read after rounds of peeking is not valid: the pooled
+            # confidence sequence decided; the cell shows its point difference only.
+            diff = decision.difference
+            return (
+                f"treatment - baseline {signed_2(diff.difference)} (n {diff.n}); "
+                "the pooled confidence sequence decides"
+            )
         return _decision(decision)
+
+    def tiers(cell: StartRungCell) -> str:
+        if cell.recommended_tier is None:
+            return f"{cell.default_tier}"
+        return f"{cell.default_tier}->{cell.recommended_tier}"
+
+    def details(cell: StartRungCell) -> list[str]:
+        return [
+            f"{arm.name} CONTAMINATED: {arm.contamination}"
+            for arm in (cell.baseline, cell.treatment)
+            if arm.contamination
+        ]
+
+    cells = report.cells
+    header = ["ladder", "task class", "tiers", "baseline", "treatment", "verdict"]
+    flat = table_lines(
+        [header]
+        + [
+            [c.ladder, c.task_class, tiers(c), _arm_cell(c.baseline), _arm_cell(c.treatment)]
+            + [verdict(c)]
+            for c in cells
+        ]
+    )
+    lines = ["  " + line for line in flat[:1]]
+    for cell, line in zip(cells, flat[1:], strict=True):
+        lines += ["  " + line] + [f"    {detail}" for detail in details(cell)]
+    if fits(lines, WIDTH):
+        return lines
+    grouped = table_lines(
+        [["ladder / task class", "tiers", "baseline", "treatment"]]
+        + [
+            ["  " + c.task_class, tiers(c), _arm_cell(c.baseline), _arm_cell(c.treatment)]
+            for c in cells
+        ]
+    )
+    lines, ladder = ["  " + grouped[0]], None
+    for cell, row in zip(cells, grouped[1:], strict=True):
+        if cell.ladder != ladder:
+            lines.append(f"  {cell.ladder}")
+            ladder = cell.ladder
+        lines += ["  " + row] + [f"      {text}" for text in [*details(cell), verdict(cell)]]
+    return lines
+
+
+def checkpoint_table(report: CheckpointReport) -> str:
+    """The terminal table: cells, arms, pass rates, costs, verdicts, controls, contamination.
+
+    Within 80 columns like every kb table (:mod:`kb.textwidth`): the cells
+    regroup by ladder when a flat row would not fit, prose lines wrap.
+    """
+    rulvar = report.options.rule == "rulvar"
+    sequential = report.sequential is not None
+
+    def arm_text(arm: Arm) -> str:
+        tail = f"  CONTAMINATED: {arm.contamination}" if arm.contamination else ""
+        return _glue(f"{to_fixed_2(arm.pass_rate)} {usd(arm.cost_usd)}") + tail
 
     lines = [
         "criterion 1: start rung (baseline = default tier, treatment = recommended tier)",
-        f"  {'ladder':<14} {'task class':<22} {'tiers':<7} {'baseline':<18} "
-        f"{'treatment':<18} verdict",
+        *cell_lines(report),
     ]
-    for c in report.cells:
-        tiers = (
-            f"{c.default_tier}->{c.recommended_tier}"
-            if c.recommended_tier is not None
-            else f"{c.default_tier}"
-        )
-        lines.append(
-            f"  {c.ladder:<14} {c.task_class:<22} {tiers:<7} "
-            f"{arm_text(c.baseline):<18} {arm_text(c.treatment):<18} {verdict(c)}"
-        )
     strongest = report.pooled_strongest
-    lines.append(
-        f"  pooled: baseline {arm_text(report.pooled_baseline)}, treatment "
-        f"{arm_text(report.pooled_treatment)}"
-        + (f", always-strongest {arm_text(strongest)}" if strongest is not None else "")
-    )
+    if any(cell.recommended_tier is not None for cell in report.cells):
+        lines.append(
+            f"  pooled: baseline {arm_text(report.pooled_baseline)}, treatment "
+            f"{arm_text(report.pooled_treatment)}"
+            + (f", always-strongest {arm_text(strongest)}" if strongest is not None else "")
+        )
+    else:  # the pooled arms are the recommended cells': empty, not 0.00 at $0
+        lines.append("  pooled: no cell has a recommendation, so no arm to pool")
     c1 = report.criterion1
     if c1.difference is not None:
-        ratio = f", cost {c1.cost_ratio:.2f}x" if c1.cost_ratio is not None else ""
+        ratio = f", cost\xa0{c1.cost_ratio:.2f}x" if c1.cost_ratio is not None else ""
         lines.append(f"  pooled treatment - baseline {_interval(c1.difference)}{ratio}")
     controls = report.controls
     if controls is not None:
         lines += controls_lines(controls)
-    lines.append(f"  criterion 1: {_decision(c1)}")
+    lines.append(f"  criterion 1: {_decision(c1, sequential=sequential)}")
     rule1 = (
         "holds"
         if report.criterion1_rulvar
@@ -138,7 +227,9 @@ def checkpoint_table(report: CheckpointReport) -> str:
         lines.append(f"  {arm.name:<9} {arm_text(arm)} (orchestrator {usd(routing)}){invalid}")
     c2 = report.criterion2
     if c2.difference is not None:
-        ratio = f", chosen profiles cost {c2.cost_ratio:.2f}x" if c2.cost_ratio is not None else ""
+        ratio = (
+            f", chosen profiles cost\xa0{c2.cost_ratio:.2f}x" if c2.cost_ratio is not None else ""
+        )
         lines.append(f"  informed - blind {_interval(c2.difference)}{ratio}")
     lines.append(f"  criterion 2: {_decision(c2)}")
     rule2 = (
@@ -163,4 +254,4 @@ def checkpoint_table(report: CheckpointReport) -> str:
     )
     lines.append(f"({other})")
     lines.append(f"checkpoint: {report.verdict.upper()}")
-    return "\n".join(lines)
+    return _text(lines)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -82,6 +82,14 @@ class KbClickError(click.ClickException):
         super().__init__(str(error))
         # click types exit_code as a ClassVar but reads it from the instance.
         self.exit_code = exit_code_for(error)  # type: ignore[misc]
+        self.is_error = not isinstance(error, JobInconclusive)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        """``Error: …`` on stderr; an inconclusive job (not a failure) without the prefix."""
+        if self.is_error:
+            super().show(file)
+        else:
+            click.echo(self.format_message(), file=file, err=file is None)
 
 
 def _quiet_after_interrupt() -> None:
