@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from kb.money import usd
 
@@ -66,10 +67,16 @@ class ConfigError(KbError):
         self.issues: tuple[str, ...] = (issues,) if isinstance(issues, str) else tuple(issues)
         super().__init__(str(self))
 
+    SHOWN: ClassVar[int] = 12
+    """Issues named in the message; the rest are counted (a line a terminal can show)."""
+
     def __str__(self) -> str:
         if len(self.issues) == 1:
             return f"{self.source}: {self.issues[0]}"
-        return f"{self.source}: {len(self.issues)} issues: " + "; ".join(self.issues)
+        shown = "; ".join(self.issues[: self.SHOWN])
+        rest = len(self.issues) - self.SHOWN
+        more = f"; and {rest} more" if rest > 0 else ""
+        return f"{self.source}: {len(self.issues)} issues: {shown}{more}"
 
 
 class StoreDirtyError(ConfigError):

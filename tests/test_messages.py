@@ -84,3 +84,14 @@ def test_a_refused_json_sweep_is_one_line_on_stderr(runner: CliRunner, isolated:
     assert result.exit_code == 2 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1
     assert "worst-case authorized spend" in result.stderr
+
+
+def test_a_long_list_of_issues_names_twelve_and_counts_the_rest() -> None:
+    from kb.errors import ConfigError
+
+    many = ConfigError("cp.toml", [f"case-{i}: used to produce the claims" for i in range(160)])
+    text = str(many)
+    assert text.startswith("cp.toml: 160 issues: case-0: used to produce the claims; ")
+    assert "case-11: used" in text and "case-12: used" not in text
+    assert text.endswith("; and 148 more") and len(text) < 1000
+    assert many.issues[-1] == "case-159: used to produce the claims"  # all kept for callers
