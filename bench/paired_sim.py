@@ -5,7 +5,9 @@ Three studies, each printing a table (numpy, vectorized, seeded):
 * ``coverage`` — how often the paired interval holds the true difference, over
   a grid of baseline rates p, case counts n, discordances ψ and differences δ:
   Newcombe's interval for 0/1 scores, and for fractional scores (3 repeats per
-  case) the percentile and BCa bootstraps.
+  case) kb's bootstrap (expanded percentile with a floor) beside the plain
+  percentile bootstrap it replaced (``--candidates``: the other corrections
+  tried).
 * ``checkpoint`` — the checkpoint's verdict rates (baseline 0.90, cost ratio
   0.5, 5 % of cases flipping, 40 cases): equal arms, and a treatment 5 points
   worse, with the old point rule beside. Each seed is decided by
@@ -30,12 +32,23 @@ table of n cases from that multinomial. "5 % of cases flipping at equal
 quality" is ψ = 0.05, δ = 0 (2.5 % each way); "5 points worse" adds 0.05 to
 the cases only the baseline passes (ψ = 0.10, δ = −0.05).
 
-**Fractional scores.** Each case's latent pass/fail per arm is drawn as above;
-each of its 3 repeats then passes with probability 0.85 if the latent outcome
-is a pass and 0.15 if not, and the case's score is the mean. The true
-difference is 0.7 δ.
+**Fractional scores.** Each case's latent pass/fail per arm is drawn as above.
+Each case then has its own pass probabilities, which differ between cases: u
+~ Beta(0.85κ, 0.15κ) where the arm's latent outcome is a pass and l ~
+Beta(0.15κ, 0.85κ) where it is a fail, one (u, l) per case shared by both arms
+(a hard case is hard for both); κ = 4 by default (``--concentration``; ``inf``
+gives every case 0.85/0.15, the model this bench used before). Each of the case's
+3 repeats passes with the arm's probability and the score is their mean. The
+true difference of the population means is E u − E l = 0.7 δ whatever κ. The
+bench draws each bootstrap resample as multinomial counts over the 7 possible
+per-case differences (k/3, k = −3…3) with the sample's frequencies — the same
+distribution as resampling the cases, in a fraction of the time — and reads the
+interval exactly as :func:`kb.paired.paired_bootstrap_interval` does (order
+statistics at Φ(∓z'), :func:`kb.paired.expanded_z`, Newcombe's floor). A seed
+whose scores all happen to be 0/1 is decided by Newcombe, as kb decides it.
 
 Usage: python bench/paired_sim.py [coverage|checkpoint|sequential|all] [--seeds N]
+       python bench/paired_sim.py coverage --full --seeds 2000 [--candidates]
 """
 
 from __future__ import annotations
@@ -57,9 +70,10 @@ from kb.paired import (  # noqa: E402
     PairedScores,
     SequentialDesign,
     betting_update,
+    expanded_z,
     newcombe_arrays,
+    newcombe_paired_interval,
     normal_cdf,
-    normal_quantile,
 )
 from kb.stats import Z_95  # noqa: E402
 
@@ -124,71 +138,188 @@ def newcombe_coverage(seeds: int, rng: np.random.Generator) -> None:
         print(f"| {psi} | {np.mean(sub_cover):.4f} | {np.min(sub_cover):.4f} |")
 
 
-def bootstrap_intervals(
-    d: np.ndarray, rng: np.random.Generator, resamples: int, z: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Percentile and BCa bounds for each row of d (seeds, n): (p_low, p_high, b_low, b_high)."""
+REPEATS = 3
+HIT = 0.85
+VALUES = np.arange(-REPEATS, REPEATS + 1) / REPEATS
+QUICK_P = (0.05, 0.5, 0.9, 0.99)
+QUICK_N = (10, 20, 40, 120, 500)
+QUICK_PSI = (0.0, 0.05, 0.3)
+
+
+def fractional_scores(
+    rng: np.random.Generator, probs: Cells, n: int, seeds: int, concentration: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(seeds, n) scores of arms A and B: per-case pass probabilities, REPEATS repeats each."""
+    kinds = draw_cases(rng, probs, n, seeds)
+    latent_a = (kinds == 0) | (kinds == 1)
+    latent_b = (kinds == 0) | (kinds == 2)
+    if np.isinf(concentration):
+        hit = np.full(kinds.shape, HIT)
+        miss = np.full(kinds.shape, 1 - HIT)
+    else:
+        hit = rng.beta(HIT * concentration, (1 - HIT) * concentration, kinds.shape)
+        miss = rng.beta((1 - HIT) * concentration, HIT * concentration, kinds.shape)
+    score_a = rng.binomial(REPEATS, np.where(latent_a, hit, miss)) / REPEATS
+    score_b = rng.binomial(REPEATS, np.where(latent_b, hit, miss)) / REPEATS
+    return score_a, score_b
+
+
+def order_statistics(means: np.ndarray, tail: float) -> tuple[np.ndarray, np.ndarray]:
+    """The k-th bootstrap mean from each end, k = ⌊tail·(R − 1)⌋, as kb reads them (axis 0)."""
+    resamples = means.shape[0]
+    k = min(int(np.floor(tail * (resamples - 1))), (resamples - 1) // 2)
+    ordered = np.sort(means, axis=0)
+    return ordered[k], ordered[resamples - 1 - k]
+
+
+def fractional_intervals(
+    d: np.ndarray, rng: np.random.Generator, resamples: int, z: float, candidates: bool
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Interval bounds per row of d (seeds, n), by name: "percentile", "kb", and candidates."""
     seeds, n = d.shape
-    means = np.empty((seeds, resamples))
-    for s in range(seeds):
-        index = rng.integers(0, n, size=(resamples, n))
-        means[s] = d[s][index].mean(axis=1)
-    tail = normal_cdf(-z)
-    p_low = np.quantile(means, tail, axis=1)
-    p_high = np.quantile(means, 1 - tail, axis=1)
-    theta = d.mean(axis=1)
-    b_low = np.empty(seeds)
-    b_high = np.empty(seeds)
-    for s in range(seeds):
-        below = float(np.mean(means[s] < theta[s]))
-        if below <= 0 or below >= 1:
-            b_low[s], b_high[s] = p_low[s], p_high[s]
-            continue
-        z0 = normal_quantile(below)
-        jack = (d[s].sum() - d[s]) / (n - 1)
-        dev = jack.mean() - jack
-        denom = 6 * (np.sum(dev**2)) ** 1.5
-        accel = float(np.sum(dev**3) / denom) if denom > 0 else 0.0
-        levels = []
-        for zq in (-z, z):
-            adj = z0 + (z0 + zq) / (1 - accel * (z0 + zq))
-            levels.append(min(1.0, max(0.0, normal_cdf(adj))))
-        b_low[s], b_high[s] = np.quantile(means[s], levels)
-    return p_low, p_high, b_low, b_high
+    index = np.rint(d * REPEATS).astype(np.int64) + REPEATS
+    freq = np.stack([(index == k).sum(axis=1) for k in range(VALUES.size)], axis=1) / n
+    counts = rng.multinomial(n, freq, size=(resamples, seeds))
+    means = counts @ VALUES / n
+    centre = d.mean(axis=1)
+    z_expanded = expanded_z(n, z)
+    tail = normal_cdf(-z_expanded) if n > 1 else 0.0
+    floor = newcombe_paired_interval(n, 0, 0, 0, z=z)[1]
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    out["percentile"] = order_statistics(means, normal_cdf(-z))
+    low, high = order_statistics(means, tail)
+    out["kb"] = (np.minimum(low, centre - floor), np.maximum(high, centre + floor))
+    if candidates:
+        out["expanded"] = (low, high)
+        one = z_expanded / n  # one discordant case's worth of variance, 1/n
+        out["expanded, floor 1/n"] = (np.minimum(low, centre - one), np.maximum(high, centre + one))
+        p_low, p_high = out["percentile"]
+        out["percentile, Newcombe floor"] = (
+            np.minimum(p_low, centre - floor),
+            np.maximum(p_high, centre + floor),
+        )
+        # bootstrap-t, each resample's variance floored at 1/n
+        squares = counts @ (VALUES**2) / n
+        var_star = np.maximum(squares - means**2, 0.0) * n / max(1, n - 1)
+        se_star = np.sqrt(np.maximum(var_star, 1 / n) / n)
+        t_low, t_high = order_statistics((means - centre) / se_star, normal_cdf(-z))
+        se = np.sqrt(np.maximum(d.var(axis=1, ddof=min(1, n - 1)), 1 / n) / n)
+        out["bootstrap-t, floor 1/n"] = (centre - t_high * se, centre - t_low * se)
+    return out
 
 
-def bootstrap_coverage(seeds: int, rng: np.random.Generator, resamples: int) -> None:
-    """Coverage of the percentile and BCa bootstraps for 3-repeat fractional scores."""
-    repeats, hit, miss = 3, 0.85, 0.15
+Point = tuple[float, int, float, float]
+
+
+def coverage_point(
+    rng: np.random.Generator,
+    point: Point,
+    seeds: int,
+    resamples: int,
+    concentration: float,
+    candidates: bool,
+) -> dict[str, tuple[float, float]] | None:
+    """(coverage, mean width) per interval at (p, n, psi, delta); None if impossible."""
+    p, n, psi, delta = point
+    probs = cells(p, delta, psi)
+    if probs is None:
+        return None
+    truth = (2 * HIT - 1) * delta
+    chunk = max(1, 2_000_000 // (resamples * VALUES.size))
+    hits: dict[str, float] = {}
+    widths: dict[str, float] = {}
+    for start in range(0, seeds, chunk):
+        size = min(chunk, seeds - start)
+        a, b = fractional_scores(rng, probs, n, size, concentration)
+        binary = np.all((a == 0) | (a == 1), axis=1) & np.all((b == 0) | (b == 1), axis=1)
+        table = np.stack(
+            [
+                np.sum((a == 1) & (b == 1), axis=1),
+                np.sum((a == 1) & (b == 0), axis=1),
+                np.sum((a == 0) & (b == 1), axis=1),
+                np.sum((a == 0) & (b == 0), axis=1),
+            ]
+        )
+        n_low, n_high = newcombe_arrays(*table, z=Z_95)
+        found = fractional_intervals(a - b, rng, resamples, Z_95, candidates)
+        for name, (low, high) in found.items():
+            low = np.where(binary, n_low, np.maximum(-1.0, low))
+            high = np.where(binary, n_high, np.minimum(1.0, high))
+            covered = (low <= truth + 1e-12) & (truth - 1e-12 <= high)
+            hits[name] = hits.get(name, 0.0) + float(covered.sum())
+            widths[name] = widths.get(name, 0.0) + float((high - low).sum())
+    return {name: (hits[name] / seeds, widths[name] / seeds) for name in hits}
+
+
+def bootstrap_coverage(
+    seeds: int,
+    rng: np.random.Generator,
+    resamples: int,
+    full: bool,
+    concentration: float,
+    candidates: bool,
+    recheck: int,
+    recheck_seeds: int,
+) -> None:
+    """Coverage of kb's fractional-score bootstrap and the plain percentile one, by grid point.
+
+    ``recheck`` > 0 re-measures the lowest kb points with ``recheck_seeds`` fresh
+    seeds: at a few thousand seeds the lowest of hundreds of points sits about 3
+    Monte Carlo sd below its truth, so a low point is confirmed, or not, afresh.
+    """
+    grid = (P_GRID, N_GRID, PSI_GRID) if full else (QUICK_P, QUICK_N, QUICK_PSI)
+    rows: list[tuple[float, int, float, float, dict[str, tuple[float, float]]]] = []
+    for p in grid[0]:
+        for n in grid[1]:
+            for psi in grid[2]:
+                for delta in sorted({0.0, psi / 2, -psi / 2}):
+                    point = (p, n, psi, delta)
+                    result = coverage_point(rng, point, seeds, resamples, concentration, candidates)
+                    if result is not None:
+                        rows.append((p, n, psi, delta, result))
+    names = list(rows[0][4])
     print(
-        f"\n## a'. Bootstrap coverage, fractional scores ({repeats} repeats per case), "
-        f"{seeds} seeds, {resamples} resamples\n"
+        f"\n## a'. Bootstrap coverage, fractional scores ({REPEATS} repeats per case, "
+        f"concentration {concentration}), {len(rows)} grid points x {seeds} seeds, "
+        f"{resamples} resamples, 95 % nominal ({'full' if full else 'quick'} grid)\n"
     )
-    print("| p | n | psi | true diff | percentile | BCa |\n|---:|---:|---:|---:|---:|---:|")
-    allp, allb = [], []
-    for p in (0.5, 0.9):
-        for n in (10, 20, 40, 120):
-            for psi in (0.05, 0.2):
-                for delta in (0.0, -psi / 2):
-                    probs = cells(p, delta, psi)
-                    if probs is None:
-                        continue
-                    kinds = draw_cases(rng, probs, n, seeds)
-                    latent_a = (kinds == 0) | (kinds == 1)
-                    latent_b = (kinds == 0) | (kinds == 2)
-                    score_a = rng.binomial(repeats, np.where(latent_a, hit, miss)) / repeats
-                    score_b = rng.binomial(repeats, np.where(latent_b, hit, miss)) / repeats
-                    truth = (hit - miss) * delta
-                    pl, ph, bl, bh = bootstrap_intervals(score_a - score_b, rng, resamples, Z_95)
-                    cp = float(np.mean((pl <= truth + 1e-12) & (truth - 1e-12 <= ph)))
-                    cb = float(np.mean((bl <= truth + 1e-12) & (truth - 1e-12 <= bh)))
-                    allp.append(cp)
-                    allb.append(cb)
-                    print(f"| {p} | {n} | {psi} | {truth:+.3f} | {cp:.3f} | {cb:.3f} |")
-    print(
-        f"\npercentile: mean {np.mean(allp):.4f} min {np.min(allp):.4f}; "
-        f"BCa: mean {np.mean(allb):.4f} min {np.min(allb):.4f}"
-    )
+    print("| n | percentile mean | min | kb mean | min | worst kb (p, psi, delta) |")
+    print("|---:|---:|---:|---:|---:|---|")
+    for n in grid[1]:
+        sub = [r for r in rows if r[1] == n]
+        old = [r[4]["percentile"][0] for r in sub]
+        new = [r[4]["kb"][0] for r in sub]
+        worst = min(sub, key=lambda r: r[4]["kb"][0])
+        print(
+            f"| {n} | {np.mean(old):.4f} | {np.min(old):.4f} | {np.mean(new):.4f} "
+            f"| {np.min(new):.4f} | ({worst[0]}, {worst[2]}, {worst[3]:+.3f}) |"
+        )
+    print("\n| interval | mean | min | where (p, n, psi, delta) | < 0.93 | < 0.94 | mean width |")
+    print("|---|---:|---:|---|---:|---:|---:|")
+    for name in names:
+        cover = np.array([r[4][name][0] for r in rows])
+        width = np.mean([r[4][name][1] for r in rows])
+        worst = rows[int(cover.argmin())]
+        print(
+            f"| {name} | {cover.mean():.4f} | {cover.min():.4f} "
+            f"| ({worst[0]}, {worst[1]}, {worst[2]}, {worst[3]:+.3f}) "
+            f"| {(cover < 0.93).sum()} | {(cover < 0.94).sum()} | {width:.4f} |"
+        )
+    if recheck <= 0:
+        return
+    lowest = sorted(rows, key=lambda r: r[4]["kb"][0])[:recheck]
+    print(f"\nThe {recheck} lowest kb points again, {recheck_seeds} fresh seeds each:\n")
+    print("| (p, n, psi, delta) | kb first | kb again | percentile again |")
+    print("|---|---:|---:|---:|")
+    for p, n, psi, delta, first in lowest:
+        again = coverage_point(
+            rng, (p, n, psi, delta), recheck_seeds, resamples, concentration, False
+        )
+        assert again is not None
+        print(
+            f"| ({p}, {n}, {psi}, {delta:+.3f}) | {first['kb'][0]:.4f} | {again['kb'][0]:.4f} "
+            f"| {again['percentile'][0]:.4f} |"
+        )
 
 
 # --- b. checkpoint verdicts ----------------------------------------------------------
@@ -396,6 +527,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per grid point/scenario")
     parser.add_argument("--seed", type=int, default=20261203)
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (bench)")
+    parser.add_argument("--full", action="store_true", help="coverage: the full 574-point grid")
+    parser.add_argument(
+        "--concentration", type=float, default=4.0, help="coverage: Beta κ of per-case rates"
+    )
+    parser.add_argument(
+        "--candidates", action="store_true", help="coverage: also the corrections not chosen"
+    )
+    parser.add_argument("--recheck", type=int, default=0, help="coverage: re-measure K lowest")
+    parser.add_argument("--recheck-seeds", type=int, default=20000)
     parser.add_argument("--margin", type=float, default=0.03)
     default = SequentialDesign()
     parser.add_argument("--round", type=int, default=default.round_size, dest="round_size")
@@ -415,7 +555,16 @@ def main() -> None:
     began = time.process_time()
     if args.study in ("coverage", "all"):
         newcombe_coverage(args.seeds or 2000, rng)
-        bootstrap_coverage(min(args.seeds or 300, 1000), rng, args.resamples)
+        bootstrap_coverage(
+            args.seeds or 300,
+            rng,
+            args.resamples,
+            args.full,
+            args.concentration,
+            args.candidates,
+            args.recheck,
+            args.recheck_seeds,
+        )
     if args.study in ("checkpoint", "all"):
         checkpoint_rates(args.seeds or 2000, rng)
     if args.study in ("sequential", "all"):

@@ -15,18 +15,22 @@ from kb.paired import (
     Reading,
     SequentialDifference,
     bonferroni_z,
+    bootstrap_means,
     cases_to_decide,
     checkpoint_criterion,
     cost_per_case,
     cost_ratio,
+    expanded_z,
     nearest_rank_percentile,
     newcombe_paired_interval,
+    normal_cdf,
     normal_quantile,
     paired_bootstrap_interval,
     paired_difference,
     read_difference,
     seed_from,
     smallest_detectable_difference,
+    student_t_quantile,
     z_for,
 )
 from kb.stats import Z_95
@@ -163,22 +167,99 @@ fractions = st.sampled_from([0.0, 1 / 3, 0.5, 2 / 3, 1.0])
 score_pairs = st.lists(st.tuples(fractions, fractions), min_size=1, max_size=40)
 
 
-@settings(max_examples=40, deadline=None)
-@given(score_pairs, st.integers(min_value=0, max_value=2**32))
-def test_bootstrap_is_deterministic_symmetric_and_bounded(
-    pairs: list[tuple[float, float]], seed: int
-) -> None:
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    [
+        # Student's t tables (e.g. Abramowitz & Stegun table 26.10), 7 significant digits
+        (0.975, 1, 12.70620),
+        (0.975, 2, 4.302653),
+        (0.975, 3, 3.182446),
+        (0.975, 9, 2.262157),
+        (0.975, 29, 2.045230),
+        (0.975, 120, 1.979930),
+        (0.95, 10, 1.812461),
+        (0.99, 5, 3.364930),
+        (0.995, 4, 4.604095),
+        (0.75, 1, 1.0),
+        (0.025, 9, -2.262157),
+    ],
+)
+def test_student_t_quantile_known_values(p: float, df: int, expected: float) -> None:
+    assert student_t_quantile(p, df) == pytest.approx(expected, abs=5e-6)
+
+
+@given(st.floats(min_value=1e-6, max_value=1 - 1e-6))
+def test_student_t_quantile_closed_forms(p: float) -> None:
+    # df 1 is Cauchy, df 2 has the closed form (2p − 1)/√(2p(1 − p))
+    assert student_t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-9)
+    assert student_t_quantile(p, 2) == pytest.approx(
+        (2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-9, abs=1e-12
+    )
+    assert student_t_quantile(1 - p, 7) == pytest.approx(-student_t_quantile(p, 7), rel=1e-9)
+
+
+def test_student_t_quantile_tends_to_normal_and_refuses_nonsense() -> None:
+    assert student_t_quantile(0.975, 100_000) == pytest.approx(normal_quantile(0.975), abs=5e-5)
+    assert student_t_quantile(0.975, 2_000_000) == normal_quantile(0.975)
+    assert student_t_quantile(0.5, 3) == 0.0
+    with pytest.raises(ValueError):
+        student_t_quantile(1.0, 3)
+    with pytest.raises(ValueError):
+        student_t_quantile(0.9, 0)
+
+
+def test_expanded_z_is_hesterbergs() -> None:
+    assert expanded_z(10) == pytest.approx(math.sqrt(10 / 9) * 2.262157, abs=1e-5)
+    assert expanded_z(1) == math.inf
+    assert expanded_z(10) > expanded_z(40) > expanded_z(500) > Z_95
+    assert expanded_z(500) == pytest.approx(Z_95, abs=0.01)
+    assert expanded_z(10, 3.0) > expanded_z(10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(score_pairs, st.integers(min_value=0, max_value=2**64 - 1), zs)
+def test_bootstrap_properties(pairs: list[tuple[float, float]], seed: int, z: float) -> None:
+    """Deterministic, antisymmetric under swap, holds the mean, inside [−1, 1], never a point."""
     a = np.array([p[0] for p in pairs])
     b = np.array([p[1] for p in pairs])
-    first = paired_bootstrap_interval(a, b, resamples=500, seed=seed)
-    assert first == paired_bootstrap_interval(a, b, resamples=500, seed=seed)
+    first = paired_bootstrap_interval(a, b, resamples=300, seed=seed, z=z)
+    assert first == paired_bootstrap_interval(a, b, resamples=300, seed=seed, z=z)
     low, high = first
-    assert -1.0 <= low <= high <= 1.0
-    swapped = paired_bootstrap_interval(b, a, resamples=500, seed=seed)
-    assert swapped[0] == pytest.approx(-high, abs=1e-12)
-    assert swapped[1] == pytest.approx(-low, abs=1e-12)
+    assert -1.0 <= low < high <= 1.0
+    assert low <= float(np.mean(a - b)) <= high
+    assert paired_bootstrap_interval(b, a, resamples=300, seed=seed, z=z) == (-high, -low)
+
+
+@settings(max_examples=20, deadline=None)
+@given(score_pairs, st.integers(min_value=0, max_value=2**32))
+def test_bootstrap_widens_with_z(pairs: list[tuple[float, float]], seed: int) -> None:
+    a = np.array([p[0] for p in pairs])
+    b = np.array([p[1] for p in pairs])
+    low, high = paired_bootstrap_interval(a, b, resamples=500, seed=seed)
     wider = paired_bootstrap_interval(a, b, resamples=500, seed=seed, z=3.0)
-    assert wider[0] <= low + 1e-12 and high <= wider[1] + 1e-12
+    assert wider[0] <= low and high <= wider[1]
+
+
+@pytest.mark.parametrize("n", [1, 2, 10, 40, 500])
+def test_bootstrap_floor_when_every_case_differs_alike(n: int) -> None:
+    """No spread in the sample: Newcombe's interval for n cases that never disagreed, moved."""
+    _, floor = newcombe_paired_interval(n, 0, 0, 0)
+    same = paired_bootstrap_interval(np.full(n, 1 / 3), np.full(n, 1 / 3), seed=5)
+    assert same == (-floor, floor) and floor > 0
+    shifted = paired_bootstrap_interval(np.full(n, 2 / 3), np.full(n, 1 / 3), seed=5)
+    assert shifted[0] == pytest.approx(1 / 3 - floor) and shifted[0] < shifted[1]
+    assert shifted[1] == pytest.approx(min(1.0, 1 / 3 + floor))
+
+
+def test_bootstrap_reads_order_statistics_at_the_expanded_z() -> None:
+    """With spread in the sample, the k-th bootstrap mean from each end, k from Φ(−z')."""
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 4, 10) / 3
+    b = rng.integers(0, 4, 10) / 3
+    means = np.sort(bootstrap_means(a - b, 2000, 3))
+    k = math.floor(normal_cdf(-expanded_z(10)) * 1999)
+    assert 0 < k < math.floor(normal_cdf(-Z_95) * 1999)
+    assert paired_bootstrap_interval(a, b, resamples=2000, seed=3) == (means[k], means[1999 - k])
 
 
 def test_bootstrap_contains_the_mean_on_a_typical_sample() -> None:
