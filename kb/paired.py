@@ -462,8 +462,25 @@ def read_difference(
         return DifferenceReading(Reading.NON_INFERIOR, lower=diff.high < 0)
     if diff.high < 0:
         return DifferenceReading(Reading.WORSE)
-    detectable = smallest_detectable_difference(diff.n, diff.discordance, diff.z, power)
-    return DifferenceReading(Reading.INCONCLUSIVE, detectable=detectable)
+    return DifferenceReading(Reading.INCONCLUSIVE, detectable=detectable_difference(diff, power))
+
+
+def detectable_difference(diff: PairedDifference, power: float = DEFAULT_POWER) -> float | None:
+    """The smallest difference these cases could detect, never below what their interval implies.
+
+    McNemar's formula (:func:`smallest_detectable_difference`) plugs in the
+    observed discordance, which can be far smaller than the truth the cases
+    cannot exclude (40 cases that never disagreed give ψ = 1/40, while their
+    interval is ±0.09): it would promise to see a 0.08 difference beside an
+    interval twice that wide. An interval of half-width h at z detects, with
+    probability ``power``, a difference of about h·(z + z_power)/z; the larger
+    of the two is the honest answer.
+    """
+    formula = smallest_detectable_difference(diff.n, diff.discordance, diff.z, power)
+    half = (diff.high - diff.low) / 2
+    implied = half * (diff.z + normal_quantile(power)) / diff.z if diff.z > 0 else None
+    found = [x for x in (formula, implied) if x is not None]
+    return min(1.0, max(found)) if found else None
 
 
 def _effective_discordance(n: int, discordance: float) -> float:

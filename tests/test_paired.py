@@ -440,3 +440,14 @@ def test_cases_to_decide_without_disagreement_is_about_a_hundred_not_thousands()
     noisy = PairedDifference(40, 0.0, -0.1, 0.1, 2, 2, "newcombe", discordance=0.1)
     expected = math.ceil((Z_95 + 0.8416212335729143) ** 2 * 0.1 / 0.03**2) - 40
     assert cases_to_decide(noisy, 0.03) == expected
+
+
+def test_the_detectable_difference_is_never_below_what_the_interval_implies() -> None:
+    # 40 cases that never disagreed: Newcombe's interval is about +-0.09; the plug-in
+    # discordance (1/40) alone would promise 0.08
+    low, high = newcombe_paired_interval(36, 0, 0, 4)
+    quiet = PairedDifference(40, 0.0, low, high, 0, 0, "newcombe", discordance=0.0)
+    found = read_difference(quiet, 0.03)
+    assert found.reading == "inconclusive" and found.detectable is not None
+    assert found.detectable >= (high - low) / 2 * (Z_95 + 0.8416212335729143) / Z_95 - 1e-12
+    assert found.detectable > high
