@@ -61,8 +61,9 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 HELD_NONE, HELD_STRENGTH, HELD_WEAKNESS = 0, 1, 2
-NightPass = Literal["first", "confirm", "refill"]
-"""What a pass of the night is for."""
+NightPass = Literal["first", "confirm", "refill", "more"]
+"""What a pass of the night is for (``more``: a later look of the nightly rule,
+:mod:`kb.sweep.nightly`)."""
 
 
 @dataclass(frozen=True)
