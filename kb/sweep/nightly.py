@@ -72,7 +72,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -88,6 +89,9 @@ from kb.sweep.epochs import (
     NightPass,
     NightResult,
 )
+
+if TYPE_CHECKING:
+    from kb.sweep.spec import SweepSpec
 
 ALWAYS = math.inf
 
@@ -153,6 +157,17 @@ class NightlyRule:
 
 DEFAULT_NIGHTLY = NightlyRule()
 """The numbers kb sweeps with under ``sampling = "adaptive"`` (pool: 120)."""
+
+
+def nightly_rule(spec: SweepSpec, base: NightlyRule = DEFAULT_NIGHTLY) -> NightlyRule:
+    """The rule for a sweep: its pool (``max_cases``) and the gate's claim bands."""
+    gate = spec.gate
+    return replace(
+        base,
+        max_cases=spec.sweep.max_cases,
+        strength_floor=gate.strength_floor,
+        weakness_ceiling=gate.weakness_ceiling,
+    )
 
 
 @dataclass
