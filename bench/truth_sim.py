@@ -136,9 +136,14 @@ def truth(
         else:
             case = rng.random((MODELS, pool))
             flips = rng.random((nights, MODELS, pool)) < FLIP
-            if world == "fixed-redraw":
+            if world == "fixed-redraw":  # only a model whose rate changes is redrawn
                 redrawn = rng.random((MODELS, pool))
-                case = np.where(after[:, None, None], redrawn[None], case[None])
+                changing = np.zeros(MODELS, dtype=bool)
+                changing[len(STABLE) : len(STABLE) + len(CHANGES)] = True
+                changing[first_extra + 2] = True  # the slide
+                case = np.where(
+                    after[:, None, None] & changing[None, :, None], redrawn[None], case[None]
+                )
             drawn = np.logical_xor(case < p[:, :, None], flips)
         # 10 % / 20 % of the extras' cases start to fail at the change (a fixed subset)
         for k, share in enumerate((0.10, 0.20)):
