@@ -58,7 +58,7 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +76,8 @@ from kb.sweep.epochs import (  # noqa: E402
     HELD_WEAKNESS,
     EpochArrays,
     EpochRule,
+    NightPass,
+    NightResult,
     rotation,
     run_night,
 )
@@ -148,7 +150,7 @@ def truth(
         # 10 % / 20 % of the extras' cases start to fail at the change (a fixed subset)
         for k, share in enumerate((0.10, 0.20)):
             failing = rng.permutation(pool)[: round(share * pool)]
-            drawn[np.ix_(after, [first_extra + k], failing)] = False
+            drawn[np.ix_(after, np.array([first_extra + k]), failing)] = False
         outcomes[:, rows] = drawn
     return np.tile(p, (1, seeds)), outcomes
 
@@ -187,6 +189,7 @@ def run_rule(rule: Rule, outcomes: np.ndarray, orders: np.ndarray) -> tuple[np.n
     for t in range(nights):
         if isinstance(rule, NightlyRule):
             assert isinstance(state, NightlyArrays)
+            passes: Generator[tuple[NightPass, np.ndarray], np.ndarray, NightResult]
             passes = run_nightly(state, orders, new, held, rule)
         else:
             passes = run_night(state, orders, new, held, rule)
@@ -267,12 +270,18 @@ def figures(p: np.ndarray, states: np.ndarray, calls: np.ndarray) -> dict[str, F
     coverable = (np.arange(nights)[:, None, None] >= 3) & ((stable_p >= 0.95) | (stable_p <= 0.3))
     want = np.where(stable_p >= 0.95, HELD_STRENGTH, HELD_WEAKNESS)
     covered = ((stable == want) & coverable).sum(axis=(0, 2)) / coverable.sum(axis=(0, 2))
-    per_seed_calls = calls.reshape(nights, seeds, MODELS).mean(axis=(0, 2))
+    # the goal's accounting (SPEC 12.2 / 13.7, as the research note counted): the ten stable
+    # models and the eight drift scenarios; the three extras (strengths at 0.97, each at least
+    # 20 cases a night) are printed beside it, included
+    per_model = calls.reshape(nights, seeds, MODELS)
+    per_seed_calls = per_model[:, :, : len(STABLE) + len(CHANGES)].mean(axis=(0, 2))
+    per_seed_all = per_model.mean(axis=(0, 2))
     found: dict[str, Figure] = {
         "wrong": _scale(_mean(wrong.mean(axis=(0, 2))), 100),
         "flaps": _mean((stable[1:] != stable[:-1]).sum(axis=(0, 2))),
         "coverage": _scale(_mean(covered), 100),
         "calls": _scale(_mean(per_seed_calls), 100 / V2_CASES),
+        "calls all": _scale(_mean(per_seed_all), 100 / V2_CASES),
     }
     window = min(16, nights - CHANGE)
     delays: dict[object, tuple[Figure, Figure]] = {}
@@ -337,12 +346,13 @@ def fmt(figure: Figure, digits: int = 2, unit: str = "") -> str:
 COLUMNS = (
     ("wrong", 2, " %"), ("flaps", 2, ""), ("coverage", 1, " %"), ("d85", 2, ""),
     ("d80", 2, ""), ("d75", 2, ""), ("not_gone", 1, " %"), ("rise", 2, ""),
-    ("calls", 1, " %"), ("d 10 %", 2, ""), ("d 20 %", 2, ""), ("d slide", 2, ""),
+    ("calls", 1, " %"), ("calls all", 1, " %"), ("d 10 %", 2, ""), ("d 20 %", 2, ""),
+    ("d slide", 2, ""),
     ("not gone slide", 1, " %"),
 )  # fmt: skip
 HEADER = [
     "| rule | world | wrong | flaps | coverage | d→0.85 | d→0.80 | d→0.75 | not gone | rise "
-    "| calls | 10 % fail | 20 % fail | slide | slide not gone |",
+    "| calls | calls, extras incl. | 10 % fail | 20 % fail | slide | slide not gone |",
     "|---|---|" + "---:|" * len(COLUMNS),
 ]
 
@@ -528,7 +538,9 @@ def main() -> None:
         f"{SLIDE_NIGHTS} nights; {NIGHTS} nights; worlds {', '.join(WORLDS)}. Vectorized: kb's "
         f"own generators over {args.seeds} seeds per world and pool (seeds {args.seed0}+). "
         "v2 and the point gate measure 30 cases every night (from a pool of 120, its first 30). "
-        "Each figure ± its standard error. Calls: target calls per cell per night, % of 30.",
+        "Each figure ± its standard error. Calls: target calls per cell per night, % of 30, "
+        "over the ten stable models and the eight drift scenarios (the goal's accounting, as "
+        "SPEC 12.2 and the research note count); beside it with the three extras included.",
     ]
     rules: dict[str, Rule] = {"kb adaptive (nightly)": DEFAULT_NIGHTLY, "adaptive-v3": DEFAULT_RULE}
     summary: dict[tuple[str, int], dict[str, Figure]] = {}
@@ -546,8 +558,8 @@ def main() -> None:
                 found = figures(p, *run_rule(replace_pool(rule, pool), outcomes, orders))
                 per_rule.setdefault(name, []).append(found)
                 out.append(row(name, world, found))
-        for name, found in per_rule.items():
-            summary[(name, pool)] = worst(found)
+        for name, by_world in per_rule.items():
+            summary[(name, pool)] = worst(by_world)
             out.append(row(f"**{name}**", "**worst**", summary[(name, pool)]))
     if 120 in pools:
         new, old = summary[("kb adaptive (nightly)", 120)], summary[("adaptive-v3", 120)]
@@ -564,6 +576,11 @@ def main() -> None:
                 f"| {name} | {bound} {goal:g} | {fmt(new[name])} | {verdict(name, new[name])} "
                 f"| {fmt(old[name])} |"
             )
+        extras = new["calls all"]
+        out.append(
+            f"| calls, extras included (not the goal's accounting) | ≤ {GOALS['calls']:g} "
+            f"| {fmt(extras)} | {verdict('calls', extras)} | {fmt(old['calls all'])} |"
+        )
     if 30 in pools:
         new, old = summary[("kb adaptive (nightly)", 30)], summary[("adaptive-v3", 30)]
         worse = [
