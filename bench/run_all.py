@@ -21,7 +21,7 @@ BENCHES = [
     ["engine_bench.py"],
     ["sweep_bench.py"],
     ["dataset_bench.py"],
-    ["truth_sim.py", "--seeds", "500", "--real-seeds", "10"],  # about 20 minutes
+    ["truth_sim.py", "--seeds", "1000", "--real-seeds", "10"],  # about 30 minutes
     ["peers.py"],  # inspect_ai and promptfoo when installed (skipped with a line when not)
     ["kill_points.py"],  # a fresh night killed at every write of its commit (minutes)
 ]

@@ -51,9 +51,15 @@ def wilson_interval(successes: float, n: int, z: float = Z_95) -> tuple[float, f
 
 
 def wilson_arrays(
-    successes: npt.NDArray[np.float64], n: npt.NDArray[np.float64] | float, z: float = Z_95
+    successes: npt.NDArray[np.float64],
+    n: npt.NDArray[np.float64] | float,
+    z: float | npt.NDArray[np.float64] = Z_95,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """:func:`wilson_interval` over arrays (the simulation bench's many cells at once)."""
+    """:func:`wilson_interval` over arrays (the simulation bench's many cells at once).
+
+    ``z`` may be an array too (one z per cell: the nightly rule's cold start, whose
+    Bonferroni z depends on each cell's pool).
+    """
     import numpy as np
 
     n_arr = np.broadcast_to(np.asarray(n, dtype=np.float64), np.shape(successes))
@@ -66,6 +72,29 @@ def wilson_arrays(
     low = np.where(n_arr > 0, np.maximum(0.0, centre - half), 0.0)
     high = np.where(n_arr > 0, np.minimum(1.0, centre + half), 1.0)
     return low, high
+
+
+def band_clear(
+    successes: npt.NDArray[np.float64],
+    n: npt.NDArray[np.int64] | npt.NDArray[np.float64],
+    z: float | npt.NDArray[np.float64],
+    floor: float,
+    ceiling: float,
+) -> npt.NDArray[np.bool_]:
+    """Whether each Wilson interval at ``z`` is clear of the claim bands' edges.
+
+    Clear: its lower bound ≥ ``floor`` (a strength's), its upper bound ≤
+    ``ceiling`` (a weakness's), or the whole interval strictly between the two
+    (clearly neither). Nothing measured is never clear.
+
+    The nightly rule's group-sequential cold start stops on it (:mod:`kb.sweep.nightly`).
+    """
+    import numpy as np
+
+    counts = np.asarray(n, dtype=np.float64)
+    low, high = wilson_arrays(np.asarray(successes, dtype=np.float64), counts, z)
+    clear = (low >= floor) | (high <= ceiling) | ((low > ceiling) & (high < floor))
+    return np.asarray(clear & (counts > 0), dtype=np.bool_)
 
 
 def successes_from_rate(pass_rate: float, n: int) -> int:

@@ -54,6 +54,11 @@ def model(name: str, wrong: set[int], cost: float, latency: float, **params: Any
     }
 
 
+# Comparisons here need every case of a new epoch measured on its first night: v3's
+# rule does that (the nightly rule's cold start stops once the interval is clear).
+V3 = 'sampling = "adaptive-v3"'
+
+
 def spec(path: Path, *models: dict, task_class: str = "extraction", extra_sweep: str = "") -> Path:
     return write_spec(
         path,
@@ -61,7 +66,7 @@ def spec(path: Path, *models: dict, task_class: str = "extraction", extra_sweep:
         cases=POOL,
         gate="interval",
         task_class=task_class,
-        extra_sweep=extra_sweep,
+        extra_sweep=f"{V3}\n{extra_sweep}",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
 
@@ -142,7 +147,7 @@ def test_a_cheaper_model_as_good_reads_non_inferior(runner: CliRunner, isolated:
         ],
         cases=big,
         gate="interval",
-        extra_sweep="max_cases = 300",
+        extra_sweep=f"{V3}\nmax_cases = 300",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
     night(runner, path)
@@ -268,7 +273,7 @@ def test_matrix_cost_marks_the_cheapest_model_as_good_as_the_best(
         [on_big("dear", 0, 0.01), on_big("mid", 0, 0.005), on_big("cheap", 60, 0.001)],
         cases=big,
         gate="interval",
-        extra_sweep="max_cases = 300",
+        extra_sweep=f"{V3}\nmax_cases = 300",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
     night(runner, path)
@@ -341,7 +346,7 @@ def three_rungs_measured(runner: CliRunner, isolated: Path) -> None:
         [on_big("dear", 0, 0.01), on_big("mid", 1, 0.005), on_big("cheap", 60, 0.001)],
         cases=big,
         gate="interval",
-        extra_sweep="max_cases = 300",
+        extra_sweep=f"{V3}\nmax_cases = 300",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
     night(runner, path)

@@ -5,6 +5,10 @@ pools nights by case, a settled cell runs a rotating sample, each epoch
 start (first, a changed suite, a canary drift, a detector alarm,
 ``--new-epoch``) is exercised, and the epochs file merges and keeps its
 evidence through ``kb compact``.
+
+These tests pin v3's sampling rule (``sampling = "adaptive-v3"``): its whole
+pool on a new epoch, its confirm passes and their wording. The nightly rule
+that ``adaptive`` now means (SPEC 13.7) is tested in ``tests/test_nightly.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ STORE = "rulvar.models.json"
 EPOCHS = "rulvar.models.epochs.json"
 POOL = [(f"case-{i:02d}", f"Question {i}?", f"answer-{i}") for i in range(60)]
 CELL = "scripted:m|extraction"
+V3 = 'sampling = "adaptive-v3"'
 
 
 def model(
@@ -50,6 +55,8 @@ def spec(
     path: Path, *models: dict, cases: list = POOL, extra_sweep: str = "", extra: str = ""
 ) -> Path:
     budgets = {"target_usd": 0.01, "canary_usd": 0.01, "max_total_usd": 5.0}
+    if "sampling" not in extra_sweep:
+        extra_sweep = f"{V3}\n{extra_sweep}"
     return write_spec(
         path,
         list(models),

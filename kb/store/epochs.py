@@ -69,6 +69,17 @@ class EpochNight(WireModel):
     report_id: str = Field(alias="reportId")
     observed_at: str = Field(alias="observedAt")
     cases: tuple[str, ...]
+    passes: float | None = None
+    """The sum of the night's case scores (its pass total): the nightly rule reads its
+    level from it (``sampling = "adaptive"``). Absent in files v3's rule wrote."""
+
+    @model_validator(mode="after")
+    def _passes(self) -> EpochNight:
+        if self.passes is not None and not (
+            math.isfinite(self.passes) and 0 <= self.passes <= len(self.cases)
+        ):
+            raise ValueError("passes must be between 0 and the night's cases")
+        return self
 
 
 class CellEpoch(WireModel):
@@ -89,7 +100,11 @@ class CellEpoch(WireModel):
     cursor: int = 0
     """Where the next night's rotation starts."""
     level: float | None = None
-    """The detectors' reference: the epoch's estimate the night it first covered its pool."""
+    """The detectors' reference: under v3's rule the epoch's estimate the night it first
+    covered its pool; under the nightly rule the level the last night's detectors read."""
+    paired: float | None = None
+    """The nightly rule's case-paired drop detector (absent: v3's rule wrote the file; read
+    as 0)."""
 
     @model_validator(mode="after")
     def _aligned(self) -> CellEpoch:
@@ -101,7 +116,8 @@ class CellEpoch(WireModel):
             not (0 <= s <= c) for s, c in zip(self.scores, self.counts, strict=True)
         ):
             raise ValueError("each score must be between 0 and its count")
-        if not all(math.isfinite(v) and v >= 0 for v in (self.down, self.up)):
+        detectors = (self.down, self.up, self.paired or 0.0)
+        if not all(math.isfinite(v) and v >= 0 for v in detectors):
             raise ValueError("the detectors must be finite and nonnegative")
         if self.level is not None and not 0 <= self.level <= 1:
             raise ValueError("level must be between 0 and 1")

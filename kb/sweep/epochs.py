@@ -1,4 +1,9 @@
-"""Knowledge that follows the model: epochs, a change detector, adaptive sampling (the rule).
+"""Knowledge that follows the model: epochs, a change detector, adaptive sampling (v3's rule).
+
+Since SPEC 13.7 this is the rule of ``sampling = "adaptive-v3"`` (kept for
+one version, bit for bit) and the engine of ``sampling = "full"``;
+``sampling = "adaptive"`` is the nightly rule of :mod:`kb.sweep.nightly`,
+which shares this module's epoch arrays, rotation and pass protocol.
 
 A cell (subject × task class) measured under the interval gate keeps an
 **epoch**: the evidence of every night since the epoch began, pooled by case
@@ -61,8 +66,9 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 HELD_NONE, HELD_STRENGTH, HELD_WEAKNESS = 0, 1, 2
-NightPass = Literal["first", "confirm", "refill"]
-"""What a pass of the night is for."""
+NightPass = Literal["first", "confirm", "refill", "more"]
+"""What a pass of the night is for (``more``: a later look of the nightly rule,
+:mod:`kb.sweep.nightly`)."""
 
 
 @dataclass(frozen=True)

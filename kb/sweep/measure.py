@@ -29,6 +29,7 @@ from kb.sweep.cells import SweepCell, cell_claim, group_cells
 from kb.sweep.epochs import DEFAULT_RULE, EpochRule
 from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
 from kb.sweep.health import answer_health
+from kb.sweep.nightly import nightly_rule
 from kb.sweep.plan import SweepPlan
 from kb.sweep.sampling import CellEpochNight, CellKey, NightSampler
 
@@ -101,6 +102,7 @@ def measure(
             _drifted(plan, canaries, baselines),
             report_id=plan.report_id,
             observed_at=format_instant(plan.observed_at),
+            nightly=nightly_rule(spec),
         )
         merged: dict[int, CaseVerdict] = {}
         names, only = epoch_night.first(), False

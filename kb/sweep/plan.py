@@ -287,7 +287,7 @@ def _within_pools(
     dry run and the envelope's worst case leave the other cases out.
     """
     cap = spec.sweep.max_cases
-    if spec.sweep.sampling != "adaptive" or all(len(s.names) <= cap for s in suites):
+    if spec.sweep.sampling == "full" or all(len(s.names) <= cap for s in suites):
         return list(pairs)
     from kb.sweep.epochs import rotation
 

@@ -215,7 +215,7 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     job = plan.job
     judges = job.phase("judges").later
     judge_text = f", up to {judges} judge runs" if judges else ""
-    worst = " (the worst case)" if plan.suites and plan.spec.sweep.sampling == "adaptive" else ""
+    worst = " (the worst case)" if plan.suites and plan.spec.sweep.sampling != "full" else ""
     lines.append(
         f"planned{worst}: {len(job.phase('targets').runs)} target runs{judge_text}, "
         f"{len(job.phase('canary').runs)} canary probes"
@@ -247,11 +247,18 @@ def epochs_line(plan: SweepPlan) -> str:
     text = f"epochs: {going_on} of {len(plan.suites)} cells go on"
     if starting:
         text += f", new: {starting}"
-    if plan.spec.sweep.sampling == "adaptive":
+    if plan.spec.sweep.sampling == "adaptive-v3":
         runs = sum(first_pass_runs(plan).values())
         text += (
             f"\nfirst pass: {runs} target runs (then more where a detector is raised, the "
             "rest of a pool after an alarm, the whole pool after a canary drift)"
+        )
+    elif plan.spec.sweep.sampling == "adaptive":
+        runs = sum(first_pass_runs(plan).values())
+        text += (
+            f"\nfirst pass: {runs} target runs (then 5 more at a time where a detector is "
+            "suspicious or a new epoch's interval is not yet clear, up to each pool; up to "
+            "half a pool after an alarm)"
         )
     return text
 
@@ -261,11 +268,12 @@ def first_pass_runs(plan: SweepPlan) -> dict[tuple[str, str], int]:
     from dataclasses import replace
 
     from kb.sweep.epochs import DEFAULT_RULE
+    from kb.sweep.nightly import nightly_rule
     from kb.sweep.sampling import first_pass
 
     rule = replace(DEFAULT_RULE, max_cases=plan.spec.sweep.max_cases)
     repeats = plan.spec.sweep.repeats
-    found = first_pass(plan.suites, rule, plan.spec.sweep.sampling)
+    found = first_pass(plan.suites, rule, plan.spec.sweep.sampling, nightly_rule(plan.spec))
     return {key: cases * repeats for key, cases in found.items()}
 
 

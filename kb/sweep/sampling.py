@@ -1,13 +1,15 @@
 """A night of epochs: which cases each cell runs, and what the night does to its epoch.
 
 The rule itself — the detectors, the sampler, the pooled estimate — is
-:mod:`kb.sweep.epochs`, vectorized over cells; this module is the part that
-knows kb's cells. Before the first call the plan builds each cell's
-:class:`CellSuite` (its cases, their fingerprint, its rotation, the epoch
-the epochs file holds, and why tonight must start a new one). After the
-canary, :class:`NightSampler` says which cases each cell runs, takes the
-first pass's scores, asks for a second pass where a detector is raised, and
-returns each cell's :class:`CellEpochNight`: the estimate the gate decides
+:mod:`kb.sweep.nightly` under ``sampling = "adaptive"`` (SPEC 13.7) and
+:mod:`kb.sweep.epochs` under ``"adaptive-v3"`` and ``"full"``, vectorized
+over cells; this module is the part that knows kb's cells. Before the first
+call the plan builds each cell's :class:`CellSuite` (its cases, their
+fingerprint, its rotation, the epoch the epochs file holds, and why tonight
+must start a new one). After the canary, :class:`NightSampler` says which
+cases each cell runs, takes each pass's scores, asks for more where the rule
+goes on (a suspicious or raised detector, an unclear cold start, an alarm's
+new epoch), and returns each cell's :class:`CellEpochNight`: the estimate the gate decides
 on, the alarm, how many cases ran and why, and the epoch to write.
 
 A cell that could not be measured completely tonight keeps its epoch as it
@@ -43,11 +45,14 @@ from kb.sweep.epochs import (
     rotation,
     run_night,
 )
+from kb.sweep.nightly import DEFAULT_NIGHTLY, NightlyArrays, NightlyResult, NightlyRule, run_nightly
 
 CellKey = tuple[str, str]
 """(member key, task class)."""
 Held = Literal["strength", "weakness", "none"]
-Sampling = Literal["adaptive", "full"]
+Sampling = Literal["adaptive", "adaptive-v3", "full"]
+"""``adaptive``: the nightly rule (:mod:`kb.sweep.nightly`, SPEC 13.7); ``adaptive-v3``:
+v3's rule (:mod:`kb.sweep.epochs`, kept for one version); ``full``: every case every night."""
 _HELD_CODE = {"none": HELD_NONE, "strength": HELD_STRENGTH, "weakness": HELD_WEAKNESS}
 
 
@@ -181,8 +186,10 @@ class NightSampler:
         *,
         report_id: str,
         observed_at: str,
+        nightly: NightlyRule = DEFAULT_NIGHTLY,
     ) -> None:
         self.suites = tuple(suites)
+        self.nightly = nightly
         self.report_id = report_id
         self.observed_at = observed_at
         self.restarts: list[EpochReason | None] = [
@@ -202,7 +209,11 @@ class NightSampler:
         self.width = width
         self.orders = np.tile(np.arange(width, dtype=np.int64), (len(self.suites), 1))
         sizes = np.array([len(s.names) for s in self.suites], dtype=np.int64)
-        self.state = EpochArrays.empty(sizes, width)
+        self.state: EpochArrays
+        if sampling == "adaptive":
+            self.state = NightlyArrays.blank(sizes, width, nightly.ring)
+        else:
+            self.state = EpochArrays.empty(sizes, width)
         for row, suite in enumerate(self.suites):
             size = len(suite.names)
             if size:
@@ -214,6 +225,8 @@ class NightSampler:
                 self.state.down[row], self.state.up[row] = prior.down, prior.up
                 self.state.cursor[row] = prior.cursor
                 self.state.level[row] = np.nan if prior.level is None else prior.level
+                if isinstance(self.state, NightlyArrays):
+                    _carry(self.state, row, prior, nightly.ring)
         self.new: BoolArray = np.array([r is not None for r in self.restarts], dtype=bool)
         self.held: IntArray = np.array([_HELD_CODE[s.held] for s in self.suites], dtype=np.int64)
         cells, width = len(self.suites), self.width
@@ -224,9 +237,12 @@ class NightSampler:
         self._result: NightResult | None = None
         self._ok: BoolArray = np.ones(cells, dtype=bool)
         self._ran: dict[NightPass, BoolArray] = {
-            kind: np.zeros((cells, width), dtype=bool) for kind in ("first", "confirm", "refill")
+            kind: np.zeros((cells, width), dtype=bool)
+            for kind in ("first", "confirm", "refill", "more")
         }
         """The cases each cell ran tonight, by the pass that ran them."""
+        self._tonight = np.zeros((cells, width))
+        """Tonight's case scores (where ``_ran``)."""
 
     def _names(self, selected: BoolArray) -> dict[CellKey, tuple[str, ...]]:
         return {
@@ -246,7 +262,10 @@ class NightSampler:
 
     def first(self) -> dict[CellKey, tuple[str, ...]]:
         """The cases each cell runs first tonight."""
-        self._passes = run_night(self.state, self.orders, self.new, self.held, self.rule)
+        if isinstance(self.state, NightlyArrays):
+            self._passes = run_nightly(self.state, self.orders, self.new, self.held, self.nightly)
+        else:
+            self._passes = run_night(self.state, self.orders, self.new, self.held, self.rule)
         self._kind, self._pending = next(self._passes)
         return self._names(self._pending)
 
@@ -263,8 +282,10 @@ class NightSampler:
         ok = np.array([s.key in complete for s in self.suites], dtype=bool)
         self._ok &= ok | ~self._pending.any(axis=1)
         self._ran[self._kind] |= self._pending & self._ok[:, None]
+        found = self._scores(scores)
+        self._tonight = np.where(self._pending & self._ok[:, None], found, self._tonight)
         try:
-            self._kind, wanted = self._passes.send(self._scores(scores))
+            self._kind, wanted = self._passes.send(found)
         except StopIteration as done:
             self._result = done.value
             self._pending = None
@@ -291,10 +312,15 @@ class NightSampler:
         )
         restarted = self.restarts[row] or ("alarm" if alarm else None)
         ran = {kind: int(mask[row, :size].sum()) for kind, mask in self._ran.items()}
-        every = self._ran["first"] | self._ran["confirm"] | self._ran["refill"]
+        every = self._ran["first"] | self._ran["confirm"] | self._ran["refill"] | self._ran["more"]
         ran_names = tuple(suite.names[i] for i in np.flatnonzero(every[row, :size]))
+        nightly = isinstance(state, NightlyArrays)
+        passes = float(np.where(every[row], self._tonight[row], 0.0).sum()) if nightly else None
         tonight_night = EpochNight(
-            report_id=self.report_id, observed_at=self.observed_at, cases=ran_names
+            report_id=self.report_id,
+            observed_at=self.observed_at,
+            cases=ran_names,
+            passes=passes,
         )
         if restarted is not None:
             start = EpochStart(
@@ -317,17 +343,59 @@ class NightSampler:
             up=float(state.up[row]),
             cursor=int(state.cursor[row]),
             level=None if np.isnan(level) else level,
+            paired=float(state.paired[row]) if isinstance(state, NightlyArrays) else None,
         )
-        pool = min(size, self.rule.max_cases)
-        return CellEpochNight(
-            suite,
-            epoch,
-            restarted,
-            alarm,
-            pool,
-            len(ran_names),
-            self._why(row, suite, pool, ran, alarm),
-        )
+        if isinstance(result, NightlyResult):
+            pool = min(size, self.nightly.max_cases)
+            why = self._nightly_why(row, suite, pool, result, alarm)
+        else:
+            pool = min(size, self.rule.max_cases)
+            why = self._why(row, suite, pool, ran, alarm)
+        return CellEpochNight(suite, epoch, restarted, alarm, pool, len(ran_names), why)
+
+    def _nightly_why(
+        self,
+        row: int,
+        suite: CellSuite,
+        pool: int,
+        result: NightlyResult,
+        alarm: Literal["down", "up"] | None,
+    ) -> str:
+        """Why the nightly rule ran what it ran (:mod:`kb.sweep.nightly`)."""
+        restart = self.restarts[row]
+        size = len(suite.names)
+        first = int(result.ran_minimum[row])
+        cold = int(result.ran_cold[row])
+        cut = f" (max_cases = {pool} of {size})" if pool < size else ""
+        if restart is not None:
+            total = first + cold
+            why = f"new epoch ({_REASONS[restart]}): {total} of its {pool} cases{cut}"
+            if total < pool:
+                why += ", until its interval was clear of the bands"
+        elif suite.prior is not None and suite.prior.n < pool:
+            why = (
+                f"the epoch has measured {suite.prior.n} of its {pool} cases{cut}: "
+                f"{first + cold} more"
+            )
+            if cold and suite.prior.n + first + cold < pool:
+                why += ", until its interval was clear of the bands"
+        else:
+            held = {"strength": "a held strength", "weakness": "a held weakness"}.get(
+                suite.held, "no claim held"
+            )
+            why = f"settled ({held}): {first} of {pool} in rotation{cut}"
+            if cold:
+                why += f", then {cold} more until its interval was clear of the bands"
+        escalated = int(result.ran_suspicious[row])
+        if escalated:
+            why += f", then {escalated} more while its detector was suspicious"
+        if alarm is not None:
+            change = "drop" if alarm == "down" else "rise"
+            why += f"; the detector alarmed (a {change})"
+            after = int(result.ran_after_alarm[row])
+            if after:
+                why += f", so the new epoch measured {after} more cases"
+        return why
 
     def _why(
         self,
@@ -374,9 +442,34 @@ EPOCH_REASONS = _REASONS
 """Each epoch start in words (reports, the dry run, kb show)."""
 
 
+def _carry(state: NightlyArrays, row: int, prior: CellEpoch, ring: int) -> None:
+    """The nightly rule's own state from the epoch the file holds (v3 files included).
+
+    The paired detector a v3 file lacks reads 0; a night it recorded without
+    its pass total leaves the level unknown (NaN) until ``ring`` newer nights
+    have one — the rule then falls back to the mean of the case means.
+    """
+    state.paired[row] = prior.paired or 0.0
+    if not ring:
+        return
+    recent = prior.nights[-ring:]
+    pad = ring - len(recent)
+    state.recent_runs[row, :] = 0.0
+    state.recent_passes[row, :] = 0.0
+    for column, night in enumerate(recent, start=pad):
+        known = night.passes is not None
+        state.recent_runs[row, column] = len(night.cases) if known else np.nan
+        state.recent_passes[row, column] = night.passes if night.passes is not None else np.nan
+
+
 def first_pass(
-    suites: Sequence[CellSuite], rule: EpochRule, sampling: Sampling
+    suites: Sequence[CellSuite],
+    rule: EpochRule,
+    sampling: Sampling,
+    nightly: NightlyRule = DEFAULT_NIGHTLY,
 ) -> dict[CellKey, int]:
     """The cases each cell's first pass runs tonight, if no canary drifts (the dry run)."""
-    sampler = NightSampler(suites, rule, sampling, frozenset(), report_id="", observed_at="")
+    sampler = NightSampler(
+        suites, rule, sampling, frozenset(), report_id="", observed_at="", nightly=nightly
+    )
     return {key: len(names) for key, names in sampler.first().items()}

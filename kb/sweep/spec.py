@@ -109,11 +109,13 @@ class SweepSection(StrictModel):
     """Where evidence goes (relative to this spec); outside the work tree it is not committed."""
     timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
     max_retries: int = Field(default=3, ge=0)
-    sampling: Literal["adaptive", "full"] = "adaptive"
-    """``adaptive``: a settled cell measures a rotating minimum each night, more
-    while its change detector is raised (:mod:`kb.sweep.epochs`); ``full``:
-    every case every night. Either way the interval gate pools the nights of
-    an epoch; the point gate has no epochs."""
+    sampling: Literal["adaptive", "adaptive-v3", "full"] = "adaptive"
+    """``adaptive``: the nightly rule (SPEC 13.7, :mod:`kb.sweep.nightly`) — a
+    settled cell measures a rotating minimum each night and 5 more at a time
+    while a detector is suspicious, up to the pool; a new epoch stops once its
+    interval is clear of the bands. ``adaptive-v3``: v3's rule (:mod:`kb.sweep.epochs`,
+    kept for one version). ``full``: every case every night. Either way the
+    interval gate pools the nights of an epoch; the point gate has no epochs."""
     max_cases: int = Field(default=120, ge=1)
     """The most cases an epoch draws from a task class (the first in its rotation)."""
     batch: bool = False
@@ -212,7 +214,7 @@ class SweepSpec:
         """Advice that is not an error: task classes too small for the gate to speak."""
         per_class = Counter(case.task_class for case in self.cases)
         found = self.gate.power_warnings(dict(per_class))
-        if self.gate.kind == "interval" and self.sweep.sampling == "adaptive":
+        if self.gate.kind == "interval" and self.sweep.sampling != "full":
             cap = self.sweep.max_cases
             capped = {t: cap for t, count in per_class.items() if count > cap}
             found += [
