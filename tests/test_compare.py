@@ -259,24 +259,7 @@ def test_which_pairs_are_shown() -> None:
 def test_matrix_cost_marks_the_cheapest_model_as_good_as_the_best(
     runner: CliRunner, isolated: Path
 ) -> None:
-    big = [(f"case-{i:03d}", f"Q{i}?", f"a-{i}") for i in range(300)]
-
-    def on_big(name: str, wrong: int, cost: float) -> dict:
-        answers = {q: (f"wrong-{i}" if i < wrong else a) for i, (_, q, a) in enumerate(big)}
-        return {
-            "model": f"scripted:{name}",
-            "params": {"responses": answers, "default": "a steady answer", "cost_usd": cost},
-        }
-
-    path = write_spec(
-        isolated / "s.toml",
-        [on_big("dear", 0, 0.01), on_big("mid", 0, 0.005), on_big("cheap", 60, 0.001)],
-        cases=big,
-        gate="interval",
-        extra_sweep=f"{V3}\nmax_cases = 300",
-        budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
-    )
-    night(runner, path)
+    three_models_on_300_cases(runner, isolated, mid_wrong=0)
     result = kb(runner, "matrix", "--cost", "--json")
     assert result.exit_code == 0, result.stderr
     costs = {c["model"]: c for c in json.loads(result.stdout)["costs"]}
@@ -331,7 +314,9 @@ rungs = [{ model = "scripted:cheap" }, { model = "scripted:mid" }, { model = "sc
 """
 
 
-def three_rungs_measured(runner: CliRunner, isolated: Path) -> None:
+def three_models_on_300_cases(runner: CliRunner, isolated: Path, mid_wrong: int) -> None:
+    """One night of dear ($0.01, all right), mid ($0.005, ``mid_wrong`` wrong) and cheap
+    ($0.001, 60 wrong) on 300 cases: enough for a 0.03 margin to be provable."""
     big = [(f"case-{i:03d}", f"Q{i}?", f"a-{i}") for i in range(300)]
 
     def on_big(name: str, wrong: int, cost: float) -> dict:
@@ -343,13 +328,17 @@ def three_rungs_measured(runner: CliRunner, isolated: Path) -> None:
 
     path = write_spec(
         isolated / "s.toml",
-        [on_big("dear", 0, 0.01), on_big("mid", 1, 0.005), on_big("cheap", 60, 0.001)],
+        [on_big("dear", 0, 0.01), on_big("mid", mid_wrong, 0.005), on_big("cheap", 60, 0.001)],
         cases=big,
         gate="interval",
         extra_sweep=f"{V3}\nmax_cases = 300",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
     night(runner, path)
+
+
+def three_rungs_measured(runner: CliRunner, isolated: Path) -> None:
+    three_models_on_300_cases(runner, isolated, mid_wrong=1)
     (isolated / "ladders.toml").write_text(EVIDENCE_LADDERS)
 
 
