@@ -112,7 +112,7 @@ def main() -> None:
     pairs = list(zip(a["answers"], b["answers"], strict=True))
     same = [x["sha256"] == y["sha256"] for x, y in pairs]
     tokens = [x["completion_tokens"] - y["completion_tokens"] for x, y in pairs]
-    print(f"prompts: {len(requests)} distinct requests of {args.spec.relative_to(ROOT)}")
+    print(f"prompts: {len(requests)} distinct requests of {args.spec}")
     for label, side, python in (("A", a, args.this), ("B", b, args.other)):
         print(f"{label}: {side['runtime']} ({python}; kb at {side['kb']}), {side['cpu_s']} CPU-s")
     print(f"byte-identical answers (sha256): {sum(same)}/{len(same)}")
