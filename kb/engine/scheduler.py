@@ -30,12 +30,14 @@ import random
 import signal
 import time
 import warnings
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
+from kb.engine.providers import local
+from kb.engine.requests import parse_ref
 from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.transports import compose, save_recordings
 from kb.engine.transports.base import BatchTransport, Reply, Transport, ledger_of
@@ -150,6 +152,7 @@ class Engine:
     ) -> list[RunResult]:
         self._envelope = envelope
         prepaid = [self.transport.prepaid(run) for run in runs]
+        _local_preflight(run for run, earlier in zip(runs, prepaid, strict=True) if earlier is None)
         reservations = _authorize(runs, prepaid, envelope)
         numbering = [self._numbering.next(run.request.key) for run in runs]
         limit = asyncio.Semaphore(self.config.concurrency)
@@ -472,6 +475,16 @@ class _BatchPhase:
 
     def closed(self, batch_id: str) -> None:
         self._engine.open_batches.discard(batch_id)
+
+
+def _local_preflight(runs: Iterable[PlannedRun]) -> None:
+    """A bundled model that cannot run is refused before the first call (exit 2), once."""
+    checked: set[str] = set()
+    for run in runs:
+        which = f"{run.spec.ref} {run.spec.params.get('model_path')}"
+        if run.spec.provider == "local" and which not in checked:
+            checked.add(which)
+            local.preflight(parse_ref(run.spec.ref).name, run.spec.params)
 
 
 def _authorize(
