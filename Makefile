@@ -71,8 +71,10 @@ demo: $(STAMP)
 	@echo "Step summary: $(DEMO)/summary-night-2.md"
 
 # Re-measure the bundled model into the project's own store (one kb commit).
+# KNOWLEDGE_FLAGS=--new-epoch when the runtime changed (pools nothing from earlier nights).
+KNOWLEDGE_FLAGS ?=
 knowledge: $(STAMP)
-	$(KB) sweep sweeps/smollm2.toml --html $(DEMO)-knowledge.html
+	$(KB) sweep sweeps/smollm2.toml --html $(DEMO)-knowledge.html $(KNOWLEDGE_FLAGS)
 
 bench: $(STAMP) system-deps
 	@command -v jq >/dev/null 2>&1 && test -x /usr/bin/time || \
