@@ -413,7 +413,8 @@ def test_a_long_batch_id_wraps_on_the_night_page_at_both_widths(
     text = night.read_text()
     assert f"batch {long_id}1" in text  # beside the cost and in the error
     # the failed cell says why, never a bare 0.00
-    assert '<td class="incomplete breakable"><b>no result</b> · incomplete' in text
+    assert '<td class="cell incomplete"><div class="rate muted">no result</div>' in text
+    assert re.search(r'<div class="why">[^<]+</div>', text)  # its cause in words
     assert "0.00 n=0" not in text
     with chromium() as browser:
         for width in (1280, 390):

@@ -135,10 +135,11 @@ def test_a_detector_alarm_fails_the_night_and_is_marked_on_both_heatmaps(
     assert kb(runner, "--as-of", "2026-11-04", "site", "site").exit_code == 0
     shown = (isolated / "site" / "night-kb-sweep-2026-11-03T02_00_00.000Z.html").read_text()
     cell = alarm_cell(shown, "td")
-    assert 'class="num alarm"' in cell and "ALARM ▼ drop</div>" in cell and "hsl(" not in cell
+    assert 'class="cell alarm"' in cell and "ALARM ▼ drop</div>" in cell and "hsl(" not in cell
+    assert "retired …/scripted:m/extraction (falsified)</div>" in cell  # as --html draws it
     assert "ALARM: the change detector alarmed tonight" in shown
     earlier = (isolated / "site" / "night-kb-sweep-2026-11-02T02_00_00.000Z.html").read_text()
-    assert '<div class="alarm-badge"' not in earlier and 'class="num alarm"' not in earlier
+    assert '<div class="alarm-badge"' not in earlier and 'class="cell alarm"' not in earlier
 
 
 def alarm_cell(page: str, tag: str) -> str:

@@ -12,7 +12,7 @@ incomplete cell shows its cause, never a bare 0.00.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kb.money import usd
@@ -118,9 +118,20 @@ ALARM_LEGEND = (
 )
 
 
-def _cell_td(
-    index: int, cell: CellRecord, earlier: Sequence[CellPoint], alarm: CellAlarm | None = None
-) -> str:
+def cell_parts(
+    cell: CellRecord,
+    earlier: Sequence[CellPoint],
+    alarm: CellAlarm | None = None,
+    claim_href: Callable[[str], str | None] | None = None,
+) -> tuple[str, str]:
+    """A heatmap cell as ``(the td's class and style attributes, its content)``.
+
+    What the report's heatmap and the site's pages both draw: the rate the gate
+    judged with its interval, the outcome, the change since the previous report,
+    the trend, the claim (a link where ``claim_href`` gives a page), a prior
+    claim that stands, the claims an alarm retired, and an incomplete cell's
+    cause instead of a bare 0.00.
+    """
     esc = html.escape
     outcome = cell.outcome
     n, planned = cell.n, cell.planned_n
@@ -132,11 +143,14 @@ def _cell_td(
             if n
             else '<div class="rate muted">no result</div>'
         )
-        style = ' class="cell incomplete"'
+        style = (
+            ' class="cell incomplete alarm"' if alarm is not None else ' class="cell incomplete"'
+        )
         why = f'<div class="why">{esc(cell.incomplete_reason or "")}</div>'
     else:
         rate = cell.shown_rate
-        count = f"epoch n={cell.epoch.n} ({n} tonight)" if cell.epoch is not None else f"n={n}"
+        tonight = f"tonight {round(cell.pass_rate * n)}/{n}"
+        count = f"epoch n={cell.epoch.n} · {tonight}" if cell.epoch is not None else f"n={n}"
         figure = (
             f'<div class="rate">{to_fixed_2(rate)}</div>'
             f'<div class="note">{count} · 95% [{to_fixed_2(low)}, {to_fixed_2(high)}]</div>'
@@ -151,38 +165,48 @@ def _cell_td(
         else ""
     )
     delta = _delta(cell, earlier) if outcome != "incomplete" else ""
-    claim = cell.claim_id
-    claim_line = (
-        f'<div class="claim" title="{esc(claim)}">claim {esc(_short_claim(claim))}</div>'
-        if claim
-        else ""
+    claim_line = "".join(
+        _claim_div(f"claim {esc(_short_claim(claim))}", claim, claim_href)
+        for claim in ([cell.claim_id] if cell.claim_id else [])
     )
     for prior in cell.prior_stands or ():
-        claim_line += (
-            f'<div class="claim" title="{esc(prior.claim_id)}">prior '
-            f"{esc(prior.polarity)} stands"
-            + (" (hysteresis)" if outcome != "incomplete" else "")
-            + "</div>"
+        hysteresis = " (hysteresis)" if outcome != "incomplete" else ""
+        claim_line += _claim_div(
+            f"prior {esc(prior.polarity)} stands{hysteresis}", prior.claim_id, claim_href
         )
     for retired in alarm.falsified if alarm is not None else ():
         claim_line += (
             f'<div class="claim retired" title="{esc(retired)}">retired '
             f"{esc(_short_claim(retired))} (falsified)</div>"
         )
-    repeats = cell.repeats
-    if repeats:
+    if cell.repeats:
         flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
-        claim_line = f'<div class="note">x{repeats} repeats · {flaky} flaky</div>' + claim_line
+        claim_line = f'<div class="note">x{cell.repeats} repeats · {flaky} flaky</div>' + claim_line
     colour = OUTCOME_COLOURS.get(outcome, "#57606a")
     badge = alarm_badge(alarm) if alarm is not None else ""
-    if alarm is not None and outcome == "incomplete":
-        style = ' class="cell incomplete alarm"'
+    content = (
+        f'{badge}{figure}<div class="outcome" style="color:{colour}">{esc(outcome)}</div>'
+        f"{delta}{trend}{why}{claim_line}"
+    )
+    return style, content
+
+
+def _claim_div(text: str, claim_id: str, claim_href: Callable[[str], str | None] | None) -> str:
+    esc = html.escape
+    href = claim_href(claim_id) if claim_href is not None else None
+    shown = f'<a href="{esc(href)}">{text}</a>' if href else text
+    return f'<div class="claim" title="{esc(claim_id)}">{shown}</div>'
+
+
+def _cell_td(
+    index: int, cell: CellRecord, earlier: Sequence[CellPoint], alarm: CellAlarm | None = None
+) -> str:
+    esc = html.escape
+    style, content = cell_parts(cell, earlier, alarm)
     return (
-        f'<td{style} data-outcome="{esc(outcome)}" data-cell="cell-{index}">'
+        f'<td{style} data-outcome="{esc(cell.outcome)}" data-cell="cell-{index}">'
         f'<a href="#cell-{index}" aria-label="cases of {esc(cell.subject_key)} '
-        f'{esc(cell.task_class)}">{badge}{figure}'
-        f'<div class="outcome" style="color:{colour}">{esc(outcome)}</div>'
-        f"{delta}{trend}{why}{claim_line}</a></td>"
+        f'{esc(cell.task_class)}">{content}</a></td>'
     )
 
 
@@ -306,6 +330,53 @@ def _drift_banner(report: ReportFile) -> str:
     return f'<p class="drift-banner" role="alert"><strong>Drift:</strong> {drift}.</p>'
 
 
+def night_lists(report: ReportFile, claim_href: Callable[[str], str | None] | None = None) -> str:
+    """The night's claims, retirements, canary and pool as headed lists (``<h2>`` each).
+
+    ``claim_href``: where a claim's page is (the site); the report names ids only.
+    """
+    esc = html.escape
+
+    def claim(claim_id: str) -> str:
+        href = claim_href(claim_id) if claim_href is not None else None
+        code = f'<code class="breakable">{esc(claim_id)}</code>'
+        return f'<a href="{esc(href)}">{code}</a>' if href else code
+
+    retired = (
+        "".join(
+            f"<li>{claim(r.claim_id)} — "
+            + (f"superseded by {claim(r.by)}" if r.by else f"archived ({esc(r.reason or '')})")
+            + "</li>"
+            for r in report.retired
+        )
+        or "<li>none</li>"
+    )
+    claims = (
+        "".join(
+            f"<li>{claim(str(c['id']))} — {esc(str(c['statement']))}</li>" for c in report.claims
+        )
+        or "<li>none</li>"
+    )
+    canary = "".join(
+        f"<li><code>{esc(e.subject_key)}</code> — {esc(e.status)}"
+        + (f", flipped {len(e.flipped)} stale" if e.flipped else "")
+        + f", fingerprint <code>{esc(e.fingerprint[:16])}</code></li>"
+        for e in report.canary
+    )
+    pool = "".join(
+        f"<li><code>{esc(m.model)}</code> — {esc(m.origin)}"
+        + (f" <em>(skipped: {esc(m.skipped)})</em>" if m.skipped else "")
+        + "</li>"
+        for m in report.pool
+    )
+    return (
+        f'<h2>Claims</h2><ul id="night-claims">{claims}</ul>'
+        f'<h2>Retired</h2><ul id="night-retired">{retired}</ul>'
+        + (f"<h2>Canary</h2><ul>{canary}</ul>" if canary else "")
+        + f"<h2>Pool</h2><ul>{pool}</ul>"
+    )
+
+
 def report_html(report: ReportFile, history: History | None = None) -> str:
     """The page for a report with its ``runs`` (``history``: earlier points per cell)."""
     esc = html.escape
@@ -367,38 +438,6 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
         + "<li>▲/▼ change since the previous report · line: up to 10 earlier reports</li>"
         f"<li>{esc(rule)}</li></ul>"
     )
-    retired = (
-        "".join(
-            f"<li><code>{esc(r.claim_id)}</code> — "
-            + (
-                f"superseded by <code>{esc(r.by)}</code>"
-                if r.by
-                else f"archived ({esc(r.reason or '')})"
-            )
-            + "</li>"
-            for r in report.retired
-        )
-        or "<li>none</li>"
-    )
-    claims = (
-        "".join(
-            f"<li><code>{esc(str(c['id']))}</code> — {esc(str(c['statement']))}</li>"
-            for c in report.claims
-        )
-        or "<li>none</li>"
-    )
-    canary = "".join(
-        f"<li><code>{esc(e.subject_key)}</code> — {esc(e.status)}"
-        + (f", flipped {len(e.flipped)} stale" if e.flipped else "")
-        + f", fingerprint <code>{esc(e.fingerprint[:16])}</code></li>"
-        for e in report.canary
-    )
-    pool = "".join(
-        f"<li><code>{esc(m.model)}</code> — {esc(m.origin)}"
-        + (f" <em>(skipped: {esc(m.skipped)})</em>" if m.skipped else "")
-        + "</li>"
-        for m in report.pool
-    )
     committed = (
         f"store v{report.committed_version}"
         if report.committed_version is not None
@@ -426,9 +465,6 @@ def report_html(report: ReportFile, history: History | None = None) -> str:
 <tbody>{"".join(rows)}</tbody></table></div>
 {legend}
 {sections}
-<h2>Claims</h2><ul>{claims}</ul>
-<h2>Retired</h2><ul>{retired}</ul>
-{f"<h2>Canary</h2><ul>{canary}</ul>" if canary else ""}
-<h2>Pool</h2><ul>{pool}</ul>
+{night_lists(report)}
 </body></html>
 """

@@ -24,10 +24,7 @@ read is left out with a warning, never fatal.
 
 from __future__ import annotations
 
-import hashlib
-import html
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,106 +33,26 @@ from kb.card import usable_claims
 from kb.compare import compare_models
 from kb.errors import ConfigError
 from kb.money import usd
-from kb.schema import subject_key
 from kb.store.canonical import to_fixed_2
 from kb.store.changes import cell_alarms
 from kb.store.epochs import EpochsFile
-from kb.store.evidence import REPORT_SUFFIX, evidence_stem, load_evidence
+from kb.store.evidence import REPORT_SUFFIX, load_evidence
 from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
-from kb.store.records import CellRecord, ReportFile, RunRecord
+from kb.store.records import CellRecord, ReportFile
 from kb.views.decision import claim_interval, newest_first
-from kb.views.html import ALARM_BACKGROUND, ALARM_LEGEND, alarm_badge, heat_colour
-from kb.views.report_text import EPOCH_WORDS, alarm_lines, drift_line
-from kb.views.site_models import MODELS_PAGE, case_anchor, models_page_body
-
-esc = html.escape
-
-STYLE = """
-* { box-sizing: border-box; }
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
-  padding: 12px; max-width: 1200px; color: #1f2328; }
-h1 { font-size: 1.3em; margin: 0.2em 0 0.4em; overflow-x: auto; }
-.id { display: block; overflow-x: auto; white-space: nowrap; }
-h2 { font-size: 1.1em; margin-top: 1.4em; }
-section.pair h3 { font-size: 1em; }
-a { color: #0550ae; }
-.name { white-space: nowrap; }
-.scroll { overflow-x: auto; max-width: 100%; }
-table { border-collapse: collapse; margin: 0.4em 0; }
-th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: #f6f8fa; }
-td.num { text-align: right; white-space: nowrap; }
-.meta { color: #57606a; }
-.pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
-.error { color: #9a6700; font-weight: 600; }
-.drift { color: #8a4500; font-weight: 600; }
-.banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
-td.alarm { box-shadow: inset 0 0 0 3px #cf222e; }
-.alarm-badge { display: block; width: fit-content; margin: 0 0 2px auto; background: #cf222e;
-  color: #fff; font-weight: 700; font-size: 0.75em; letter-spacing: 0.04em; padding: 0 0.45em;
-  border-radius: 3px; white-space: nowrap; }
-ul.legend { list-style: none; padding: 0; font-size: 0.85em; color: #424a53; }
-.swatch { display: inline-block; width: 0.9em; height: 0.9em; vertical-align: -0.1em;
-  margin-right: 0.3em; }
-pre { white-space: pre-wrap; overflow-wrap: break-word; margin: 0; max-height: 14em;
-  overflow-y: auto; font-size: 0.9em; }
-pre.params { overflow-wrap: normal; overflow-x: auto; }
-section.case { border-top: 1px solid #d0d7de; padding-top: 0.4em; }
-.filters label { margin-right: 1em; white-space: nowrap; }
-.prompt { background: #f6f8fa; padding: 0.4em; white-space: pre-wrap; }
-.prose { overflow-wrap: break-word; }
-/* ids and errors quoting them (a batch id, a provider's message) wrap anywhere rather
-   than widen their column past the screen */
-.breakable { overflow-wrap: anywhere; white-space: normal; }
-small.batch { display: block; text-align: left; }
-td.incomplete { background: repeating-linear-gradient(45deg, #f6f8fa, #f6f8fa 6px,
-  #eaeef2 6px, #eaeef2 12px); max-width: 22em; }
-ol.timeline { display: flex; flex-wrap: wrap; gap: 6px; list-style: none; padding: 0; }
-ol.timeline li { width: 11em; border-left: 3px solid #d0d7de; padding: 2px 6px; }
-ol.timeline li.new-epoch { border-left-color: #0550ae; }
-ol.timeline li.evidence { background: #f6f8fa; }
-ol.timeline .bar { background: #eaeef2; height: 8px; margin: 3px 0; }
-ol.timeline .bar span { display: block; height: 100%; background: #2da44e; }
-ol.timeline .epoch-mark { color: #0550ae; font-size: 0.85em; }
-@media (max-width: 640px) {  /* a phone: each answer a card, the answer itself on screen */
-  .name { font-size: 0.85em; }
-  h1 { font-size: 1.1em; }
-  table.answers thead { display: none; }
-  table.answers, table.answers tbody, table.answers tr, table.answers td {
-    display: block; width: 100%; }
-  table.answers tr { border-top: 2px solid #d0d7de; }
-  table.answers td { border: none; padding: 2px 4px; }
-  table.answers td::before { content: attr(data-label) ": "; font-weight: 600; color: #57606a; }
-}
-"""
-
-
-@dataclass(frozen=True)
-class Night:
-    """One night's report with its runs, and its page."""
-
-    report: ReportFile
-    runs: tuple[RunRecord, ...]
-
-    @property
-    def stem(self) -> str:
-        """The file-safe form of the report id."""
-        return evidence_stem(self.report.report_id)
-
-    @property
-    def page(self) -> str:
-        """The night's page, its name safe in a relative link.
-
-        ``:`` and other URL-significant characters are replaced: ``night-x-2026-11-29T02:00…``
-        would otherwise read as a URL scheme.
-        """
-        return "night-" + re.sub(r"[^A-Za-z0-9._-]", "_", self.stem) + ".html"
-
-
-def claim_page(claim_id: str) -> str:
-    """The page of a claim (ids hold ``/`` and ``:``: the page is named by a hash)."""
-    return f"claim-{hashlib.sha256(claim_id.encode()).hexdigest()[:16]}.html"
+from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts
+from kb.views.report_text import EPOCH_WORDS
+from kb.views.site_models import MODELS_PAGE, models_page_body
+from kb.views.site_night import NightLayout, night_files
+from kb.views.site_pages import (
+    GENERATOR,
+    Night,
+    claim_page,
+    esc,
+    page_html,
+    script_json,
+)
 
 
 def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
@@ -159,10 +76,6 @@ def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
             nights.append(Night(found.report, tuple(found.runs)))
     nights.sort(key=lambda n: n.report.observed_at)
     return nights, warnings
-
-
-GENERATOR = "kb site"
-"""The ``<meta name="generator">`` of every page: what tells a kb site from other files."""
 
 
 def site_directory_issue(directory: Path) -> str | None:
@@ -192,36 +105,6 @@ def site_directory_issue(directory: Path) -> str | None:
     )
 
 
-def script_json(value: object) -> str:
-    r"""JSON that is inert inside a ``<script>``: no ``</script>``, no ``<!--``, no markup.
-
-    ``<``, ``>`` and ``&`` (and U+2028/U+2029, which end a line in older
-    JavaScript) are written as ``\u`` escapes (``\u003c`` …), which JSON and
-    JavaScript read back as the same characters.
-    """
-    text = json.dumps(value, sort_keys=True)
-    for raw, escaped in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        text = text.replace(raw, escaped)
-    return text
-
-
-def _page(title: str, body: str, script: str = "") -> str:
-    tail = f"<script>{script}</script>" if script else ""
-    return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f'<meta name="generator" content="{GENERATOR}">\n'
-        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>\n"
-        f"{body}\n{tail}</body></html>\n"
-    )
-
-
 def _tonight(cell: CellRecord) -> str:
     """Tonight's own count of a cell (``tonight 18/20``), beside the epoch's pooled rate."""
     return f"tonight {round(cell.pass_rate * cell.n)}/{cell.n}" if cell.n else "no result"
@@ -231,8 +114,8 @@ def _drifted(report: ReportFile) -> list[str]:
     return [c.subject_key for c in report.canary if c.status == "drift"]
 
 
-def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int) -> str:
-    """The site's front page."""
+def _nights_table(nights: Sequence[Night]) -> str:
+    """Every night newest first; the night's link carries its date, so a phone keeps the counts."""
     rows = []
     for night in reversed(nights):
         r = night.report
@@ -243,11 +126,108 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
             cells = f"{len(alarms)} cell{'s' if len(alarms) != 1 else ''}"
             mark += f' <span class="drift">alarm: {cells}</span>'
         rows.append(
-            f'<tr><td class="name"><a href="{esc(night.page)}">{esc(r.report_id)}</a>{mark}</td>'
-            f'<td class="name">{esc(r.observed_at[:16])}</td><td class="num">{len(r.cells)}</td>'
-            f'<td class="num">{len(r.claims)}</td><td class="num">{len(r.retired)}</td>'
+            f'<tr><td><a href="{esc(night.page)}" class="name">{esc(r.observed_at[:16])}</a>'
+            f'{mark}<small class="meta id-small breakable">{esc(r.report_id)}</small></td>'
+            f'<td class="num">{len(r.cells)}</td><td class="num">{len(r.claims)}</td>'
+            f'<td class="num">{len(r.retired)}</td>'
             f'<td class="num">{esc(usd(r.spent_usd))}</td></tr>'
         )
+    return (
+        '<div class="scroll"><table id="nights"><thead><tr><th>night (observed, report)</th>'
+        "<th>cells</th><th>claims</th><th>retired</th><th>spent</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></div>"
+    )
+
+
+def matrix_table(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int) -> str:
+    """Model × task class: each cell's newest night, drawn as the night page draws it."""
+    newest: dict[tuple[str, str], tuple[Night, CellRecord]] = {}
+    history: dict[tuple[str, str], list[CellPoint]] = {}
+    for night in nights:  # oldest first: the newest night of each cell wins
+        for cell in night.report.cells:
+            key = (cell.subject_key, cell.task_class)
+            if key in newest:
+                before, earlier = newest[key]
+                history.setdefault(key, []).append(
+                    CellPoint(
+                        before.report.observed_at,
+                        before.report.report_id,
+                        earlier.shown_rate,
+                        earlier.complete,
+                    )
+                )
+            newest[key] = (night, cell)
+    if not newest:
+        return '<p class="meta">No night with evidence here yet.</p>'
+    live = {c.id for c in usable_claims(claims, as_of)}
+    members = list(dict.fromkeys(key[0] for key in newest))
+    classes = list(dict.fromkeys(key[1] for key in newest))
+    rows = []
+    for member in members:
+        tds = [f'<th class="name">{esc(member)}</th>']
+        for task_class in classes:
+            found = newest.get((member, task_class))
+            if found is None:
+                tds.append('<td class="meta">not measured</td>')
+                continue
+            night, cell = found
+            alarm = cell_alarms(night.report).get((member, task_class))
+            style, content = cell_parts(
+                cell,
+                history.get((member, task_class), ()),
+                alarm,
+                lambda claim_id: claim_page(claim_id) if claim_id in live else None,
+            )
+            tds.append(
+                f'<td{style}>{content}<div class="note"><a href="{esc(night.page)}">'
+                f"{esc(night.report.observed_at[:10])}</a></div></td>"
+            )
+        rows.append("<tr>" + "".join(tds) + "</tr>")
+    head = "".join(f'<th class="name">{esc(t)}</th>' for t in classes)
+    return (
+        '<div class="scroll"><table id="matrix">'
+        f"<thead><tr><th>model</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def retired_since(nights: Sequence[Night]) -> str:
+    """What the newest night retired: superseded, archived, falsified, flipped stale."""
+    if not nights:
+        return '<p class="meta">No night yet.</p>'
+    r = nights[-1].report
+    items = [
+        f'<li><code class="breakable">{esc(x.claim_id)}</code> — '
+        + (
+            f'superseded by <code class="breakable">{esc(x.by)}</code>'
+            if x.by
+            else f"archived ({esc(x.reason or '')})"
+        )
+        + "</li>"
+        for x in r.retired
+    ]
+    for alarm in cell_alarms(r).values():
+        items += [
+            f'<li><code class="breakable">{esc(c)}</code> — falsified tonight</li>'
+            for c in alarm.falsified
+            if all(x.claim_id != c for x in r.retired)
+        ]
+    for entry in r.canary:
+        items += [
+            f'<li><code class="breakable">{esc(c)}</code> — flipped stale: the canary saw '
+            f"{esc(entry.subject_key)} change</li>"
+            for c in entry.flipped
+        ]
+    shown = "".join(items) or "<li>none</li>"
+    return (
+        f'<p class="meta">by the newest night, <a href="{esc(nights[-1].page)}">'
+        f"{esc(r.observed_at[:16])}</a>:</p>"
+        f'<ul id="retired">{shown}</ul>'
+    )
+
+
+def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int) -> str:
+    """The site's front page."""
     live = newest_first(usable_claims(claims, as_of))
     claim_rows = []
     for claim in live:
@@ -268,13 +248,17 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
     body = (
         "<h1>kb: what the store knows</h1>"
         f'<p class="meta">{len(nights)} nights · {len(live)} claims steer today</p>'
-        "<h2>Nights</h2>"
-        '<div class="scroll"><table id="nights"><thead><tr><th>report</th><th>observed</th>'
-        "<th>cells</th><th>claims</th><th>retired</th><th>spent</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table></div>"
-        f'<p><a href="{MODELS_PAGE}">Models compared</a>: every pair on the cases both measured, '
-        "with its interval and the cases where they disagree.</p>"
+        "<h2>Models × task classes</h2>"
+        '<p class="meta">Each cell as its newest night measured it: the rate the gate judged '
+        "with its 95% interval, the change since the night before, the claim.</p>"
+        + matrix_table(nights, claims, as_of)
+        + f'<ul class="legend">{ALARM_LEGEND}</ul>'
+        + "<h2>Retired since the previous night</h2>"
+        + retired_since(nights)
+        + "<h2>Nights</h2>"
+        + _nights_table(nights)
+        + f'<p><a href="{MODELS_PAGE}">Models compared</a>: every pair on the cases both '
+        "measured, with its interval and the cases where they disagree.</p>"
         '<h2>Compare two nights</h2><form id="compare" action="compare.html">'
         f'<select name="a">{options}</select> <select name="b">{options}</select> '
         '<button type="submit">compare</button></form>'
@@ -287,198 +271,7 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
         "var s=document.querySelectorAll('#compare select');"
         "if(s.length>1&&s[0].options.length>1){s[0].selectedIndex=1;}"  # A older, B newest
     )
-    return _page("kb site", body, script)
-
-
-def _run_key(run: RunRecord) -> tuple[str, str]:
-    return (subject_key(run.model, run.effort), run.case)
-
-
-def night_page(night: Night, earlier: Sequence[Night]) -> str:
-    """One night: the rates, then every case with every model's answer side by side."""
-    r = night.report
-    previous: dict[tuple[str, str], bool] = {}
-    for before in earlier:  # the model's latest earlier verdict on the same case
-        for run in before.runs:
-            if run.kind == "target":
-                previous[_run_key(run)] = run.passed
-    classes = list(dict.fromkeys(c.task_class for c in r.cells))
-    members = list(dict.fromkeys(c.subject_key for c in r.cells))
-    rates = {(c.subject_key, c.task_class): c for c in r.cells}
-    drifted = set(_drifted(r))
-    alarms = cell_alarms(r)
-    head = "".join(f'<th class="name">{esc(t)}</th>' for t in classes)
-    grid = []
-    for member in members:
-        mark = ' <span class="drift">drift</span>' if member in drifted else ""
-        tds = [f'<th class="name">{esc(member)}{mark}</th>']
-        for task_class in classes:
-            cell = rates.get((member, task_class))
-            if cell is None:
-                tds.append("<td>·</td>")
-                continue
-            if cell.outcome == "incomplete":  # its cause, never a bare 0.00 (as kb report --html)
-                counted = f"on {cell.n} of {cell.planned_n} cases" if cell.n else "no result"
-                tds.append(
-                    f'<td class="incomplete breakable"><b>{counted}</b> · incomplete<br>'
-                    f"<small>{esc(cell.incomplete_reason or '')}</small></td>"
-                )
-                continue
-            rate = cell.shown_rate
-            tonight = _tonight(cell)
-            pooled = (
-                f"epoch {to_fixed_2(rate)} n={cell.epoch.n}"
-                if cell.epoch is not None
-                else f"{to_fixed_2(rate)} n={cell.n}"
-            )
-            alarm = alarms.get((member, task_class))
-            shown = (
-                f'class="num alarm" style="background:{ALARM_BACKGROUND}"'
-                if alarm is not None
-                else f'class="num" style="background:{heat_colour(rate)}"'
-            )
-            tds.append(
-                f"<td {shown}>{alarm_badge(alarm) if alarm is not None else ''}{pooled}<br>"
-                f"<small>{tonight} · {esc(str(cell.outcome))}</small></td>"
-            )
-        grid.append("<tr>" + "".join(tds) + "</tr>")
-    by_case: dict[tuple[str, str], list[RunRecord]] = {}
-    for run in night.runs:
-        if run.kind == "target":
-            by_case.setdefault((run.task_class or "", run.case), []).append(run)
-    sections = []
-    measured = {
-        task_class: [c.subject_key for c in r.cells if c.task_class == task_class]
-        for task_class in classes
-    }
-    for (task_class, case), runs in sorted(by_case.items()):
-        ran = {_run_key(run)[0] for run in runs}
-        resting = [m for m in measured.get(task_class, []) if m not in ran]
-        sections.append(_case_section(task_class, case, runs, previous, resting))
-    drift = drift_line(r, esc)
-    banner = f'<p class="banner"><strong>Drift:</strong> {drift}.</p>' if drift else ""
-    banner += "".join(
-        f'<p class="banner alarm"><strong>Alarm:</strong> {esc(line)}.</p>'
-        for line in alarm_lines(r)
-    )
-    body = (
-        f'<p><a href="index.html">← all nights</a></p><h1>Night <span class="name">'
-        f"{esc(r.report_id)}</span></h1>"
-        f'<p class="meta">observed {esc(r.observed_at)} · spent {esc(usd(r.spent_usd))} · '
-        f"{len(r.claims)} claims · {len(r.retired)} retired</p>{banner}"
-        '<h2>Pass rate by model and task class</h2><p class="meta">What the gate judged: '
-        "the epoch's pooled rate over its n cases (several nights), then tonight's own count."
-        '</p><div class="scroll"><table id="rates">'
-        f"<thead><tr><th>model</th>{head}</tr></thead><tbody>{''.join(grid)}</tbody></table>"
-        f'</div><ul class="legend">{ALARM_LEGEND}</ul><h2>Cases</h2>'
-        '<p class="filters"><label><input type="checkbox" id="only-failed"> failures only'
-        '</label><label><input type="checkbox" id="only-flaky"> flaky only</label>'
-        '<label><input type="checkbox" id="only-changed"> changed since the previous night'
-        '</label> <span id="shown" class="meta"></span></p>' + "".join(sections)
-    )
-    script = (
-        "function apply(){var f=document.getElementById('only-failed').checked,"
-        "k=document.getElementById('only-flaky').checked,"
-        "c=document.getElementById('only-changed').checked,n=0,"
-        "all=document.querySelectorAll('section.case');"
-        "all.forEach(function(s){var show=(!f||s.dataset.failed==='1')&&"
-        "(!k||s.dataset.flaky==='1')&&(!c||s.dataset.changed==='1');"
-        "s.hidden=!show;if(show)n++;});"
-        "document.getElementById('shown').textContent=n+' of '+all.length+' cases';}"
-        "['only-failed','only-flaky','only-changed'].forEach(function(i){"
-        "document.getElementById(i).addEventListener('change',apply);});apply();"
-    )
-    return _page(f"kb night {r.report_id}", body, script)
-
-
-def _case_section(
-    task_class: str,
-    case: str,
-    runs: Sequence[RunRecord],
-    previous: Mapping[tuple[str, str], bool],
-    resting: Sequence[str] = (),
-) -> str:
-    """One case: its prompt and expected answer, then each model's answer side by side.
-
-    ``resting``: models measured on this task class tonight that did not run this
-    case (an adaptive night runs a rotating part of the cases of a settled cell).
-    """
-    first = runs[0]
-    prompt = first.request.user if first.request is not None else ""
-    system = first.request.system if first.request is not None else None
-    by_model: dict[str, list[RunRecord]] = {}
-    for run in runs:
-        by_model.setdefault(_run_key(run)[0], []).append(run)
-    failed = flaky = changed = False
-    rows = []
-    for model, mine in by_model.items():
-        verdicts = [run.passed for run in mine]
-        failed |= not all(verdicts)
-        flaky |= len(set(verdicts)) > 1
-        was = previous.get((model, case))
-        changed |= was is not None and was != all(verdicts)
-        for run in mine:
-            status = (
-                '<span class="pass">PASS</span>'
-                if run.passed
-                else '<span class="fail">FAIL</span>'
-                if run.status == "ok"
-                else f'<span class="error">{esc(run.status.upper())}</span>'
-            )
-            reasons = "<br>".join(f"{esc(v.grader)}: {esc(v.reason)}" for v in run.verdicts) or esc(
-                run.error or ""
-            )
-            tokens = (
-                f"{run.usage.prompt_tokens} / {run.usage.completion_tokens}"
-                if run.usage is not None
-                else "—"
-            )
-            params = json.dumps(run.params, sort_keys=True) if run.params else "—"
-            repeat = f" #{run.repeat + 1}" if len(mine) > 1 else ""
-            batched = (
-                f'<small class="meta batch breakable">batch {esc(run.batch)}</small>'
-                if run.batch
-                else ""
-            )
-            rows.append(
-                f'<tr><td class="name" data-label="model">{esc(model)}{repeat}</td>'
-                f'<td data-label="verdict">{status}</td>'
-                f'<td class="breakable" data-label="graders">{reasons}</td>'
-                f'<td data-label="output"><pre>{esc(run.output)}</pre></td>'
-                f'<td class="num" data-label="tokens">{tokens}</td>'
-                f'<td class="num" data-label="cost">{esc(usd(run.cost_usd))}{batched}</td>'
-                f'<td data-label="params"><pre class="params">{esc(params)}</pre></td></tr>'
-            )
-    system_line = f'<p class="prompt"><b>system</b> {esc(system)}</p>' if system else ""
-    expected = next((run.expected for run in runs if run.expected), None)
-    expected_line = (
-        f'<p class="prompt expected"><b>expected</b> {esc(expected)}</p>'
-        if expected
-        else '<p class="prompt expected meta"><b>expected</b> not recorded (evidence '
-        "written before v3): the graders' reasons below say what was wanted</p>"
-    )
-    flags = f'data-failed="{int(failed)}" data-flaky="{int(flaky)}" data-changed="{int(changed)}"'
-    return (
-        f'<section class="case" id="{case_anchor(task_class, case)}" {flags}>'
-        f'<h3><span class="name">{esc(case)}</span> '
-        f'<small class="meta name">{esc(task_class)}</small></h3>{system_line}'
-        f'<p class="prompt"><b>prompt</b> {esc(prompt)}</p>{expected_line}'
-        '<div class="scroll"><table '
-        'class="answers">'
-        "<thead><tr><th>model</th><th>verdict</th><th>graders (what was expected)</th>"
-        "<th>output</th><th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></div>{_resting_line(resting)}</section>"
-    )
-
-
-def _resting_line(resting: Sequence[str]) -> str:
-    if not resting:
-        return ""
-    names = ", ".join(f'<span class="name">{esc(m)}</span>' for m in resting)
-    return (
-        f'<p class="meta">not sampled tonight: {names} (a settled cell runs a rotating '
-        "part of its cases each night)</p>"
-    )
+    return page_html("kb site", body, script)
 
 
 @dataclass(frozen=True)
@@ -609,7 +402,7 @@ def claim_page_html(
         f"{_timeline_html(timeline)}"
         f'<h2>The nights it rests on</h2><ul id="evidence">{"".join(items)}</ul>'
     )
-    return _page(f"kb claim {claim.id}", body)
+    return page_html(f"kb claim {claim.id}", body)
 
 
 def compare_page(nights: Sequence[Night]) -> str:
@@ -654,7 +447,7 @@ def compare_page(nights: Sequence[Night]) -> str:
         ".forEach(function(v,i){var td=document.createElement('td');td.textContent=v;"
         "if(i===0)td.className='name';tr.appendChild(td);});t.appendChild(tr);});}"
     )
-    return _page("kb: two nights compared", body, script)
+    return page_html("kb: two nights compared", body, script)
 
 
 def build_site(
@@ -685,17 +478,25 @@ def build_site(
             raise ConfigError("site", f"cannot write {path}: {exc.strerror or exc}") from None
         written.append(path)
 
+    paged = frozenset(c.id for c in claims if c.status in ("active", "stale"))
+
+    def claim_href(claim_id: str) -> str | None:
+        return claim_page(claim_id) if claim_id in paged else None
+
     write("index.html", index_page(nights, claims, as_of))
+    layouts: dict[str, NightLayout] = {}
     for index, night in enumerate(nights):
-        write(night.page, night_page(night, nights[:index]))
+        layout, files = night_files(night, nights[:index], claim_href)
+        layouts[night.report.report_id] = layout
+        for name, text in files.items():
+            write(name, text)
     write("compare.html", compare_page(nights))
-    pages = {n.report.report_id: n.page for n in nights}
+    pages = {report_id: layout.href for report_id, layout in layouts.items()}
     runs = {n.report.report_id: list(n.runs) for n in nights}
     chosen = epochs if epochs is not None else EpochsFile()
     found = compare_models(chosen, runs.get)
-    write(MODELS_PAGE, _page("kb models compared", models_page_body(found, chosen, pages)))
+    write(MODELS_PAGE, page_html("kb models compared", models_page_body(found, chosen, pages)))
     by_id = {n.report.report_id: n for n in nights}
-    paged = frozenset(c.id for c in claims if c.status in ("active", "stale"))
     for claim in claims:
         if claim.id in paged:
             line = format_epoch(claim, epochs) if epochs is not None else None

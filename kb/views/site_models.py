@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from kb.compare import ArmCosts, ClassComparison, PairComparison
 from kb.money import usd
@@ -28,16 +28,20 @@ def case_anchor(task_class: str, case: str) -> str:
     return f"case-{digest.hexdigest()[:16]}"
 
 
+AnswerPages = Mapping[str, Callable[[str, str], str]]
+"""Report id → where that night's pages hold a case's answers: ``(task class, case)`` → href."""
+
+
 def answer_link(
-    epochs: EpochsFile, pages: Mapping[str, str], subject: str, task_class: str, case: str
+    epochs: EpochsFile, pages: AnswerPages, subject: str, task_class: str, case: str
 ) -> str | None:
-    """The night page and anchor of ``subject``'s newest answer to ``case`` in its epoch."""
+    """The page and anchor of ``subject``'s newest answer to ``case`` in its epoch."""
     epoch = epochs.cells.get(cell_key(subject, task_class))
     if epoch is None:
         return None
     for night in reversed(epoch.nights):
         if case in night.cases and night.report_id in pages:
-            return f"{pages[night.report_id]}#{case_anchor(task_class, case)}"
+            return pages[night.report_id](task_class, case)
     return None
 
 
@@ -72,7 +76,7 @@ def _arms_table(pair: PairComparison) -> str:
     )
 
 
-def _pair_html(pair: PairComparison, epochs: EpochsFile, pages: Mapping[str, str]) -> str:
+def _pair_html(pair: PairComparison, epochs: EpochsFile, pages: AnswerPages) -> str:
     esc = html.escape
     rows = []
     for found in pair.discordant:
@@ -107,7 +111,7 @@ def _pair_html(pair: PairComparison, epochs: EpochsFile, pages: Mapping[str, str
 
 
 def models_page_body(
-    found: Sequence[ClassComparison], epochs: EpochsFile, pages: Mapping[str, str]
+    found: Sequence[ClassComparison], epochs: EpochsFile, pages: AnswerPages
 ) -> str:
     """The page's body: one section per task class, one per pair."""
     esc = html.escape

@@ -1,0 +1,494 @@
+"""A night on the site: the rates as ``--html`` draws them, a case × model grid, every answer.
+
+The night page leads with what the report shows (each cell's rate with its
+interval, the change since the cell's previous night, the trend, the claim
+linked to its page, alarm and retired marks, an incomplete cell's cause),
+then a dense grid: one row per case, one column per model, each answer a
+verdict colour and its latency, with a search box and filters (failures,
+errors, flaky, changed since the model's previous night, models that
+disagree, a task class). A row's case name opens the case: its full request
+(system and user, each as sent up to kb's 4,000-character cut), what the
+graders wanted, and every model's answer with grader reasons, a judge's
+words, latency, tokens, cost, attempts and params.
+
+Pages stay light: whatever does not fit in :data:`PAGE_BUDGET` bytes goes on
+numbered pages — the cases' answers first (``…-cases-2.html`` …), then, for
+a night of thousands of cases, the grid's rows (``…-grid-2.html``, the
+search and filters working per page). A small night is one page.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kb.money import usd
+from kb.schema import subject_key
+from kb.store.changes import cell_alarms
+from kb.store.records import CellRecord, RequestRecord, RunRecord
+from kb.views.html import ALARM_LEGEND, CellPoint, cell_history, cell_parts, night_lists
+from kb.views.report_text import alarm_lines, drift_line
+from kb.views.site_models import case_anchor
+from kb.views.site_pages import Night, esc, page_html
+
+PAGE_BUDGET = 300_000
+"""No page of the site is larger (bytes, SPEC 13.6)."""
+_CONTENT_BUDGET = 240_000
+"""What a page's own content may take: the rest is its style, script and frame."""
+
+ClaimHref = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    """One case of a night: its runs by model, and what the filters ask of it."""
+
+    task_class: str
+    case: str
+    runs: Mapping[str, tuple[RunRecord, ...]]
+    """Target runs by subject key, in the night's model order."""
+    was: Mapping[str, bool]
+    """Each model's verdict on the case in its latest earlier night (where there is one)."""
+    resting: tuple[str, ...]
+    """Models measured on the task class tonight that did not run this case."""
+
+    @property
+    def anchor(self) -> str:
+        return case_anchor(self.task_class, self.case)
+
+    def verdict(self, model: str) -> bool:
+        return all(run.passed for run in self.runs[model])
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        """The filters' facts: ``failed``, ``error``, ``flaky``, ``changed``, ``disagree``."""
+        runs = [run for mine in self.runs.values() for run in mine]
+        verdicts = {model: self.verdict(model) for model in self.runs}
+        return {
+            "failed": not all(run.passed for run in runs),
+            "error": any(run.status != "ok" for run in runs),
+            "flaky": any(len({run.passed for run in mine}) > 1 for mine in self.runs.values()),
+            "changed": any(self.was.get(m, v) != v for m, v in verdicts.items()),
+            "disagree": len(set(verdicts.values())) > 1,
+        }
+
+    @property
+    def slowest_ms(self) -> float:
+        return max((run.latency_ms or 0.0 for m in self.runs.values() for run in m), default=0.0)
+
+
+@dataclass(frozen=True)
+class NightLayout:
+    """Which page of a night holds what: where each case's answers are."""
+
+    page: str
+    case_pages: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+    def href(self, task_class: str, case: str) -> str:
+        """The link to a case's answers (``page#anchor``)."""
+        holder = self.case_pages.get((task_class, case), self.page)
+        return f"{holder}#{case_anchor(task_class, case)}"
+
+
+def case_rows(night: Night, earlier: Sequence[Night]) -> list[CaseRow]:
+    """The night's cases in task-class order, each with its runs and last verdicts."""
+    previous: dict[tuple[str, str], bool] = {}
+    for before in earlier:  # oldest first: a later night's verdict replaces an earlier one's
+        verdicts: dict[tuple[str, str], bool] = {}
+        for run in before.runs:
+            if run.kind == "target":
+                key = (subject_key(run.model, run.effort), run.case)
+                verdicts[key] = verdicts.get(key, True) and run.passed
+        previous |= verdicts
+    report = night.report
+    members = list(dict.fromkeys(c.subject_key for c in report.cells))
+    measured = {
+        (c.task_class, c.subject_key) for c in report.cells if c.outcome != "incomplete" or c.n
+    }
+    by_case: dict[tuple[str, str], dict[str, list[RunRecord]]] = {}
+    for run in night.runs:
+        if run.kind == "target":
+            mine = by_case.setdefault((run.task_class or "", run.case), {})
+            mine.setdefault(run.subject_key, []).append(run)
+    classes = list(dict.fromkeys(c.task_class for c in report.cells))
+    order = {name: i for i, name in enumerate(classes)}
+    rows = []
+    for (task_class, case), found in sorted(
+        by_case.items(), key=lambda item: (order.get(item[0][0], len(order)), item[0])
+    ):
+        ordered = {m: tuple(found[m]) for m in members if m in found}
+        ordered |= {m: tuple(runs) for m, runs in found.items() if m not in ordered}
+        resting = tuple(m for m in members if (task_class, m) in measured and m not in found)
+        was = {m: previous[(m, case)] for m in ordered if (m, case) in previous}
+        rows.append(CaseRow(task_class, case, ordered, was, resting))
+    return rows
+
+
+def _latency(ms: float | None) -> str:
+    if ms is None:
+        return "—"
+    return f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def _grid_cell(row: CaseRow, model: str) -> str:
+    mine = row.runs.get(model)
+    if mine is None:
+        resting = model in row.resting
+        return '<td class="v rest" title="not sampled tonight">·</td>' if resting else "<td></td>"
+    passes = sum(run.passed for run in mine)
+    if any(run.status != "ok" for run in mine):
+        kind, glyph = "err", "!"
+    elif passes == len(mine):
+        kind, glyph = "ok", "✓"
+    else:
+        kind, glyph = "no", "✗"
+    if len(mine) > 1:
+        glyph = f"{passes}/{len(mine)}"
+    slowest = max((run.latency_ms for run in mine if run.latency_ms is not None), default=None)
+    was = row.was.get(model)
+    changed = ' data-was="1"' if was is not None and was != row.verdict(model) else ""
+    return f'<td class="v {kind}"{changed}>{glyph}<i>{_latency(slowest)}</i></td>'
+
+
+def _search_text(row: CaseRow) -> str:
+    first = next(iter(row.runs.values()))[0]
+    prompt = first.request.user[:160] if first.request is not None else ""
+    return f"{row.case} {row.task_class} {prompt}".lower()
+
+
+def grid_rows(rows: Sequence[CaseRow], models: Sequence[str], layout: NightLayout) -> list[str]:
+    """One ``<tr>`` per case: the case's link, then each model's verdict and latency."""
+    out = []
+    for row in rows:
+        flags = " ".join(f'data-{name}="{int(on)}"' for name, on in row.flags.items())
+        out.append(
+            f'<tr class="case-row" data-key="{row.anchor}" data-class="{esc(row.task_class)}" '
+            f'data-ms="{row.slowest_ms:.0f}" data-text="{esc(_search_text(row))}" {flags}>'
+            f'<th class="case"><a href="{esc(layout.href(row.task_class, row.case))}" '
+            f'title="{esc(row.case)}">{esc(row.case)}</a></th>'
+            + "".join(_grid_cell(row, model) for model in models)
+            + "</tr>"
+        )
+    return out
+
+
+def _request_html(request: RequestRecord | None, label: str = "") -> str:
+    if request is None:
+        return '<p class="prompt meta">the request was not recorded (evidence before v2)</p>'
+    cut = " <small>(cut at 4,000 characters)</small>"
+    system = (
+        f'<p class="prompt"><b>{label}system</b>{cut if request.system_sha256 else ""} '
+        f"{esc(request.system)}</p>"
+        if request.system
+        else f'<p class="prompt meta"><b>{label}system</b> none (only the user message)</p>'
+    )
+    user = (
+        f'<p class="prompt user"><b>{label}user</b>{cut if request.user_sha256 else ""} '
+        f"{esc(request.user)}</p>"
+    )
+    return system + user
+
+
+def _answer_row(
+    model: str, run: RunRecord, shown: int, judge: RunRecord | None, case_request: str
+) -> str:
+    if run.status != "ok":
+        status = f'<span class="error">{esc(run.status.upper())}</span>'
+    else:
+        status = (
+            '<span class="pass">PASS</span>' if run.passed else '<span class="fail">FAIL</span>'
+        )
+    reasons = "".join(
+        f'<li class="{"ok" if v.passed else "no"}">{esc(v.grader)}: {esc(v.reason)}</li>'
+        for v in run.verdicts
+    )
+    if judge is not None:
+        reasons += f'<li class="judge">judge said: {esc(judge.output)}</li>'
+    if run.error:
+        reasons += f'<li class="no">error: {esc(run.error)}</li>'
+    tokens = f"{run.usage.prompt_tokens} / {run.usage.completion_tokens}" if run.usage else "—"
+    params = json.dumps(run.params, sort_keys=True) if run.params else "—"
+    own = _request_html(run.request, "")
+    request = (
+        f"<details><summary>its own request</summary>{own}</details>"
+        if run.request is not None and own != case_request
+        else ""
+    )
+    cut = "<small>(cut at 4,000 characters)</small>" if run.output_sha256 else ""
+    batch = f'<small class="meta breakable">batch {esc(run.batch)}</small>' if run.batch else ""
+    repeat = f" #{run.repeat + 1}" if shown > 1 else ""
+    return (
+        f'<tr><td class="name" data-label="model">{esc(model)}{repeat}</td>'
+        f'<td data-label="verdict">{status}</td>'
+        f'<td class="breakable" data-label="graders"><ul class="reasons">{reasons}</ul>'
+        f"{request}</td>"
+        f'<td data-label="output"><pre>{esc(run.output)}</pre>{cut}</td>'
+        f'<td class="num" data-label="latency">{_latency(run.latency_ms)}'
+        f"{f' · {run.attempts} tries' if run.attempts > 1 else ''}</td>"
+        f'<td class="num" data-label="tokens">{tokens}</td>'
+        f'<td class="num" data-label="cost">{esc(usd(run.cost_usd))}{batch}</td>'
+        f'<td data-label="params"><pre class="params">{esc(params)}</pre></td></tr>'
+    )
+
+
+def case_section(row: CaseRow, judges: Mapping[tuple[str, str, int], RunRecord], grid: str) -> str:
+    """One case: its full request, what was expected, then each model's answer."""
+    first = next(iter(row.runs.values()))[0]
+    request = _request_html(first.request)
+    answers = "".join(
+        _answer_row(model, run, len(mine), judges.get((model, row.case, run.repeat)), request)
+        for model, mine in row.runs.items()
+        for run in mine
+    )
+    expected = next(
+        (run.expected for mine in row.runs.values() for run in mine if run.expected), None
+    )
+    expected_line = (
+        f'<p class="prompt expected"><b>expected</b> {esc(expected)}</p>'
+        if expected
+        else '<p class="prompt expected meta"><b>expected</b> not recorded (evidence '
+        "written before v3): the graders' reasons below say what was wanted</p>"
+    )
+    was = "".join(
+        f'<li><span class="name">{esc(m)}</span>: {"passed" if v else "failed"} in its previous '
+        f"night, {'passes' if row.verdict(m) else 'fails'} tonight</li>"
+        for m, v in row.was.items()
+        if v != row.verdict(m)
+    )
+    changed = f'<ul class="changed">{was}</ul>' if was else ""
+    resting = (
+        '<p class="meta">not sampled tonight: '
+        + ", ".join(f'<span class="name">{esc(m)}</span>' for m in row.resting)
+        + " (a settled cell runs a rotating part of its cases each night)</p>"
+        if row.resting
+        else ""
+    )
+    flags = " ".join(f'data-{name}="{int(on)}"' for name, on in row.flags.items())
+    return (
+        f'<section class="case" id="{row.anchor}" data-key="{row.anchor}" {flags}>'
+        f'<h3><span class="name">{esc(row.case)}</span> '
+        f'<small class="meta name">{esc(row.task_class)}</small> '
+        f'<small><a href="{esc(grid)}">↑ grid</a></small></h3>'
+        f"{request}{expected_line}{changed}"
+        '<div class="scroll"><table class="answers"><thead><tr><th>model</th><th>verdict</th>'
+        "<th>graders (what was expected)</th><th>output</th><th>latency</th>"
+        "<th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
+        f"<tbody>{answers}</tbody></table></div>{resting}</section>"
+    )
+
+
+def _chunks(parts: Sequence[str], budget: int) -> list[list[str]]:
+    """``parts`` in order, cut into runs of at most ``budget`` bytes (one part at least)."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for part in parts:
+        length = len(part.encode())
+        if chunks[-1] and size + length > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(part)
+        size += length
+    return chunks
+
+
+def rates_table(
+    night: Night, history: Mapping[tuple[str, str], Sequence[CellPoint]], claim_href: ClaimHref
+) -> str:
+    """Model × task class, each cell as the ``--html`` report draws it."""
+    report = night.report
+    classes = list(dict.fromkeys(c.task_class for c in report.cells))
+    members = list(dict.fromkeys(c.subject_key for c in report.cells))
+    cells = {(c.subject_key, c.task_class): c for c in report.cells}
+    drifted = {c.subject_key for c in report.canary if c.status == "drift"}
+    alarms = cell_alarms(report)
+    rows = []
+    for member in members:
+        mark = ' <span class="drift">drift</span>' if member in drifted else ""
+        tds = [f'<th class="name">{esc(member)}{mark}</th>']
+        for task_class in classes:
+            cell: CellRecord | None = cells.get((member, task_class))
+            if cell is None:
+                tds.append('<td class="meta">not measured</td>')
+                continue
+            earlier = history.get((member, task_class), ())
+            style, content = cell_parts(cell, earlier, alarms.get((member, task_class)), claim_href)
+            tds.append(f"<td{style}>{content}</td>")
+        rows.append("<tr>" + "".join(tds) + "</tr>")
+    head = "".join(f'<th class="name">{esc(t)}</th>' for t in classes)
+    return (
+        '<div class="scroll"><table id="rates">'
+        f"<thead><tr><th>model</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f'</div><ul class="legend">{ALARM_LEGEND}<li>▲/▼ change since the cell\'s previous '
+        "night · line: up to 10 earlier nights · the claim links to its page</li></ul>"
+    )
+
+
+FILTER_SCRIPT = (
+    "(function(){var $=function(i){return document.getElementById(i);};"
+    "var rows=[].slice.call(document.querySelectorAll('tr.case-row'));"
+    "var boxes=['failed','error','flaky','changed','disagree'];"
+    "function apply(){var q=$('search').value.trim().toLowerCase(),c=$('task-class').value,n=0;"
+    "var on=boxes.filter(function(b){return $('only-'+b).checked;});"
+    "var shown={};rows.forEach(function(r){var ok=(!c||r.dataset.class===c)&&"
+    "(!q||r.dataset.text.indexOf(q)>=0)&&on.every(function(b){return r.dataset[b]==='1';});"
+    "r.hidden=!ok;if(ok){n++;shown[r.dataset.key]=1;}});"
+    "document.querySelectorAll('section.case').forEach(function(s){"
+    "s.hidden=!shown[s.dataset.key];});"
+    "document.querySelectorAll('#grid tbody').forEach(function(b){"
+    "var g=b.querySelector('tr.group');"
+    "if(g)g.hidden=!b.querySelector('tr.case-row:not([hidden])');});"
+    "$('shown').textContent=n+' of '+rows.length+' cases';}"
+    "function order(){var slow=$('sort').value==='slow';"
+    "document.querySelectorAll('#grid tbody').forEach(function(b){"
+    "[].slice.call(b.querySelectorAll('tr.case-row')).sort(function(x,y){return slow?"
+    "(+y.dataset.ms)-(+x.dataset.ms):(+x.dataset.i)-(+y.dataset.i);})"
+    ".forEach(function(r){b.appendChild(r);});});}"
+    "rows.forEach(function(r,i){r.dataset.i=i;});"
+    "boxes.forEach(function(b){$('only-'+b).addEventListener('change',apply);});"
+    "$('search').addEventListener('input',apply);$('task-class').addEventListener('change',apply);"
+    "$('sort').addEventListener('change',order);apply();})();"
+)
+
+
+def _grid_html(rows_html: Sequence[str], rows: Sequence[CaseRow], models: Sequence[str]) -> str:
+    """The grid with its controls (search, filters, a task class, an order)."""
+    classes = list(dict.fromkeys(row.task_class for row in rows))
+    options = "".join(f'<option value="{esc(c)}">{esc(c)}</option>' for c in classes)
+    heads = "".join(
+        f'<th class="model" title="{esc(m)}"><span>{esc(m)}</span></th>' for m in models
+    )
+    bodies = []
+    for task_class in classes:
+        mine = [
+            html for html, row in zip(rows_html, rows, strict=True) if row.task_class == task_class
+        ]
+        bodies.append(
+            f'<tbody><tr class="group"><th colspan="{len(models) + 1}" class="name">'
+            f"{esc(task_class)}</th></tr>{''.join(mine)}</tbody>"
+        )
+    boxes = "".join(
+        f'<label><input type="checkbox" id="only-{name}"> {label}</label>'
+        for name, label in (
+            ("failed", "failures"),
+            ("error", "errors"),
+            ("flaky", "flaky"),
+            ("changed", "changed since the previous night"),
+            ("disagree", "models disagree"),
+        )
+    )
+    return (
+        '<div class="filters"><input type="search" id="search" placeholder="search cases and '
+        'prompts" aria-label="search cases and prompts"> '
+        f'<select id="task-class" aria-label="task class"><option value="">every task class'
+        f"</option>{options}</select> "
+        '<select id="sort" aria-label="order"><option value="case">case order</option>'
+        '<option value="slow">slowest first</option></select>'
+        f'<div class="boxes">{boxes}</div><span id="shown" class="meta"></span></div>'
+        '<div class="scroll"><table id="grid"><thead><tr><th>case</th>'
+        f"{heads}</tr></thead>{''.join(bodies)}</table></div>"
+        '<p class="meta">✓ pass · ✗ fail · ! error · · not sampled tonight · 2/3 passes of '
+        "repeats · the time is the answer's latency (the slowest repeat)</p>"
+    )
+
+
+def _pager(pages: Sequence[str], current: int, label: str) -> str:
+    if len(pages) < 2:
+        return ""
+    links = " ".join(
+        f"<b>{i + 1}</b>" if i == current else f'<a href="{esc(p)}">{i + 1}</a>'
+        for i, p in enumerate(pages)
+    )
+    return f'<p class="pager">{label}: {links}</p>'
+
+
+def night_files(
+    night: Night, earlier: Sequence[Night], claim_href: ClaimHref
+) -> tuple[NightLayout, dict[str, str]]:
+    """The night's pages (file name → html) and which page holds each case."""
+    report = night.report
+    rows = case_rows(night, earlier)
+    models = list(dict.fromkeys(m for row in rows for m in row.runs))
+    judges = {
+        (run.judged, run.case, run.repeat): run for run in night.runs if run.judged is not None
+    }
+    stem = night.page.removesuffix(".html")
+    single = NightLayout(night.page)
+    sections = [case_section(row, judges, f"{night.page}#grid") for row in rows]
+    section_chunks = _chunks(sections, _CONTENT_BUDGET)
+    grid_budget = _CONTENT_BUDGET - 60_000  # the rates, lists and controls beside the grid
+    whole = sum(len(s.encode()) for s in sections)
+    draft_rows = grid_rows(rows, models, single)
+    if whole + sum(len(r.encode()) for r in draft_rows) <= grid_budget:
+        layout, case_pages = single, []
+    else:
+        case_pages = [f"{stem}-cases-{i + 1}.html" for i in range(len(section_chunks))]
+        where: dict[tuple[str, str], str] = {}
+        index = 0
+        for page, chunk in zip(case_pages, section_chunks, strict=True):
+            for _ in chunk:
+                where[(rows[index].task_class, rows[index].case)] = page
+                index += 1
+        layout = NightLayout(night.page, where)
+    row_html = grid_rows(rows, models, layout)
+    grid_chunks = _chunks(row_html, grid_budget)
+    grid_pages = [night.page] + [f"{stem}-grid-{i + 1}.html" for i in range(1, len(grid_chunks))]
+    files: dict[str, str] = {}
+    start = 0
+    for i, (page, chunk) in enumerate(zip(grid_pages, grid_chunks, strict=True)):
+        mine = rows[start : start + len(chunk)]
+        start += len(chunk)
+        grid = _pager(grid_pages, i, "grid pages") + _grid_html(chunk, mine, models)
+        here = "".join(sections) if not case_pages else ""
+        if i == 0:
+            body = (
+                _night_head(night, earlier, claim_href)
+                + grid
+                + here
+                + night_lists(report, claim_href)
+            )
+        else:
+            body = (
+                _back(night) + f"<h1>Night {esc(report.report_id)}: grid page {i + 1}</h1>" + grid
+            )
+        files[page] = page_html(f"kb night {report.report_id}", body, FILTER_SCRIPT)
+    paged_sections = section_chunks if case_pages else []
+    for i, (page, chunk) in enumerate(zip(case_pages, paged_sections, strict=True)):
+        body = (
+            _back(night) + f'<h1>Night <span class="name">{esc(report.report_id)}</span>: answers, '
+            f"page {i + 1} of {len(case_pages)}</h1>"
+            + _pager(case_pages, i, "answer pages")
+            + "".join(chunk)
+            + _pager(case_pages, i, "answer pages")
+        )
+        files[page] = page_html(f"kb night {report.report_id} answers {i + 1}", body)
+    return layout, files
+
+
+def _back(night: Night) -> str:
+    return (
+        f'<p><a href="index.html">← all nights</a> · <a href="{esc(night.page)}#grid">'
+        "← this night's grid</a></p>"
+    )
+
+
+def _night_head(night: Night, earlier: Sequence[Night], claim_href: ClaimHref) -> str:
+    report = night.report
+    drift = drift_line(report, esc)
+    banner = f'<p class="banner"><strong>Drift:</strong> {drift}.</p>' if drift else ""
+    banner += "".join(
+        f'<p class="banner alarm"><strong>Alarm:</strong> {esc(line)}.</p>'
+        for line in alarm_lines(report)
+    )
+    history = cell_history([n.report for n in earlier])
+    return (
+        f'<p><a href="index.html">← all nights</a></p><h1>Night <span class="name">'
+        f"{esc(report.report_id)}</span></h1>"
+        f'<p class="meta">observed {esc(report.observed_at)} · spent {esc(usd(report.spent_usd))}'
+        f" · {len(report.claims)} claims · {len(report.retired)} retired</p>{banner}"
+        '<h2>Pass rate by model and task class</h2><p class="meta">What the gate judged: the '
+        "epoch's pooled rate over its n cases (several nights) with its 95% interval, and "
+        "tonight's own count.</p>"
+        + rates_table(night, history, claim_href)
+        + '<h2 id="grid">Cases × models</h2>'
+    )
