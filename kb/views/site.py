@@ -165,7 +165,7 @@ def matrix_table(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: i
     classes = list(dict.fromkeys(key[1] for key in newest))
     rows = []
     for member in members:
-        tds = [f'<th class="name">{esc(member)}</th>']
+        tds = [f'<th class="row-name">{esc(member)}</th>']
         for task_class in classes:
             found = newest.get((member, task_class))
             if found is None:
@@ -191,33 +191,42 @@ def matrix_table(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: i
     )
 
 
-def retired_since(nights: Sequence[Night]) -> str:
-    """What the newest night retired: superseded, archived, falsified, flipped stale."""
+def retired_since(nights: Sequence[Night], claims: Sequence[ModelClaim]) -> str:
+    """What the newest night retired: superseded, archived, falsified, flipped stale.
+
+    Each line leads with the cell (model · task class) and says what happened;
+    the claim's id follows in small type.
+    """
     if not nights:
         return '<p class="meta">No night yet.</p>'
     r = nights[-1].report
-    items = [
-        f'<li><code class="breakable">{esc(x.claim_id)}</code> — '
-        + (
-            f'superseded by <code class="breakable">{esc(x.by)}</code>'
-            if x.by
-            else f"archived ({esc(x.reason or '')})"
+    known = {c.id: c for c in claims}
+    found: dict[str, list[str]] = {}
+    for x in r.retired:
+        found.setdefault(x.claim_id, []).append(
+            "superseded by tonight's claim" if x.by else f"archived ({esc(x.reason or '')})"
         )
-        + "</li>"
-        for x in r.retired
-    ]
     for alarm in cell_alarms(r).values():
-        items += [
-            f'<li><code class="breakable">{esc(c)}</code> — falsified tonight</li>'
-            for c in alarm.falsified
-            if all(x.claim_id != c for x in r.retired)
-        ]
+        for claim_id in alarm.falsified:
+            if claim_id not in found:
+                found[claim_id] = ["falsified tonight"]
     for entry in r.canary:
-        items += [
-            f'<li><code class="breakable">{esc(c)}</code> — flipped stale: the canary saw '
-            f"{esc(entry.subject_key)} change</li>"
-            for c in entry.flipped
-        ]
+        for claim_id in entry.flipped:
+            found.setdefault(claim_id, []).append("flipped stale: the canary saw the model change")
+    items = []
+    for claim_id, said in found.items():
+        what = "; ".join(said)
+        claim = known.get(claim_id)
+        cell = (
+            f'<span class="name">{esc(claim.subject_key)}</span> · '
+            f'<span class="name">{esc(claim.task_class)}</span> {esc(claim.polarity)}'
+            if claim is not None
+            else "a claim"
+        )
+        items.append(
+            f"<li>{cell} — {what}"
+            f'<small class="meta id-small breakable">{esc(claim_id)}</small></li>'
+        )
     shown = "".join(items) or "<li>none</li>"
     return (
         f'<p class="meta">by the newest night, <a href="{esc(nights[-1].page)}">'
@@ -254,7 +263,7 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
         + matrix_table(nights, claims, as_of)
         + f'<ul class="legend">{ALARM_LEGEND}</ul>'
         + "<h2>Retired since the previous night</h2>"
-        + retired_since(nights)
+        + retired_since(nights, claims)
         + "<h2>Nights</h2>"
         + _nights_table(nights)
         + f'<p><a href="{MODELS_PAGE}">Models compared</a>: every pair on the cases both '

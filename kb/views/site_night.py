@@ -34,8 +34,8 @@ from kb.views.site_pages import Night, esc, page_html
 
 PAGE_BUDGET = 300_000
 """No page of the site is larger (bytes, SPEC 13.6)."""
-_CONTENT_BUDGET = 240_000
-"""What a page's own content may take: the rest is its style, script and frame."""
+_CONTENT_BUDGET = 280_000
+"""What a page's own content may take: the rest is its style, script and frame (~10 KB)."""
 
 ClaimHref = Callable[[str], "str | None"]
 
@@ -153,7 +153,7 @@ def _grid_cell(row: CaseRow, model: str) -> str:
 
 def _search_text(row: CaseRow) -> str:
     first = next(iter(row.runs.values()))[0]
-    prompt = first.request.user[:160] if first.request is not None else ""
+    prompt = first.request.user[:120] if first.request is not None else ""
     return f"{row.case} {row.task_class} {prompt}".lower()
 
 
@@ -161,10 +161,10 @@ def grid_rows(rows: Sequence[CaseRow], models: Sequence[str], layout: NightLayou
     """One ``<tr>`` per case: the case's link, then each model's verdict and latency."""
     out = []
     for row in rows:
-        flags = " ".join(f'data-{name}="{int(on)}"' for name, on in row.flags.items())
+        flags = " ".join(name for name, on in row.flags.items() if on)
         out.append(
-            f'<tr class="case-row" data-key="{row.anchor}" data-class="{esc(row.task_class)}" '
-            f'data-ms="{row.slowest_ms:.0f}" data-text="{esc(_search_text(row))}" {flags}>'
+            f'<tr class="case-row" data-ms="{row.slowest_ms:.0f}" '
+            f'data-text="{esc(_search_text(row))}" data-f="{flags}">'
             f'<th class="case"><a href="{esc(layout.href(row.task_class, row.case))}" '
             f'title="{esc(row.case)}">{esc(row.case)}</a></th>'
             + "".join(_grid_cell(row, model) for model in models)
@@ -264,9 +264,9 @@ def case_section(row: CaseRow, judges: Mapping[tuple[str, str, int], RunRecord],
         if row.resting
         else ""
     )
-    flags = " ".join(f'data-{name}="{int(on)}"' for name, on in row.flags.items())
+    flags = " ".join(name for name, on in row.flags.items() if on)
     return (
-        f'<section class="case" id="{row.anchor}" data-key="{row.anchor}" {flags}>'
+        f'<section class="case" id="{row.anchor}" data-f="{flags}">'
         f'<h3><span class="name">{esc(row.case)}</span> '
         f'<small class="meta name">{esc(row.task_class)}</small> '
         f'<small><a href="{esc(grid)}">↑ grid</a></small></h3>'
@@ -305,7 +305,7 @@ def rates_table(
     rows = []
     for member in members:
         mark = ' <span class="drift">drift</span>' if member in drifted else ""
-        tds = [f'<th class="name">{esc(member)}{mark}</th>']
+        tds = [f'<th class="row-name">{esc(member)}{mark}</th>']
         for task_class in classes:
             cell: CellRecord | None = cells.get((member, task_class))
             if cell is None:
@@ -328,16 +328,15 @@ FILTER_SCRIPT = (
     "(function(){var $=function(i){return document.getElementById(i);};"
     "var rows=[].slice.call(document.querySelectorAll('tr.case-row'));"
     "var boxes=['failed','error','flaky','changed','disagree'];"
+    "function has(r,b){return (' '+r.dataset.f+' ').indexOf(' '+b+' ')>=0;}"
     "function apply(){var q=$('search').value.trim().toLowerCase(),c=$('task-class').value,n=0;"
-    "var on=boxes.filter(function(b){return $('only-'+b).checked;});"
-    "var shown={};rows.forEach(function(r){var ok=(!c||r.dataset.class===c)&&"
-    "(!q||r.dataset.text.indexOf(q)>=0)&&on.every(function(b){return r.dataset[b]==='1';});"
-    "r.hidden=!ok;if(ok){n++;shown[r.dataset.key]=1;}});"
-    "document.querySelectorAll('section.case').forEach(function(s){"
-    "s.hidden=!shown[s.dataset.key];});"
+    "var on=boxes.filter(function(b){return $('only-'+b).checked;}),shown={};"
+    "rows.forEach(function(r){var ok=(!c||r.parentNode.dataset.class===c)&&"
+    "(!q||r.dataset.text.indexOf(q)>=0)&&on.every(function(b){return has(r,b);});"
+    "r.hidden=!ok;if(ok){n++;shown[r.querySelector('a').hash.slice(1)]=1;}});"
+    "document.querySelectorAll('section.case').forEach(function(s){s.hidden=!shown[s.id];});"
     "document.querySelectorAll('#grid tbody').forEach(function(b){"
-    "var g=b.querySelector('tr.group');"
-    "if(g)g.hidden=!b.querySelector('tr.case-row:not([hidden])');});"
+    "b.querySelector('tr.group').hidden=!b.querySelector('tr.case-row:not([hidden])');});"
     "$('shown').textContent=n+' of '+rows.length+' cases';}"
     "function order(){var slow=$('sort').value==='slow';"
     "document.querySelectorAll('#grid tbody').forEach(function(b){"
@@ -351,12 +350,22 @@ FILTER_SCRIPT = (
 )
 
 
+def column_labels(models: Sequence[str]) -> list[str]:
+    """Each model's grid header: without its provider (``openai:``) where that stays unique.
+
+    The full name is the header's title; a grid of four columns must fit a phone.
+    """
+    short = [m.split(":", 1)[-1] for m in models]
+    return short if len(set(short)) == len(short) else list(models)
+
+
 def _grid_html(rows_html: Sequence[str], rows: Sequence[CaseRow], models: Sequence[str]) -> str:
     """The grid with its controls (search, filters, a task class, an order)."""
     classes = list(dict.fromkeys(row.task_class for row in rows))
     options = "".join(f'<option value="{esc(c)}">{esc(c)}</option>' for c in classes)
     heads = "".join(
-        f'<th class="model" title="{esc(m)}"><span>{esc(m)}</span></th>' for m in models
+        f'<th class="model" title="{esc(m)}"><span>{esc(label)}</span></th>'
+        for m, label in zip(models, column_labels(models), strict=True)
     )
     bodies = []
     for task_class in classes:
@@ -364,7 +373,8 @@ def _grid_html(rows_html: Sequence[str], rows: Sequence[CaseRow], models: Sequen
             html for html, row in zip(rows_html, rows, strict=True) if row.task_class == task_class
         ]
         bodies.append(
-            f'<tbody><tr class="group"><th colspan="{len(models) + 1}" class="name">'
+            f'<tbody data-class="{esc(task_class)}"><tr class="group">'
+            f'<th colspan="{len(models) + 1}" class="name">'
             f"{esc(task_class)}</th></tr>{''.join(mine)}</tbody>"
         )
     boxes = "".join(
@@ -405,64 +415,73 @@ def _pager(pages: Sequence[str], current: int, label: str) -> str:
 def night_files(
     night: Night, earlier: Sequence[Night], claim_href: ClaimHref
 ) -> tuple[NightLayout, dict[str, str]]:
-    """The night's pages (file name → html) and which page holds each case."""
+    """The night's pages (file name → html) and which page holds each case.
+
+    One page when everything fits in :data:`PAGE_BUDGET`; otherwise the answers
+    go on numbered pages of their own, and the grid's rows, if they alone do
+    not fit beside the rates, on numbered grid pages.
+    """
     report = night.report
     rows = case_rows(night, earlier)
     models = list(dict.fromkeys(m for row in rows for m in row.runs))
     judges = {
         (run.judged, run.case, run.repeat): run for run in night.runs if run.judged is not None
     }
-    stem = night.page.removesuffix(".html")
-    single = NightLayout(night.page)
+    head = _night_head(night, earlier, claim_href)
+    lists = night_lists(report, claim_href)
+    grid_budget = _CONTENT_BUDGET - len(head.encode()) - len(lists.encode()) - 4_000  # controls
     sections = [case_section(row, judges, f"{night.page}#grid") for row in rows]
-    section_chunks = _chunks(sections, _CONTENT_BUDGET)
-    grid_budget = _CONTENT_BUDGET - 60_000  # the rates, lists and controls beside the grid
-    whole = sum(len(s.encode()) for s in sections)
-    draft_rows = grid_rows(rows, models, single)
-    if whole + sum(len(r.encode()) for r in draft_rows) <= grid_budget:
-        layout, case_pages = single, []
-    else:
-        case_pages = [f"{stem}-cases-{i + 1}.html" for i in range(len(section_chunks))]
-        where: dict[tuple[str, str], str] = {}
-        index = 0
-        for page, chunk in zip(case_pages, section_chunks, strict=True):
-            for _ in chunk:
-                where[(rows[index].task_class, rows[index].case)] = page
-                index += 1
-        layout = NightLayout(night.page, where)
-    row_html = grid_rows(rows, models, layout)
-    grid_chunks = _chunks(row_html, grid_budget)
+    layout, answer_pages = _place_answers(night, rows, models, sections, grid_budget)
+    grid_chunks = _chunks(grid_rows(rows, models, layout), grid_budget)
+    stem = night.page.removesuffix(".html")
     grid_pages = [night.page] + [f"{stem}-grid-{i + 1}.html" for i in range(1, len(grid_chunks))]
     files: dict[str, str] = {}
     start = 0
     for i, (page, chunk) in enumerate(zip(grid_pages, grid_chunks, strict=True)):
-        mine = rows[start : start + len(chunk)]
+        grid = _pager(grid_pages, i, "grid pages") + _grid_html(
+            chunk, rows[start : start + len(chunk)], models
+        )
         start += len(chunk)
-        grid = _pager(grid_pages, i, "grid pages") + _grid_html(chunk, mine, models)
-        here = "".join(sections) if not case_pages else ""
         if i == 0:
-            body = (
-                _night_head(night, earlier, claim_href)
-                + grid
-                + here
-                + night_lists(report, claim_href)
-            )
+            here = "" if answer_pages else "".join(sections)
+            body = head + grid + here + lists
         else:
-            body = (
-                _back(night) + f"<h1>Night {esc(report.report_id)}: grid page {i + 1}</h1>" + grid
-            )
+            body = _back(night) + f"<h1>Night {esc(report.report_id)}: grid page {i + 1}</h1>"
+            body += grid
         files[page] = page_html(f"kb night {report.report_id}", body, FILTER_SCRIPT)
-    paged_sections = section_chunks if case_pages else []
-    for i, (page, chunk) in enumerate(zip(case_pages, paged_sections, strict=True)):
+    for i, (page, chunk) in enumerate(answer_pages):
+        pager = _pager([p for p, _ in answer_pages], i, "answer pages")
         body = (
             _back(night) + f'<h1>Night <span class="name">{esc(report.report_id)}</span>: answers, '
-            f"page {i + 1} of {len(case_pages)}</h1>"
-            + _pager(case_pages, i, "answer pages")
-            + "".join(chunk)
-            + _pager(case_pages, i, "answer pages")
+            f"page {i + 1} of {len(answer_pages)}</h1>{pager}{''.join(chunk)}{pager}"
         )
         files[page] = page_html(f"kb night {report.report_id} answers {i + 1}", body)
     return layout, files
+
+
+def _place_answers(
+    night: Night,
+    rows: Sequence[CaseRow],
+    models: Sequence[str],
+    sections: Sequence[str],
+    grid_budget: int,
+) -> tuple[NightLayout, list[tuple[str, list[str]]]]:
+    """Where the case sections go: the night page (``[]``) or numbered answer pages."""
+    single = NightLayout(night.page)
+    grid = sum(len(r.encode()) for r in grid_rows(rows, models, single))
+    if grid + sum(len(s.encode()) for s in sections) <= grid_budget:
+        return single, []
+    stem = night.page.removesuffix(".html")
+    pages: list[tuple[str, list[str]]] = []
+    where: dict[tuple[str, str], str] = {}
+    index = 0
+    for number, chunk in enumerate(_chunks(sections, _CONTENT_BUDGET), start=1):
+        page = f"{stem}-cases-{number}.html"
+        pages.append((page, chunk))
+        for row in rows[index : index + len(chunk)]:
+            where[(row.task_class, row.case)] = page
+        index += len(chunk)
+    return NightLayout(night.page, where), pages
 
 
 def _back(night: Night) -> str:

@@ -72,8 +72,8 @@ ol.timeline .epoch-mark { color: #0550ae; font-size: 0.85em; }
 .outcome { font-weight: 700; text-transform: uppercase; font-size: 0.8em; }
 .delta.up { color: #1a7f37; } .delta.down { color: #cf222e; }
 .claim { overflow-wrap: anywhere; max-width: 22em; } .claim.retired { color: #a40e26; }
-
-.why { color: #9a6700; overflow-wrap: anywhere; max-width: 22em; } .trend { display: block; margin: 2px 0; }
+.why { color: #9a6700; overflow-wrap: anywhere; max-width: 22em; }
+.trend { display: block; margin: 2px 0; }
 /* the case x model grid: a verdict colour and a latency per answer */
 #grid { font-size: 0.9em; }
 #grid th, #grid td { padding: 2px 6px; }
@@ -93,11 +93,20 @@ td.v[data-was] { box-shadow: inset 0 0 0 2px #0969da; }
 ul.reasons { margin: 0; padding-left: 1.1em; } ul.reasons li.no { color: #cf222e; }
 ul.reasons li.judge { color: #57606a; }
 ul.changed { color: #0550ae; }
-#nights small.id-small { display: block; }
+small.id-small { display: block; }
+table.answers td[data-label=output] { min-width: 14em; }
+th.row-name { white-space: nowrap; }
 .pager a, .pager b { padding: 0 0.3em; }
 @media (max-width: 640px) {  /* a phone: each answer a card, the answer itself on screen */
   #grid th.case { max-width: 8.5em; }
-  #grid th.model span { max-width: 4.2em; }
+  /* model names read upwards: every model's column stays narrow and named */
+  #grid th.model { vertical-align: bottom; }
+  #grid th.model span { writing-mode: vertical-rl; transform: rotate(180deg); max-height: 11em;
+    max-width: none; }
+  th.row-name { white-space: normal; overflow-wrap: anywhere; max-width: 6.5em;
+    font-size: 0.85em; }
+  #nights th, #nights td { padding: 3px 4px; font-size: 0.9em; }
+  #matrix td, #rates td { min-width: 6.5em; }
   #grid td.v { min-width: 3em; padding: 2px 3px; }
   #nights small.id-small { font-size: 0.75em; }
   .name { font-size: 0.85em; }

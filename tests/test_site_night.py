@@ -1,0 +1,201 @@
+"""The site's night page reads why an answer failed (SPEC 13.6), in a real headless Chromium.
+
+A 300-case x 4-model night (three task classes, long prompts and answers, a
+system message, one model slow) is built into a site: no page is over 300 KB,
+every case in the grid opens its answers (on a numbered page), the search box,
+the failure filters and the task-class filter count what they should, and at
+390 px the grid's model columns stay on screen. A two-night site shows at
+least what ``--html`` shows (interval, change, claim link) and the index's
+model x task-class matrix with what the newest night retired.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kb.cli import cli
+from kb.views.site_night import PAGE_BUDGET
+from tests.sweep_helpers import toml_value
+from tests.test_html_report import chromium
+from tests.test_site import two_nights
+
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
+CLASSES = ("extraction", "arithmetic", "instruction-following")
+SYSTEM = "You are terse. Reply with the answer only."
+FILLER = " Context: " + "the quick brown fox jumps over the lazy dog; " * 8
+
+
+def big_cases() -> list[tuple[str, str, str, str]]:
+    """300 cases (100 per task class): name, task class, prompt, answer."""
+    return [
+        (f"{cls[:5]}-{i:03d}", cls, f"Question {cls} {i}?{FILLER}", f"answer-{cls}-{i}")
+        for cls in CLASSES
+        for i in range(100)
+    ]
+
+
+def wrong_on(cases: list[tuple[str, str, str, str]], every: int) -> dict[str, str]:
+    """Replies right except on every ``every``-th case (0: always right); each reply long."""
+    pad = " (the reply goes on: " + "words " * 40 + ")"
+    return {
+        prompt: (f"wrong-{i}{pad}" if every and i % every == 0 else answer)
+        for i, (_, _, prompt, answer) in enumerate(cases)
+    }
+
+
+def big_night(folder: Path) -> Path:
+    cases = big_cases()
+    models: list[dict[str, Any]] = [
+        {"model": "scripted:always-right", "params": {"responses": wrong_on(cases, 0)}},
+        {"model": "scripted:wrong-every-3rd", "params": {"responses": wrong_on(cases, 3)}},
+        {"model": "scripted:wrong-every-7th", "params": {"responses": wrong_on(cases, 7)}},
+        {
+            "model": "scripted:a-slow-model-with-a-long-name",
+            "params": {"responses": wrong_on(cases, 0), "latency_ms": 1},
+        },
+    ]
+    lines = ["[sweep]", 'committer = "ci"', 'gate = "point"', "concurrency = 16", "", "[budgets]"]
+    lines += ["target_usd = 0.01", "max_total_usd = 50.0"]
+    for model in models:
+        lines += ["", "[[models]]"] + [f"{k} = {toml_value(v)}" for k, v in model.items()]
+    for name, cls, prompt, answer in cases:
+        lines += [
+            "",
+            "[[cases]]",
+            f'name = "{name}"',
+            f'task_class = "{cls}"',
+            f"system = {json.dumps(SYSTEM)}",
+            f"prompt = {json.dumps(prompt)}",
+            f'graders = [{{ kind = "golden", expected = {json.dumps(answer)} }}]',
+        ]
+    spec = folder / "big.toml"
+    spec.write_text("\n".join(lines) + "\n")
+    return spec
+
+
+def failing(indices: range = range(300)) -> int:
+    """Cases some model fails: the case's index (0-299, in order) divisible by 3 or by 7."""
+    return sum(1 for i in indices if i % 3 == 0 or i % 7 == 0)
+
+
+def test_a_300_case_night_is_paged_searchable_and_readable_at_both_widths(
+    runner: CliRunner, isolated: Path
+) -> None:
+    spec = big_night(isolated)
+    swept = runner.invoke(
+        cli, ["sweep", str(spec), "--quiet", "--observed-at", "2026-11-28T02:00:00Z"]
+    )
+    assert swept.exit_code in (0, 1), swept.stderr
+    site = isolated / "public"
+    built = runner.invoke(cli, ["--as-of", "2026-11-28T03:00:00Z", "site", str(site)])
+    assert built.exit_code == 0, built.stderr
+    sizes = {p.name: p.stat().st_size for p in site.glob("*.html")}
+    assert max(sizes.values()) <= PAGE_BUDGET, sizes
+    (night,) = [site / n for n in sizes if n.startswith("night-") and "-cases-" not in n]
+    answer_pages = sorted(n for n in sizes if "-cases-" in n)
+    assert len(answer_pages) >= 2  # 1,200 long answers do not fit one page
+    text = night.read_text()
+    links = re.findall(r'<th class="case"><a href="([^"#]*)#(case-[0-9a-f]{16})"', text)
+    assert len(links) == 300 and len({anchor for _, anchor in links}) == 300
+    for page, anchor in links:  # every case opens its answers, wherever they are
+        assert f'id="{anchor}"' in (site / page).read_text(), (page, anchor)
+    wrong_answers = sum((i % 3 == 0) + (i % 7 == 0) for i in range(300))
+    assert text.count('class="v no"') == wrong_answers  # each wrong answer red in the grid
+    assert re.search(r'class="v ok">✓<i>\d+ ms</i>', text)  # each answer's latency
+
+    with chromium() as browser:
+        for width in (1280, 390):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(night.as_uri())
+            shown = page.locator("#shown")
+            assert shown.inner_text() == "300 of 300 cases"
+            page.fill("#search", "arith-042")
+            assert shown.inner_text() == "1 of 300 cases"
+            page.fill("#search", "question instruction-following 4")  # the prompt's words
+            assert shown.inner_text() == "11 of 300 cases"  # 4 and 40-49
+            page.fill("#search", "")
+            page.check("#only-failed")
+            assert shown.inner_text() == f"{failing()} of 300 cases"
+            page.check("#only-disagree")  # the always-right models agree with none of those
+            assert shown.inner_text() == f"{failing()} of 300 cases"
+            page.select_option("#task-class", "arithmetic")
+            assert shown.inner_text() == f"{failing(range(100, 200))} of 300 cases"
+            assert page.locator("#grid tr.group:not([hidden])").count() == 1
+            page.uncheck("#only-failed")
+            page.uncheck("#only-disagree")
+            assert shown.inner_text() == "100 of 300 cases"
+            page.select_option("#sort", "slow")  # slowest answers first, none lost
+            assert page.locator("#grid tr.case-row:not([hidden])").count() == 100
+            # the page never scrolls sideways, and every model's column stays on screen
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            right = page.eval_on_selector_all(
+                "#grid thead th",
+                "els => Math.max(...els.map(e => e.getBoundingClientRect().right))",
+            )
+            assert right <= width, (width, right)
+            page.screenshot(path=str(isolated / f"grid-{width}.png"))
+            # a failing answer's whole story is one click away
+            page.check("#only-failed")
+            page.locator("#grid tr.case-row:not([hidden]) th a").first.click()
+            target = page.locator("section.case:target")
+            story = target.inner_text()
+            assert "system" in story and SYSTEM in story
+            assert "Question arithmetic" in story and "the quick brown fox" in story
+            assert "does not match exact 'answer-arithmetic-" in story  # the grader said why
+            assert "FAIL" in story and "PASS" in story
+            assert "expected" in story
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            page.screenshot(path=str(isolated / f"answers-{width}.png"))
+            page.close()
+
+
+def test_the_night_page_shows_what_the_html_report_shows(runner: CliRunner, isolated: Path) -> None:
+    two_nights(runner, isolated)
+    site = isolated / "public"
+    built = runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)])
+    assert built.exit_code == 0, built.stderr
+    night = site / "night-kb-sweep-2026-11-29T02_00_00.000Z.html"
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(night.as_uri())
+        rates = page.locator("#rates").inner_text()
+        assert "▼ −0.20 vs 2026-11-28" in rates  # shifty's change since its previous night
+        assert "= ±0.00 vs 2026-11-28" in rates  # the steady ones'
+        assert "95% [" in rates
+        claim = page.locator("#rates .claim a").first
+        href = claim.get_attribute("href")
+        assert href is not None and (site / href).exists()  # the claim's own page
+        claim.click()
+        assert page.locator("#timeline li").count() == 2
+        page.goto(night.as_uri())
+        page.check("#only-changed")
+        assert page.locator("#shown").inner_text() == "2 of 10 cases"
+        changed = page.locator("section.case:not([hidden])").first.inner_text()
+        assert "scripted:shifty: passed in its previous night, fails tonight" in changed
+        assert page.locator("#grid td[data-was]").count() == 2  # marked in the grid too
+        assert "Retired" in page.content() and "night-claims" in page.content()
+
+        page.goto((site / "index.html").as_uri())
+        matrix = page.locator("#matrix").inner_text()
+        for model in ("steady-model-with-a-long-name", "scripted:weak", "scripted:shifty"):
+            assert model in matrix
+        assert "▼ −0.20" in matrix and "95% [" in matrix
+        retired = page.locator("#retired").inner_text()
+        assert (
+            "scripted:shifty · extraction strength — archived (falsified); flipped stale: the "
+            "canary saw the model change" in retired
+        )
+        assert "scripted:weak · extraction weakness — superseded by tonight's claim" in retired
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.screenshot(path=str(isolated / "index-390.png"), full_page=True)
+        nights = page.locator("#nights tbody tr").first
+        box = nights.locator("td").last.bounding_box()  # spent: the last key column
+        assert box is not None and box["x"] + box["width"] <= 390
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
