@@ -61,7 +61,8 @@ def big_night(folder: Path) -> Path:
             "params": {"responses": wrong_on(cases, 0), "latency_ms": 1},
         },
     ]
-    lines = ["[sweep]", 'committer = "ci"', 'gate = "point"', "concurrency = 16", "", "[budgets]"]
+    lines = ["[sweep]", 'committer = "ci"', 'gate = "interval"', 'sampling = "full"']
+    lines += ["concurrency = 16", "max_cases = 100", "", "[budgets]"]
     lines += ["target_usd = 0.01", "max_total_usd = 50.0"]
     for model in models:
         lines += ["", "[[models]]"] + [f"{k} = {toml_value(v)}" for k, v in model.items()]
@@ -110,6 +111,12 @@ def test_a_300_case_night_is_paged_searchable_and_readable_at_both_widths(
     assert text.count('class="v no"') == wrong_answers  # each wrong answer red in the grid
     assert re.search(r'class="v ok">✓<i>\d+ ms</i>', text)  # each answer's latency
 
+    # models.html links each discordant case to both answers, on whichever page holds them
+    models = (site / "models.html").read_text()
+    answers = re.findall(r'<a href="([^"#]*-cases-\d+\.html)#(case-[0-9a-f]{16})"', models)
+    assert len(answers) >= 100
+    for page, anchor in answers:
+        assert f'id="{anchor}"' in (site / page).read_text(), (page, anchor)
     with chromium() as browser:
         for width in (1280, 390):
             page = browser.new_page(viewport={"width": width, "height": 900})
