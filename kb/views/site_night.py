@@ -14,7 +14,9 @@ words, latency, tokens, cost, attempts and params.
 Pages stay light: whatever does not fit in :data:`PAGE_BUDGET` bytes goes on
 numbered pages — the cases' answers first (``…-cases-2.html`` …), then, for
 a night of thousands of cases, the grid's rows (``…-grid-2.html``, the
-search and filters working per page). A small night is one page.
+search and filters working per page). A small night is one page. A case is
+never split: one whose answers alone pass the budget (dozens of models ×
+repeats × 4,000-character answers) gets a page of its own, over it.
 """
 
 from __future__ import annotations
