@@ -425,7 +425,10 @@ def night_files(
     """
     report = night.report
     rows = case_rows(night, earlier)
-    models = list(dict.fromkeys(m for row in rows for m in row.runs))
+    models = list(
+        dict.fromkeys([c.subject_key for c in report.cells] + [m for r in rows for m in r.runs])
+    )
+    models = [m for m in models if any(m in row.runs for row in rows)]  # as the rates table
     judges = {
         (run.judged, run.case, run.repeat): run for run in night.runs if run.judged is not None
     }
