@@ -10,6 +10,9 @@ The reply depends on the last user message:
 * ``hang`` (or ``hang <anything>``, so held calls can be told apart) — holds the
   request for ``hang_s`` seconds (``None``: until ``seen.release`` is set) before
   answering;
+* a prompt in ``seen.distributions`` — 200 with an answer drawn from that prompt's
+  ``{answer: weight}`` table, with the request's ``seed`` (a different seed, a new
+  draw; at temperature 0 the heaviest answer): a model sampled at temperature 1;
 * anything else — 200 with ``echo: <prompt>``, unless ``seen.outage`` is set:
   ``empty`` (200 with empty text), ``junk`` (200 with the same error page for every
   prompt) or ``no-choices`` (200 with an empty ``choices`` list) — a provider
@@ -20,6 +23,7 @@ Every request is recorded (arrival time, headers, body) for assertions.
 from __future__ import annotations
 
 import json
+import random
 import sys
 import threading
 import time
@@ -45,6 +49,8 @@ class Seen:
     """The outage starts with the request after this many (``None``: from the first)."""
     junk_text: str = "<html>502 Bad Gateway</html>"
     """The error page a ``junk`` outage answers with."""
+    distributions: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Prompt (or ``model|prompt``, which wins) → answer weights: drawn per request."""
     release: threading.Event = field(default_factory=threading.Event)
     """Set to answer the ``hang`` requests still held (always set when the server stops)."""
 
@@ -123,6 +129,18 @@ def fake_openai_server(
                 self._send(200, json.dumps(reply).encode())
             elif prompt == "malformed":
                 self._send(200, b"{this is not json")
+            elif f"{body.get('model')}|{prompt}" in seen.distributions or (
+                prompt in seen.distributions
+            ):
+                table = seen.distributions.get(
+                    f"{body.get('model')}|{prompt}", seen.distributions.get(prompt, {})
+                )
+                if float(body.get("temperature", 1.0)) == 0:
+                    answer = max(table, key=lambda a: (table[a], a))
+                else:
+                    draw = random.Random(f"{body.get('seed')}\0{prompt}")
+                    answer = draw.choices(sorted(table), [table[a] for a in sorted(table)])[0]
+                self._send(200, json.dumps(_completion(body["model"], answer)).encode())
             else:
                 if prompt == "hang" or prompt.startswith("hang "):
                     seen.release.wait(hang_s)

@@ -290,7 +290,13 @@ def show_sweep(
     from kb.store.diff import diff_markdown
     from kb.store.evidence import earlier_reports
     from kb.views.html import cell_history, report_html
-    from kb.views.report_text import alarm_lines, summary_text, sweep_markdown
+    from kb.views.report_text import (
+        SHIFT,
+        alarm_lines,
+        shift_lines,
+        summary_text,
+        sweep_markdown,
+    )
 
     report = done.report
     if done.already_committed:
@@ -321,6 +327,8 @@ def show_sweep(
         )
     for line in alarm_lines(report):  # no canary needed: as loud as a drift
         click.echo(f"alarm: {line}", err=True)
+    for line in shift_lines(report):
+        click.echo(f"{SHIFT} — {line}", err=True)
 
 
 def running_grade(plan: SweepPlan) -> Callable[[RunResult], tuple[str, bool] | None]:
@@ -360,6 +368,11 @@ Examples:
 @allow_partial_option("probe")
 @click.option("--no-commit", is_flag=True, help="Report drift without flipping claims.")
 @click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Choose each model's border probes for the sensitive tier and record their baselines.",
+)
+@click.option(
     "--max-retries",
     type=click.IntRange(min=0),
     default=None,
@@ -378,6 +391,7 @@ def canary(
     fail_on_drift: bool,
     allow_partial: bool,
     no_commit: bool,
+    calibrate: bool,
     max_retries: int | None,
     engine_flags: EngineFlags,
     attempts: int | None,
@@ -390,6 +404,18 @@ def canary(
     spec = load_job_spec(spec_path, engine_flags, judges=False)
     config = sweep_engine_config(spec, engine_flags.concurrency, max_retries)
     engine = build_engine(app, config, engine_flags)
+    if calibrate:
+        from kb.sweep.calibrate import calibrate as run_calibration
+
+        if as_json or fail_on_drift or repeats:
+            raise click.UsageError("--calibrate takes none of --json, --fail-on-drift, --repeats")
+        store = app.store if no_commit else app.settle()
+        found = run_calibration(
+            spec, store, engine, at=app.as_of, commit=not no_commit, allow_partial=allow_partial
+        )
+        for calibration in found:
+            click.echo(calibration.line())
+        return
     results = run_canary(
         spec,
         app.store if no_commit else app.settle(),

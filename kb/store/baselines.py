@@ -60,6 +60,12 @@ class SubjectBaselines:
     """Probe-set id → the fingerprint the current model gives under it."""
     current: frozenset[str] = frozenset()
     """Fingerprints that describe the current model (under any probe set)."""
+    sensitive: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """The sensitive tier's baselines: probe id → answer counts (:mod:`kb.sweep.sensitive`)."""
+
+    def with_sensitive(self, sensitive: Mapping[str, Mapping[str, int]]) -> SubjectBaselines:
+        """A copy with the sensitive baselines replaced."""
+        return SubjectBaselines(self.baselines, self.current, sensitive)
 
 
 @dataclass(frozen=True)
@@ -78,22 +84,29 @@ def judge(
     fresh: str,
     claim_fingerprints: Iterable[str],
 ) -> Judgement:
-    """Judge ``fresh`` (an all-ok, stable fingerprint) under ``probe_set`` (see the module)."""
+    """Judge ``fresh`` (an all-ok, stable fingerprint) under ``probe_set`` (see the module).
+
+    The subject's sensitive baselines are kept, except on a drift: they described
+    the old model (the caller re-bases them on tonight's samples).
+    """
     claimed = frozenset(claim_fingerprints)
+    kept = known.sensitive if known is not None else {}
     if known is None or not known.baselines:
         if fresh in claimed or not claimed:
-            updated = SubjectBaselines({probe_set: fresh}, frozenset({fresh}))
+            updated = SubjectBaselines({probe_set: fresh}, frozenset({fresh}), kept)
             status: BaselineStatus = "drift" if claimed - {fresh} else "no-drift"
             return Judgement(status, updated.current, updated)
-        updated = SubjectBaselines({probe_set: fresh}, claimed | {fresh})
+        updated = SubjectBaselines({probe_set: fresh}, claimed | {fresh}, kept)
         return Judgement("rebaselined", updated.current, updated)
     baseline = known.baselines.get(probe_set)
     if baseline is None:
-        updated = SubjectBaselines({**known.baselines, probe_set: fresh}, known.current | {fresh})
+        updated = SubjectBaselines(
+            {**known.baselines, probe_set: fresh}, known.current | {fresh}, kept
+        )
         return Judgement("rebaselined", updated.current, updated)
     if baseline == fresh:
         current = known.current | {fresh}
-        return Judgement("no-drift", current, SubjectBaselines(known.baselines, current))
+        return Judgement("no-drift", current, SubjectBaselines(known.baselines, current, kept))
     updated = SubjectBaselines({probe_set: fresh}, frozenset({fresh}))
     return Judgement("drift", updated.current, updated)
 
@@ -114,6 +127,10 @@ class CanaryBaselines:
             {**self.subjects, key: updated},
         )
 
+    def with_subject_only(self, key: str, updated: SubjectBaselines) -> CanaryBaselines:
+        """A copy with ``key``'s baselines replaced (no probe set recorded)."""
+        return CanaryBaselines(self.probe_sets, {**self.subjects, key: updated})
+
     def render(self) -> bytes:
         """Deterministic JSON (sorted keys, two-space indent, trailing newline): small diffs."""
         used = {pid for s in self.subjects.values() for pid in s.baselines}
@@ -121,7 +138,15 @@ class CanaryBaselines:
             **BASELINES.stamp(),
             "probeSets": {pid: list(p) for pid, p in self.probe_sets.items() if pid in used},
             "subjects": {
-                key: {"baselines": dict(s.baselines), "current": sorted(s.current)}
+                key: {
+                    "baselines": dict(s.baselines),
+                    "current": sorted(s.current),
+                    **(
+                        {"sensitive": {k: dict(v) for k, v in s.sensitive.items()}}
+                        if s.sensitive
+                        else {}
+                    ),
+                }
                 for key, s in self.subjects.items()
             },
         }
@@ -173,12 +198,27 @@ def parse_baselines(raw: bytes | None, source: str) -> CanaryBaselines:
             str(key): SubjectBaselines(
                 {str(pid): _string(fp) for pid, fp in entry["baselines"].items()},
                 frozenset(_strings(entry["current"])),
+                _counts(entry.get("sensitive", {})),
             )
             for key, entry in data["subjects"].items()
         }
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ConfigError(source, f"not a canary baselines file: {exc}") from None
     return CanaryBaselines(probe_sets, subjects)
+
+
+def _counts(value: Any) -> dict[str, dict[str, int]]:
+    """Probe id → answer → count, each count a non-negative integer."""
+    if not isinstance(value, dict):
+        raise TypeError(f"sensitive: expected an object, got {type(value).__name__}")
+    found: dict[str, dict[str, int]] = {}
+    for probe, counts in value.items():
+        if not isinstance(counts, dict) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts.values()
+        ):
+            raise TypeError(f"sensitive.{probe}: expected answer counts (integers >= 0)")
+        found[str(probe)] = {str(answer): int(c) for answer, c in counts.items()}
+    return found
 
 
 def _string(value: Any) -> str:

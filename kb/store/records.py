@@ -380,6 +380,31 @@ class ProbeRecord(WireModel):
     status: str
 
 
+class ShiftProbeRecord(WireModel):
+    """One border probe of the sensitive tier tonight."""
+
+    probe: str
+    """The probe's id (16 hex of its prompt's sha256: the prompt may be private)."""
+    counts: dict[str, int]
+    """Tonight's first-word answers and how often each came."""
+    p_value: float | None = Field(default=None, alias="pValue")
+    failed: str | None = None
+
+
+class SensitiveRecord(WireModel):
+    """The canary's sensitive tier for one model tonight (SPEC 13.4)."""
+
+    status: Literal["steady", "shift", "uncalibrated", "incomplete"]
+    alpha: float
+    probe: str | None = None
+    """The probe that alarmed (``shift``)."""
+    p_value: float | None = Field(default=None, alias="pValue")
+    """Its p-value (``shift``)."""
+    line: str
+    """What the tier saw, in words (as the sweep prints it)."""
+    probes: tuple[ShiftProbeRecord, ...] = ()
+
+
 class CanaryRecord(WireModel):
     """One member's canary (``kb canary --json`` prints a list of these)."""
 
@@ -393,11 +418,18 @@ class CanaryRecord(WireModel):
     """Format 2: why the canary could not judge (``incomplete``, ``unstable``)."""
     flipped: tuple[str, ...] = ()
     version: int | None = None
+    sensitive: SensitiveRecord | None = None
+    """Since v4: the sensitive tier (absent when the canary has no ``[sensitive]``)."""
 
     @property
     def subject_key(self) -> str:
         """``model`` or ``model@effort``."""
         return subject_key(self.model, self.effort)
+
+    @property
+    def shifted(self) -> bool:
+        """The sensitive tier saw the answer distribution move tonight."""
+        return self.sensitive is not None and self.sensitive.status == "shift"
 
 
 class ReportFile(WireModel):

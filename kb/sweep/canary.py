@@ -34,13 +34,23 @@ from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
 from kb.schema import DEFAULT_ATTEMPTS
-from kb.store.baselines import BaselinesFile, judge, probe_set_id
+from kb.store.baselines import BaselinesFile, CanaryBaselines, judge, probe_set_id
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
 from kb.store.records import CanaryRecord, ProbeRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.sweep.pool import build_pool
+from kb.sweep.sensitive import (
+    SensitiveProbes,
+    SensitiveResult,
+    SensitiveSettings,
+    judge_member,
+    probes_for,
+    rebased,
+    sample_runs,
+    sensitive_record,
+)
 from kb.sweep.spec import SweepSpec
 
 CanaryStatus = Literal["no-drift", "drift", "rebaselined", "incomplete", "unstable"]
@@ -98,6 +108,13 @@ class CanaryResult:
     status: CanaryStatus = "no-drift"
     flipped: tuple[str, ...] = ()
     version: int | None = None
+    sensitive: SensitiveResult | None = None
+    """The sensitive tier tonight (``None``: the canary has no ``[sensitive]``)."""
+
+    @property
+    def shifted(self) -> bool:
+        """The sensitive tier saw this model's answer distribution move tonight."""
+        return self.sensitive is not None and self.sensitive.status == "shift"
 
     @property
     def stable(self) -> bool:
@@ -148,6 +165,7 @@ class CanaryResult:
             reason=self.reason,
             flipped=self.flipped,
             version=self.version,
+            sensitive=sensitive_record(self.sensitive) if self.sensitive is not None else None,
         )
 
 
@@ -192,24 +210,38 @@ class CanaryOptions:
 
 
 def probe_phase(
-    members: Sequence[ModelSpec], prompts: Sequence[str], repeats: int, canary_usd: float | None
+    members: Sequence[ModelSpec],
+    prompts: Sequence[str],
+    repeats: int,
+    canary_usd: float | None,
+    sensitive: Sequence[PlannedRun] = (),
 ) -> Phase:
-    """Every probe for every member, declaration order, each ``repeats`` times, temperature 0."""
-    return Phase(
-        "canary",
-        tuple(
-            PlannedRun(
-                label=f"canary:{member.key}/{p_index}" + (f"#{k + 1}" if repeats > 1 else ""),
-                kind="canary",
-                spec=member,
-                request=build_request(member, prompt, overrides={"temperature": 0}),
-                ceiling_usd=canary_usd,
-            )
-            for member in members
-            for p_index, prompt in enumerate(prompts)
-            for k in range(repeats)
-        ),
+    """Every probe for every member, declaration order, each ``repeats`` times, temperature 0.
+
+    Then the sensitive tier's samples (:func:`kb.sweep.sensitive.sample_runs`), if any.
+    """
+    exact = tuple(
+        PlannedRun(
+            label=f"canary:{member.key}/{p_index}" + (f"#{k + 1}" if repeats > 1 else ""),
+            kind="canary",
+            spec=member,
+            request=build_request(member, prompt, overrides={"temperature": 0}),
+            ceiling_usd=canary_usd,
+        )
+        for member in members
+        for p_index, prompt in enumerate(prompts)
+        for k in range(repeats)
     )
+    return Phase("canary", exact + tuple(sensitive))
+
+
+@dataclass(frozen=True)
+class SensitiveTier:
+    """What the sensitive tier needs to judge a night: the probes, settings and baselines."""
+
+    probes: SensitiveProbes
+    settings: SensitiveSettings
+    baselines: CanaryBaselines
 
 
 def measure_canaries(
@@ -221,17 +253,21 @@ def measure_canaries(
     canary_usd: float | None = None,
     repeats: int = 1,
     probes: Phase | None = None,
+    tier: SensitiveTier | None = None,
 ) -> list[CanaryResult]:
     """Run the probes of ``members`` and compute each fingerprint (nothing is written).
 
     ``probes`` is the job's planned phase (:func:`probe_phase` of the same
-    members, prompts and repeats); without it the phase is built here.
+    members, prompts and repeats, and the sensitive samples when ``tier``);
+    without it the phase is built here (exact probes only). With ``tier``
+    each result carries the sensitive tier's judgement.
     """
     if probes is None:
         probes = probe_phase(members, prompts, repeats, canary_usd)
     results = engine.run(probes.runs, envelope)
     canaries = []
     per_member = len(prompts) * repeats
+    sampled = results[len(members) * per_member :]
     for m_index, member in enumerate(members):
         runs = results[m_index * per_member : (m_index + 1) * per_member]
         found = []
@@ -245,7 +281,28 @@ def measure_canaries(
         canaries.append(
             CanaryResult(member, tuple(found), fingerprint(len(prompts), outputs), all_ok)
         )
+    if tier is not None:
+        canaries = _judged(canaries, sampled, tier)
     return canaries
+
+
+def _judged(
+    canaries: Sequence[CanaryResult], sampled: Sequence[RunResult], tier: SensitiveTier
+) -> list[CanaryResult]:
+    """Each result with its sensitive tier (``sampled`` in :func:`sample_runs` order)."""
+    out = []
+    start = 0
+    for result in canaries:
+        prompts = tier.probes.models.get(result.member.key, ())
+        size = len(prompts) * tier.settings.samples
+        mine = sampled[start : start + size]
+        start += size
+        known = tier.baselines.subjects.get(result.member.key)
+        judged = judge_member(
+            prompts, mine, known.sensitive if known is not None else {}, tier.settings
+        )
+        out.append(replace(result, sensitive=judged))
+    return out
 
 
 def _fingerprinted(snapshot: Snapshot, member: ModelSpec) -> list[ClaimEntry]:
@@ -301,7 +358,10 @@ def canary_change(
             result.fingerprint,
             [c.canary_fingerprint for c in claims if c.canary_fingerprint],
         )
-        after = after.with_subject(key, prompts, verdict.updated)
+        updated = verdict.updated
+        if verdict.status == "drift" and result.sensitive is not None:
+            updated = updated.with_sensitive(rebased(result.sensitive))
+        after = after.with_subject(key, prompts, updated)
         flipped: tuple[str, ...] = ()
         if verdict.status != "rebaselined":
             flipped = tuple(c.id for c in claims if c.canary_fingerprint not in verdict.current)
@@ -362,6 +422,8 @@ class CanaryPlan:
     members: tuple[ModelSpec, ...]
     options: CanaryOptions
     job: JobPlan
+    probes: SensitiveProbes | None = None
+    """The border probes of the sensitive tier (``None``: the canary has none)."""
 
 
 def plan_canary(
@@ -370,8 +432,14 @@ def plan_canary(
     """The sweep's measured pool (as of ``at``) and every probe it gets."""
     pool = build_pool(spec.models, snapshot, at)
     members = tuple(member.spec for member in pool if member.measured)
-    phase = probe_phase(members, options.prompts, options.repeats, options.canary_usd)
-    return CanaryPlan(members, options, job_plan([phase], spec.budgets.max_total_usd))
+    probes = probes_for(spec)
+    sampled: tuple[PlannedRun, ...] = ()
+    if probes is not None and spec.canary is not None and spec.canary.sensitive is not None:
+        settings = spec.canary.sensitive.settings()
+        sampled = sample_runs(members, probes, settings, options.canary_usd, f"canary-{at}")
+    phase = probe_phase(members, options.prompts, options.repeats, options.canary_usd, sampled)
+    plan = CanaryPlan(members, options, job_plan([phase], spec.budgets.max_total_usd), probes)
+    return plan
 
 
 def run_canary(
@@ -397,6 +465,10 @@ def run_canary(
     plan = plan_canary(spec, store.read(), at=at, options=options)
     plan.job.refuse_overspend(allow_partial=allow_partial or spec.sweep.allow_partial)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
+    tier = None
+    if plan.probes is not None and spec.canary is not None and spec.canary.sensitive is not None:
+        known = BaselinesFile.read(store.home.canary_baselines).parsed
+        tier = SensitiveTier(plan.probes, spec.canary.sensitive.settings(), known)
     try:
         canaries = measure_canaries(
             engine,
@@ -405,6 +477,7 @@ def run_canary(
             envelope,
             repeats=options.repeats,
             probes=plan.job.phase("canary"),
+            tier=tier,
         )
     finally:
         engine.finish()
@@ -420,6 +493,7 @@ def canary_line(result: CanaryResult) -> str:
         return head + f"DRIFT, {count} claim{'s' if count != 1 else ''} flipped stale{where}"
     if result.status in ("unstable", "incomplete"):
         return head + f"{result.status} ({result.reason})"
+    tier = f"; sensitive: {result.sensitive.describe()}" if result.sensitive is not None else ""
     if result.status == "rebaselined":
-        return head + "rebaselined (a new probe set: its baseline recorded, nothing flipped)"
-    return head + "no drift"
+        return head + "rebaselined (a new probe set: its baseline recorded, nothing flipped)" + tier
+    return head + "no drift" + tier

@@ -20,11 +20,11 @@ from kb.engine.phases import Phase
 from kb.engine.scheduler import Engine
 from kb.evals.suite import CaseRun, CaseVerdict, run_pairs
 from kb.stats import wilson_arrays
-from kb.store.baselines import BaselinesFile
+from kb.store.baselines import BaselinesFile, CanaryBaselines
 from kb.store.models import ModelClaim
 from kb.store.records import RunRecord
 from kb.store.ttl import format_instant
-from kb.sweep.canary import CanaryResult, canary_change, measure_canaries
+from kb.sweep.canary import CanaryResult, SensitiveTier, canary_change, measure_canaries
 from kb.sweep.cells import SweepCell, cell_claim, group_cells
 from kb.sweep.epochs import DEFAULT_RULE, EpochRule
 from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
@@ -80,6 +80,10 @@ def measure(
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     canaries: list[CanaryResult] = []
     if spec.canary is not None:
+        tier = None
+        if plan.probes is not None and spec.canary.sensitive is not None:
+            known = baselines.parsed if baselines is not None else CanaryBaselines()
+            tier = SensitiveTier(plan.probes, spec.canary.sensitive.settings(), known)
         canaries = measure_canaries(
             engine,
             plan.members,
@@ -87,6 +91,7 @@ def measure(
             envelope,
             repeats=spec.canary.repeats,
             probes=plan.job.phase("canary"),
+            tier=tier,
         )
     targets = plan.job.phase("targets")
     judge_usd = spec.budgets.judge_usd
@@ -100,6 +105,7 @@ def measure(
             replace(rule, max_cases=spec.sweep.max_cases),
             spec.sweep.sampling,
             _drifted(plan, canaries, baselines),
+            shifted=frozenset(c.member.key for c in canaries if c.shifted),
             report_id=plan.report_id,
             observed_at=format_instant(plan.observed_at),
             nightly=nightly_rule(spec),

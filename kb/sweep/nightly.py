@@ -357,8 +357,14 @@ def run_nightly(
     new_epoch: BoolArray,
     held: IntArray,
     rule: NightlyRule = DEFAULT_NIGHTLY,
+    *,
+    forced: BoolArray | None = None,
 ) -> Generator[tuple[NightPass, BoolArray], FloatArray, NightlyResult]:
     """One night of every cell, look by look: yields each pass's cases, is sent their scores.
+
+    ``forced`` [B]: cells suspicious all night whatever their detectors read (the
+    canary's sensitive tier saw their model's answers shift): they escalate as a
+    suspicious detector does, up to the pool; no detector's state changes.
 
     ``orders`` is [B, K]: each cell's rotation (padded). The first pass is
     each cell's minimum; every later pass runs up to ``look`` more cases for
@@ -440,6 +446,8 @@ def run_nightly(
             seen.watch_up & (up >= seen.suspicious)
         )
         suspicious &= seen.active
+        if forced is not None:
+            suspicious |= forced
         after_alarm = alarmed & (ran < half) & ~clear
         escalate = ~alarmed & suspicious
         cold = ~alarmed & ~suspicious & (distinct < pool) & ~clear

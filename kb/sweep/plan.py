@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec
+from kb.engine.runs import PlannedRun
 from kb.errors import ConfigError
 from kb.evals.cases import Case, unique_names
 from kb.evals.suite import CaseRun, judge_phase, target_phase
@@ -28,6 +29,7 @@ from kb.sweep.falsify import live_eval_claims
 from kb.sweep.pool import PoolMember, build_pool
 from kb.sweep.resume import Resume
 from kb.sweep.sampling import CellSuite, cell_suite
+from kb.sweep.sensitive import SensitiveProbes, probes_for, sample_runs
 from kb.sweep.spec import SweepSpec, judge_models
 
 
@@ -51,6 +53,8 @@ class SweepPlan:
     """Each cell's cases and epoch (the interval gate; empty under the point gate)."""
     epochs: EpochsFile = field(default_factory=EpochsFile)
     """The epochs file as the plan read it."""
+    probes: SensitiveProbes | None = None
+    """The canary's border probes (``None``: the canary has no ``[sensitive]``)."""
 
     @property
     def members(self) -> list[ModelSpec]:
@@ -122,14 +126,27 @@ def plan_case_runs(
 
 
 def sweep_phases(
-    spec: SweepSpec, pairs: Sequence[CaseRun], members: Sequence[ModelSpec]
+    spec: SweepSpec,
+    pairs: Sequence[CaseRun],
+    members: Sequence[ModelSpec],
+    night: str = "",
+    probes: SensitiveProbes | None = None,
 ) -> list[Phase]:
-    """The sweep's phases in the order the engine runs (and the envelope authorizes) them."""
+    """The sweep's phases in the order the engine runs (and the envelope authorizes) them.
+
+    ``night`` (the report id) seeds the sensitive tier's samples; ``probes`` are its probes.
+    """
     budgets = spec.budgets
     phases = []
     if spec.canary is not None:
+        sampled: tuple[PlannedRun, ...] = ()
+        if probes is not None and spec.canary.sensitive is not None:
+            settings = spec.canary.sensitive.settings()
+            sampled = sample_runs(members, probes, settings, budgets.canary_usd, night)
         phases.append(
-            probe_phase(members, spec.canary.prompts, spec.canary.repeats, budgets.canary_usd)
+            probe_phase(
+                members, spec.canary.prompts, spec.canary.repeats, budgets.canary_usd, sampled
+            )
         )
     phases.append(target_phase(pairs, budgets.target_usd))
     phases.append(judge_phase(pairs, budgets.judge_usd))
@@ -262,7 +279,8 @@ def prepare_sweep(
     pairs = _within_pools(spec, pairs, suites)
     keys = {pair.member.key for pair in pairs}
     members = [member.spec for member in pool if member.spec.key in keys]
-    phases = sweep_phases(spec, pairs, members)
+    probes = probes_for(spec)
+    phases = sweep_phases(spec, pairs, members, report_id, probes)
     return SweepPlan(
         spec=spec,
         report_id=report_id,
@@ -275,6 +293,7 @@ def prepare_sweep(
         resume=resume,
         suites=suites,
         epochs=epochs,
+        probes=probes,
     )
 
 

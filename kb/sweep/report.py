@@ -34,6 +34,7 @@ from kb.sweep.gate import GatePolicy
 from kb.sweep.measure import Measurement
 from kb.sweep.plan import SweepPlan
 from kb.sweep.pool import PoolMember
+from kb.sweep.sensitive import LABEL_MARK as SENSITIVE_MARK
 from kb.textwidth import fit
 
 
@@ -216,9 +217,12 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     judges = job.phase("judges").later
     judge_text = f", up to {judges} judge runs" if judges else ""
     worst = " (the worst case)" if plan.suites and plan.spec.sweep.sampling != "full" else ""
+    canary = job.phase("canary").runs
+    sampled = sum(1 for run in canary if run.label.startswith(SENSITIVE_MARK))
+    tier = f" + {sampled} sensitive-tier samples" if sampled else ""
     lines.append(
         f"planned{worst}: {len(job.phase('targets').runs)} target runs{judge_text}, "
-        f"{len(job.phase('canary').runs)} canary probes"
+        f"{len(canary) - sampled} canary probes{tier}"
     )
     if plan.suites:
         lines.append(epochs_line(plan))

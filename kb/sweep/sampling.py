@@ -187,6 +187,7 @@ class NightSampler:
         report_id: str,
         observed_at: str,
         nightly: NightlyRule = DEFAULT_NIGHTLY,
+        shifted: frozenset[str] = frozenset(),
     ) -> None:
         self.suites = tuple(suites)
         self.nightly = nightly
@@ -229,6 +230,10 @@ class NightSampler:
                     _carry(self.state, row, prior, nightly.ring)
         self.new: BoolArray = np.array([r is not None for r in self.restarts], dtype=bool)
         self.held: IntArray = np.array([_HELD_CODE[s.held] for s in self.suites], dtype=np.int64)
+        self.forced: BoolArray = np.array(
+            [s.member.key in shifted for s in self.suites], dtype=bool
+        )
+        """Cells suspicious tonight because the canary's sensitive tier saw a shift."""
         cells, width = len(self.suites), self.width
         self._passes: Generator[tuple[NightPass, BoolArray], FloatArray, NightResult] | None
         self._passes = None
@@ -263,7 +268,9 @@ class NightSampler:
     def first(self) -> dict[CellKey, tuple[str, ...]]:
         """The cases each cell runs first tonight."""
         if isinstance(self.state, NightlyArrays):
-            self._passes = run_nightly(self.state, self.orders, self.new, self.held, self.nightly)
+            self._passes = run_nightly(
+                self.state, self.orders, self.new, self.held, self.nightly, forced=self.forced
+            )
         else:
             self._passes = run_night(self.state, self.orders, self.new, self.held, self.rule)
         self._kind, self._pending = next(self._passes)

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -48,6 +48,9 @@ from kb.evals.graders import judge_spec
 from kb.schema import ModelRefText, StrictModel, validate_into
 from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
 from kb.tomlfile import read_toml
+
+if TYPE_CHECKING:
+    from kb.sweep.sensitive import SensitiveSettings
 
 #: A call that takes longer than a day is a configuration mistake, not patience.
 MAX_TIMEOUT_S = 86_400.0
@@ -174,11 +177,34 @@ class ModelEntry(StrictModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class SensitiveSection(StrictModel):
+    """``[sensitive]`` of a canary: border probes sampled at temperature 1 (SPEC 13.4)."""
+
+    probes: str = Field(min_length=1)
+    """The probes file (JSON, written by ``kb canary --calibrate``): relative to the canary
+    file, or absolute — outside the repository keeps the probes private."""
+    samples: int = Field(default=16, ge=2, le=1000)
+    alpha: float = Field(default=0.01, gt=0, lt=1)
+    max_tokens: int = Field(default=8, ge=1, le=256)
+    keep: int = Field(default=8, ge=1, le=64)
+    """Calibration: the border probes kept per model."""
+
+    def resolved(self, base: Path) -> SensitiveSection:
+        """A copy whose ``probes`` is an absolute path (relative ones from ``base``)."""
+        return self.model_copy(update={"probes": str(_resolve(base, self.probes))})
+
+    def settings(self) -> SensitiveSettings:
+        from kb.sweep.sensitive import SensitiveSettings
+
+        return SensitiveSettings(Path(self.probes), self.samples, self.alpha, self.max_tokens)
+
+
 class CanarySection(StrictModel):
     """``[canary]`` or a canary file: probes with deterministic answers."""
 
     prompts: list[str] = Field(min_length=1)
     repeats: int = Field(default=1, ge=1)
+    sensitive: SensitiveSection | None = None
 
     @field_validator("prompts")
     @classmethod
@@ -239,7 +265,13 @@ def load_canary_file(path: Path) -> CanarySection:
     if issues:
         raise ConfigError(str(path), issues)
     assert isinstance(section, CanarySection)
-    return section
+    return _with_sensitive_path(section, path.parent)
+
+
+def _with_sensitive_path(section: CanarySection, base: Path) -> CanarySection:
+    if section.sensitive is None:
+        return section
+    return section.model_copy(update={"sensitive": section.sensitive.resolved(base)})
 
 
 _TOP_LEVEL = ("sweep", "budgets", "models", "cases", "datasets", "include", "canary")
@@ -399,7 +431,7 @@ def _canary(value: Any, base: Path, issues: list[str]) -> CanarySection | None:
             issues.append(f"canary: {exc}")
             return None
     section = validate_into(CanarySection, value, "canary", issues)
-    return section if isinstance(section, CanarySection) else None
+    return _with_sensitive_path(section, base) if isinstance(section, CanarySection) else None
 
 
 def case_tables(

@@ -322,12 +322,17 @@ def _alarm_banner(report: ReportFile) -> str:
 
 
 def _drift_banner(report: ReportFile) -> str:
-    from kb.views.report_text import drift_line
+    from kb.views.report_text import SHIFT, drift_line, shift_lines
 
+    shifts = "".join(
+        f'<p class="drift-banner shift" role="alert"><strong>{SHIFT}</strong> — '
+        f"{html.escape(line)}.</p>"
+        for line in shift_lines(report)
+    )
     drift = drift_line(report, html.escape)
     if drift is None:
-        return ""
-    return f'<p class="drift-banner" role="alert"><strong>Drift:</strong> {drift}.</p>'
+        return shifts
+    return f'<p class="drift-banner" role="alert"><strong>Drift:</strong> {drift}.</p>' + shifts
 
 
 def night_lists(report: ReportFile, claim_href: Callable[[str], str | None] | None = None) -> str:
@@ -360,7 +365,9 @@ def night_lists(report: ReportFile, claim_href: Callable[[str], str | None] | No
     canary = "".join(
         f"<li><code>{esc(e.subject_key)}</code> — {esc(e.status)}"
         + (f", flipped {len(e.flipped)} stale" if e.flipped else "")
-        + f", fingerprint <code>{esc(e.fingerprint[:16])}</code></li>"
+        + f", fingerprint <code>{esc(e.fingerprint[:16])}</code>"
+        + (f"; sensitive tier: {esc(e.sensitive.line)}" if e.sensitive is not None else "")
+        + "</li>"
         for e in report.canary
     )
     pool = "".join(

@@ -72,6 +72,23 @@ def drift_line(report: ReportFile, name: Callable[[str], str] = str) -> str | No
     )
 
 
+SHIFT = "canary: distribution shift"
+
+
+def shift_lines(report: ReportFile, name: Callable[[str], str] = str) -> list[str]:
+    """Per model whose canary's sensitive tier saw its answers shift tonight: what it saw.
+
+    Each line follows ``canary: distribution shift — MODEL:`` (:data:`SHIFT`): the
+    probe, its p-value and what it does. A shift flips no claim; the model's
+    cells were measured in full.
+    """
+    return [
+        f"{name(c.subject_key)}: {c.sensitive.line.removeprefix('distribution shift: ')}"
+        for c in report.canary
+        if c.sensitive is not None and c.sensitive.status == "shift"
+    ]
+
+
 def alarm_lines(report: ReportFile, name: Callable[[str], str] = str) -> list[str]:
     """One line per cell whose change detector alarmed tonight (no canary needed).
 
@@ -184,6 +201,8 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         words = CANARY_WORDS.get(canary.status, canary.status)
         why = f" ({canary.reason})" if canary.reason else ""
         lines.append(f"canary {canary.subject_key}: {words}{why}{flipped}")
+        if canary.sensitive is not None:
+            lines += wrapped(f"sensitive: {canary.sensitive.line}", "  ", "    ")
     if report.committed_version is not None:
         git = f" [git {git_commit[:12]}]" if git_commit else ""
         lines.append(f"committed: store v{report.committed_version}{git}")
@@ -240,6 +259,8 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
         lines += [f"> **Drift:** {drift}.", ""]
     for line in alarm_lines(report, code_span):
         lines += [f"> **Alarm:** {line}", ""]
+    for line in shift_lines(report, code_span):
+        lines += [f"> **{SHIFT}** — {line}", ""]
     lines += [f"Observed {report.observed_at}; spent {usd(report.spent_usd)}.", ""]
     lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
     lines += [
@@ -251,10 +272,18 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
     lines += [_markdown_row(cell) for cell in report.cells]
     lines.append("")
     if report.canary:
-        lines += ["| canary | status | claims flipped stale |", "|---|---|---:|"]
+        tiered = any(c.sensitive is not None for c in report.canary)
+        head = "| canary | status | claims flipped stale |"
+        head += " sensitive tier |" if tiered else ""
+        lines += [head, "|---|---|---:|" + ("---|" if tiered else "")]
         lines += [
             f"| {table_code(c.subject_key)} | {CANARY_WORDS.get(c.status, c.status)} | "
             f"{len(c.flipped)} |"
+            + (
+                f" {table_code(c.sensitive.line) if c.sensitive is not None else '—'} |"
+                if tiered
+                else ""
+            )
             for c in report.canary
         ]
         lines.append("")

@@ -125,6 +125,9 @@ def _nights_table(nights: Sequence[Night]) -> str:
         if alarms:
             cells = f"{len(alarms)} cell{'s' if len(alarms) != 1 else ''}"
             mark += f' <span class="drift">alarm: {cells}</span>'
+        shifted = [c.subject_key for c in r.canary if c.shifted]
+        if shifted:
+            mark += f' <span class="drift">shift: {esc(", ".join(shifted))}</span>'
         rows.append(
             f'<tr><td><a href="{esc(night.page)}" class="name">{esc(r.observed_at[:16])}</a>'
             f'{mark}<small class="meta id-small breakable">{esc(r.report_id)}</small></td>'

@@ -30,7 +30,7 @@ from kb.schema import subject_key
 from kb.store.changes import cell_alarms
 from kb.store.records import CellRecord, RequestRecord, RunRecord
 from kb.views.html import ALARM_LEGEND, CellPoint, cell_history, cell_parts, night_lists
-from kb.views.report_text import alarm_lines, drift_line
+from kb.views.report_text import SHIFT, alarm_lines, drift_line, shift_lines
 from kb.views.site_models import case_anchor
 from kb.views.site_pages import Night, esc, page_html
 
@@ -503,6 +503,10 @@ def _night_head(night: Night, earlier: Sequence[Night], claim_href: ClaimHref) -
     banner += "".join(
         f'<p class="banner alarm"><strong>Alarm:</strong> {esc(line)}.</p>'
         for line in alarm_lines(report)
+    )
+    banner += "".join(
+        f'<p class="banner shift"><strong>{SHIFT}</strong> — {esc(line)}.</p>'
+        for line in shift_lines(report)
     )
     history = cell_history([n.report for n in earlier])
     return (

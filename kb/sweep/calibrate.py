@@ -1,0 +1,261 @@
+"""``kb canary --calibrate SPEC``: choose each model's border probes and record their baselines.
+
+Candidates are a built-in list of prompts whose first answer word is a
+near-tie for many models (a coin, a colour, a number …) and the suite's own
+prompts (the first :data:`FROM_SUITE` distinct ones). Each model answers
+each candidate ``samples`` times at temperature 1 (the screen); the
+candidates with the most first-word entropy — at least two different
+answers — are kept, ``keep`` per model (8). The kept probes are then asked
+again, :data:`BASELINE_FACTOR` × ``samples`` times each (64), and those
+fresh answers are the baseline: counting the screen's answers would bias the
+baseline toward the ties the screen picked, and the nightly test would then
+see a tie regress as a shift.
+
+The probes go to the probes file the canary names (outside the repository
+if they are private); the baselines to the canary baselines file beside the
+store, in one CAS commit (``kb: canary calibrate``). Every call has the
+``canary_usd`` ceiling and the whole calibration — the screen and the most
+the baseline can ask — is authorized before the first call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kb.atomicfile import write_atomic
+from kb.engine.budget import SpendEnvelope
+from kb.engine.phases import Phase, job_plan
+from kb.engine.requests import ModelSpec
+from kb.engine.runs import RunResult
+from kb.engine.scheduler import Engine
+from kb.errors import ConfigError
+from kb.store.baselines import BaselinesFile, SubjectBaselines
+from kb.store.filestore import Change, CommitContext, KnowledgeStore
+from kb.store.snapshot import Snapshot
+from kb.sweep.pool import build_pool
+from kb.sweep.sensitive import (
+    SensitiveProbes,
+    entropy_bits,
+    probe_id,
+    probes_for,
+    sample_runs,
+    short_answer,
+)
+from kb.sweep.spec import SweepSpec
+
+BORDER_PROMPTS: tuple[str, ...] = (
+    "Heads or tails? Reply with one word.",
+    "Pick a colour: red, blue or green. Reply with one word.",
+    "Pick a number from 1 to 10. Reply with the number only.",
+    "Cats or dogs? Reply with one word.",
+    "Tea or coffee? Reply with one word.",
+    "Name an animal. Reply with one word.",
+    "Name a fruit. Reply with one word.",
+    "Pick a day of the week. Reply with one word.",
+    "Summer or winter? Reply with one word.",
+    "Left or right? Reply with one word.",
+    "Pick a letter from A to E. Reply with the letter only.",
+    "Is a tomato a fruit or a vegetable? Reply with one word.",
+    "Say a word that rhymes with cat.",
+    "Pick a planet. Reply with one word.",
+    "Yes or no: will it rain tomorrow? Reply with one word.",
+    "Pick a season. Reply with one word.",
+)
+"""Built-in candidates: prompts with many plausible one-word answers."""
+FROM_SUITE = 16
+"""Suite prompts screened per model (the first distinct ones, in case order)."""
+BASELINE_FACTOR = 4
+"""Baseline samples per kept probe, as a multiple of the nightly ``samples``."""
+
+
+@dataclass(frozen=True)
+class KeptProbe:
+    """A border probe kept for a model: its prompt, the screen's entropy, its baseline."""
+
+    prompt: str
+    entropy: float
+    baseline: Counter[str]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What calibration found for one model."""
+
+    member: ModelSpec
+    screened: int
+    kept: tuple[KeptProbe, ...]
+    failed: str | None = None
+    """Why nothing was kept although candidates were asked (a provider error …)."""
+
+    def line(self) -> str:
+        """One line per model for ``kb canary --calibrate``."""
+        head = f"{self.member.key}  "
+        if self.failed:
+            return head + f"not calibrated: {self.failed}"
+        if not self.kept:
+            return head + (
+                f"no border probe: every one of {self.screened} candidates got one answer "
+                "(a deterministic model: only the exact tier watches it)"
+            )
+        best = ", ".join(f"{k.entropy:.2f}" for k in self.kept[:3])
+        return head + (
+            f"kept {len(self.kept)} of {self.screened} candidates "
+            f"(first-word entropy {best}{', …' if len(self.kept) > 3 else ''} bits)"
+        )
+
+
+def candidates(spec: SweepSpec) -> tuple[str, ...]:
+    """The built-in border prompts, then the suite's first distinct prompts."""
+    suite = list(dict.fromkeys(case.prompt for case in spec.cases))[:FROM_SUITE]
+    return tuple(dict.fromkeys([*BORDER_PROMPTS, *suite]))
+
+
+def _answers(runs: Sequence[RunResult]) -> tuple[Counter[str], str | None]:
+    failed = next((r.status for r in runs if r.status != "ok"), None)
+    return Counter(short_answer(r.output or "") for r in runs if r.status == "ok"), failed
+
+
+def calibrate(
+    spec: SweepSpec,
+    store: KnowledgeStore,
+    engine: Engine,
+    *,
+    at: int,
+    commit: bool = True,
+    allow_partial: bool = False,
+) -> list[Calibration]:
+    """Screen the candidates, keep each model's border probes, record their baselines."""
+    if spec.canary is None or spec.canary.sensitive is None:
+        raise ConfigError(
+            str(spec.path), 'no [sensitive] in the canary: add probes = "PATH" to calibrate'
+        )
+    section = spec.canary.sensitive
+    settings = section.settings()
+    probes = probes_for(spec)
+    assert probes is not None
+    snapshot = store.read()
+    members = _members(spec, snapshot, at)
+    tried = candidates(spec)
+    screen_probes = SensitiveProbes(probes.path, {m.key: tried for m in members})
+    canary_usd = spec.budgets.canary_usd
+    screen = sample_runs(members, screen_probes, settings, canary_usd, f"calibrate-{at}")
+    baseline_size = len(members) * section.keep * BASELINE_FACTOR * settings.samples
+    job = job_plan(
+        [
+            Phase("canary", screen),
+            Phase(
+                "baseline",
+                later=baseline_size,
+                later_ceiling_usd=canary_usd,
+                later_what="baseline samples of the kept probes",
+            ),
+        ],
+        spec.budgets.max_total_usd,
+    )
+    job.refuse_overspend(allow_partial=allow_partial or spec.sweep.allow_partial)
+    envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
+    try:
+        screened = engine.run(screen, envelope)
+        chosen: dict[str, list[tuple[str, float]]] = {}
+        failures: dict[str, str] = {}
+        per_member = len(tried) * settings.samples
+        for m_index, member in enumerate(members):
+            mine = screened[m_index * per_member : (m_index + 1) * per_member]
+            scored = []
+            for p_index, prompt in enumerate(tried):
+                counts, failed = _answers(
+                    mine[p_index * settings.samples : (p_index + 1) * settings.samples]
+                )
+                if failed is not None:
+                    failures.setdefault(member.key, failed)
+                    continue
+                if len(counts) >= 2:
+                    scored.append((prompt, entropy_bits(counts)))
+            scored.sort(key=lambda item: (-item[1], tried.index(item[0])))
+            chosen[member.key] = scored[: section.keep]
+        kept_probes = SensitiveProbes(
+            probes.path, {key: tuple(p for p, _ in found) for key, found in chosen.items()}
+        )
+        baseline_runs = sample_runs(
+            members,
+            kept_probes,
+            settings,
+            canary_usd,
+            f"calibrate-baseline-{at}",
+            samples=BASELINE_FACTOR * settings.samples,
+        )
+        settled = engine.run(baseline_runs, envelope)
+    finally:
+        engine.finish()
+    per_probe = BASELINE_FACTOR * settings.samples
+    results = _results(members, tried, chosen, failures, settled, per_probe)
+    if commit:
+        _write(results, probes, store, spec)
+    return results
+
+
+def _members(spec: SweepSpec, snapshot: Snapshot, at: int) -> list[ModelSpec]:
+    return [member.spec for member in build_pool(spec.models, snapshot, at) if member.measured]
+
+
+def _results(
+    members: Sequence[ModelSpec],
+    tried: Sequence[str],
+    chosen: dict[str, list[tuple[str, float]]],
+    failures: dict[str, str],
+    settled: Sequence[RunResult],
+    per_probe: int,
+) -> list[Calibration]:
+    results = []
+    start = 0
+    for member in members:
+        kept = []
+        failed = None
+        for prompt, entropy in chosen.get(member.key, []):
+            counts, failed_here = _answers(settled[start : start + per_probe])
+            start += per_probe
+            if failed_here is not None:
+                failed = f"a baseline sample of {prompt!r} settled {failed_here}"
+                continue
+            kept.append(KeptProbe(prompt, entropy, counts))
+        if not kept and failed is None and member.key in failures:
+            failed = f"candidates settled {failures[member.key]}"
+        results.append(Calibration(member, len(tried), tuple(kept), failed))
+    return results
+
+
+def _write(
+    results: Sequence[Calibration], probes: SensitiveProbes, store: KnowledgeStore, spec: SweepSpec
+) -> None:
+    """The probes file, then the baselines in one CAS commit."""
+    updated = probes
+    for result in results:
+        if result.failed is None:
+            updated = updated.with_model(result.member.key, [k.prompt for k in result.kept])
+    try:
+        updated.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(updated.path, updated.render())
+    except OSError as exc:
+        raise ConfigError(str(updated.path), f"cannot write: {exc.strerror or exc}") from None
+    path = store.home.canary_baselines
+
+    def build(snapshot: Snapshot) -> Change:
+        del snapshot
+        found = BaselinesFile.read(path)
+        before = found.parsed
+        after = before
+        for result in results:
+            if result.failed is not None:
+                continue
+            known = before.subjects.get(result.member.key) or SubjectBaselines()
+            counts = {probe_id(k.prompt): dict(k.baseline) for k in result.kept}
+            after = after.with_subject_only(result.member.key, known.with_sensitive(counts))
+        rendered = after.render()
+        files = {path.name: rendered} if rendered != found.data else {}
+        return Change((), files, "sensitive canary baselines" if files else None)
+
+    store.commit_with_rebase(
+        build, CommitContext("canary", spec.sweep.committer, label="calibrate")
+    )

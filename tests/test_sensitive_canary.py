@@ -1,0 +1,188 @@
+"""The canary's sensitive tier (SPEC 13.4) through a real loopback HTTP server and litellm.
+
+Two models on one OpenAI-compatible fake that samples its answers to three
+border prompts from weighted tables (the request's seed makes each draw) and
+answers everything else deterministically. ``kb canary --calibrate`` keeps
+the three border prompts per model (deterministic prompts have no entropy),
+writes them to a private probes file outside the repository and commits only
+their ids and baseline counts. An unchanged night is steady; when the
+provider silently changes one model's answer distribution, the next night
+says ``canary: distribution shift`` with the probe and p-value, measures that
+model's cells in full, flips nothing, and the exact fingerprint stays.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kb.distribution_shift import shift_p_value
+from kb.sweep.calibrate import BORDER_PROMPTS
+from kb.sweep.sensitive import probe_id, short_answer
+from tests.cli_helpers import kb
+from tests.fake_openai import fake_openai_server
+from tests.sweep_helpers import toml_value
+
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
+COIN, COLOUR, NUMBER = BORDER_PROMPTS[0], BORDER_PROMPTS[1], BORDER_PROMPTS[2]
+TABLES = {
+    COIN: {"Heads": 0.5, "Tails.": 0.5},
+    COLOUR: {"red": 0.4, "Blue": 0.4, "green": 0.2},
+    NUMBER: {"3": 0.3, "7": 0.5, "5": 0.2},
+}
+SHIFTED = {COIN: {"Heads": 1.0}, COLOUR: {"green": 1.0}, NUMBER: {"7": 1.0}}
+
+
+def spec(folder: Path, base: str, probes: Path) -> Path:
+    lines = ["[sweep]", 'committer = "ci"', "max_retries = 0", "", "[budgets]"]
+    lines += ["target_usd = 0.01", "canary_usd = 0.01", "max_total_usd = 50"]
+    for name in ("watched", "control"):
+        params = {"api_base": base, "api_key": "sk-test", "cost_usd": 0.0001}
+        lines += ["", "[[models]]", f'model = "openai:{name}"', f"params = {toml_value(params)}"]
+    lines += ["", "[canary]", 'prompts = ["Ping?", "Pong?"]', "", "[canary.sensitive]"]
+    lines += [f"probes = {json.dumps(str(probes))}"]
+    for i in range(30):
+        lines += ["", "[[cases]]", f'name = "c{i:02d}"', 'task_class = "extraction"']
+        lines += [f'prompt = "q{i}"', f'graders = [{{ kind = "golden", expected = "echo: q{i}" }}]']
+    path = folder / "sweep.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def night(runner: CliRunner, path: Path, day: int) -> tuple[dict[str, Any], str]:
+    result = kb(
+        runner,
+        "sweep",
+        str(path),
+        "--json",
+        "--quiet",
+        "--observed-at",
+        f"2026-11-{day:02d}T02:00:00Z",
+    )
+    assert result.exit_code == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report, result.stderr
+
+
+def canary_of(report: dict[str, Any], model: str) -> dict[str, Any]:
+    (found,) = [c for c in report["canary"] if c["model"] == model]
+    return found  # type: ignore[no-any-return]
+
+
+def cell_of(report: dict[str, Any], model: str) -> dict[str, Any]:
+    (found,) = [c for c in report["cells"] if c["model"] == model]
+    return found  # type: ignore[no-any-return]
+
+
+def test_calibrate_then_a_steady_night_then_a_silent_shift(
+    runner: CliRunner, isolated: Path
+) -> None:
+    private = isolated.parent / "private-probes" / "probes.json"  # outside the repository
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = spec(isolated, base, private)
+        calibrated = kb(
+            runner, "--as-of", "2026-11-27T12:00:00Z", "canary", "--calibrate", str(path)
+        )
+        assert calibrated.exit_code == 0, calibrated.stderr
+        lines = calibrated.stdout.splitlines()
+        assert len(lines) == 2 and all("kept 3 of" in line for line in lines), lines
+        probes = json.loads(private.read_text())
+        assert set(probes["models"]["openai:watched"]) == {COIN, COLOUR, NUMBER}
+        baselines = (isolated / "rulvar.models.canary.json").read_text()
+        assert COIN not in baselines and probe_id(COIN) in baselines  # ids, never prompts
+        counts = json.loads(baselines)["subjects"]["openai:watched"]["sensitive"]
+        assert sum(counts[probe_id(COIN)].values()) == 64  # 4 x 16 fresh samples
+
+        first, stderr = night(runner, path, 28)
+        for model in ("openai:watched", "openai:control"):
+            tier = canary_of(first, model)["sensitive"]
+            assert tier["status"] == "steady", tier
+            assert len(tier["probes"]) == 3
+        assert "distribution shift" not in stderr
+
+        for prompt, table in SHIFTED.items():  # the provider changes one model, silently
+            seen.distributions[f"watched|{prompt}"] = table
+        second, stderr = night(runner, path, 29)
+    watched = canary_of(second, "openai:watched")
+    assert watched["status"] == "no-drift" and watched["flipped"] == []  # exact tier: unchanged
+    assert watched["sensitive"]["status"] == "shift"
+    assert watched["sensitive"]["pValue"] < 0.01 / 3
+    assert "canary: distribution shift — openai:watched: probe" in stderr
+    assert canary_of(second, "openai:control")["sensitive"]["status"] == "steady"
+    # the shifted model's cell is measured in full tonight; the control's settles
+    assert cell_of(second, "openai:watched")["n"] == 30
+    assert cell_of(second, "openai:control")["n"] < 30
+    active = json.loads((isolated / "rulvar.models.json").read_text())["claims"]
+    assert not [c for c in active if c["status"] == "stale"]  # a shift flips nothing
+
+
+def test_the_plan_and_the_envelope_count_every_sample(runner: CliRunner, isolated: Path) -> None:
+    private = isolated / "probes.json"
+    private.write_text(json.dumps({"format": 1, "models": {"openai:watched": [COIN, COLOUR]}}))
+    with fake_openai_server() as (base, _):
+        path = spec(isolated, base, private)
+        dry = kb(runner, "sweep", str(path), "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    said = " ".join(dry.stdout.split())
+    assert "60 target runs, 4 canary probes + 32 sensitive-tier samples" in said
+    assert "worst-case authorized spend: $0.9600" in said  # 96 runs x the $0.01 ceiling
+    assert said.count("canary~openai:watched/") == 32  # each sample listed with its ceiling
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ('{"format": 1, "models": {"openai:watched": "not a list"}}', "not a probes file"),
+        ('{"format": 9, "models": {}}', "upgrade kb"),
+        ("{not json", "probes"),
+    ],
+)
+def test_a_broken_probes_file_is_one_line_and_exit_2(
+    runner: CliRunner, isolated: Path, content: str, said: str
+) -> None:
+    private = isolated / "probes.json"
+    private.write_text(content)
+    store = isolated / "rulvar.models.json"
+    before = store.read_bytes()
+    path = spec(isolated, "http://127.0.0.1:9/v1", private)
+    result = runner.invoke(__import__("kb.cli", fromlist=["cli"]).cli, ["sweep", str(path)])
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert store.read_bytes() == before
+
+
+def test_short_answers_are_first_words() -> None:
+    assert short_answer("  Heads! It is heads.") == "heads"
+    assert short_answer("Tails.") == "tails"
+    assert short_answer("**Blue**") == "blue"
+    assert short_answer("") == "(empty)"
+    assert short_answer("...") == "(empty)"
+    assert short_answer("don't know") == "don't"
+
+
+answers = st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 30), max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(answers, answers)
+def test_the_p_value_is_a_probability_and_a_function_of_the_counts(
+    baseline: dict[str, int], tonight: dict[str, int]
+) -> None:
+    p = shift_p_value(baseline, tonight, resamples=500)
+    assert 0 < p <= 1
+    assert shift_p_value(dict(reversed(list(baseline.items()))), tonight, resamples=500) == p
+
+
+def test_the_same_distribution_is_not_a_shift_and_a_moved_one_is() -> None:
+    base = Counter({"heads": 32, "tails": 32})
+    assert shift_p_value(base, {"heads": 8, "tails": 8}) > 0.5
+    assert shift_p_value(base, {"heads": 16}) < 0.001
