@@ -30,12 +30,13 @@ pytestmark = pytest.mark.usefixtures("initialized_store")
 CLASSES = ("extraction", "arithmetic", "instruction-following")
 SYSTEM = "You are terse. Reply with the answer only."
 FILLER = " Context: " + "the quick brown fox jumps over the lazy dog; " * 8
+TAIL = "-" + "y" * 70  # an expected answer too long for a phone's line, without a space
 
 
 def big_cases() -> list[tuple[str, str, str, str]]:
     """300 cases (100 per task class): name, task class, prompt, answer."""
     return [
-        (f"{cls[:5]}-{i:03d}", cls, f"Question {cls} {i}?{FILLER}", f"answer-{cls}-{i}")
+        (f"{cls[:5]}-{i:03d}", cls, f"Question {cls} {i}?{FILLER}", f"answer-{cls}-{i}{TAIL}")
         for cls in CLASSES
         for i in range(100)
     ]
@@ -156,6 +157,7 @@ def test_a_300_case_night_is_paged_searchable_and_readable_at_both_widths(
             assert "system" in story and SYSTEM in story
             assert "Question arithmetic" in story and "the quick brown fox" in story
             assert "does not match exact 'answer-arithmetic-" in story  # the grader said why
+            assert "before: not asked in an earlier night here" in story
             assert "FAIL" in story and "PASS" in story
             assert "expected" in story
             assert page.evaluate("document.documentElement.scrollWidth") <= width
@@ -206,3 +208,71 @@ def test_the_night_page_shows_what_the_html_report_shows(runner: CliRunner, isol
         box = nights.locator("td").last.bounding_box()  # spent: the last key column
         assert box is not None and box["x"] + box["width"] <= 390
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+def test_filters_survive_the_back_button_and_a_model_filter_narrows(
+    runner: CliRunner, isolated: Path
+) -> None:
+    two_nights(runner, isolated)
+    site = isolated / "public"
+    assert runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)]).exit_code == 0
+    night = site / "night-kb-sweep-2026-11-29T02_00_00.000Z.html"
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(night.as_uri())
+        page.select_option("#failed-by", label="failed by scripted:shifty")
+        assert page.locator("#shown").inner_text() == "2 of 10 cases"  # shifty fails 8 and 9
+        page.check("#only-changed")
+        page.locator("#grid tr.case-row:not([hidden]) th a").first.click()
+        case = page.locator("section.case:target").inner_text()
+        # each answer says what the model answered the night before, linked to it
+        assert "before: PASS on 2026-11-28" in case
+        before = page.locator("section.case:target .before a").first
+        href = before.get_attribute("href")
+        assert href is not None and href.startswith("night-kb-sweep-2026-11-28")
+        page.go_back()
+        page.wait_for_function("document.getElementById('shown').textContent === '2 of 10 cases'")
+        assert page.locator("#only-changed").is_checked()
+        page.goto(night.as_uri())  # a new visit in the same tab keeps them too
+        assert page.locator("#shown").inner_text() == "2 of 10 cases"
+        # names wrap only after a separator, never inside a word
+        styles = page.eval_on_selector_all(
+            ".row-name, .claim, .name",
+            "els => els.map(e => getComputedStyle(e).overflowWrap + ' ' + getComputedStyle(e)"
+            ".wordBreak)",
+        )
+        assert styles and not [x for x in styles if "anywhere" in x or "break-all" in x]
+
+
+def test_unreadable_evidence_is_named_shown_on_the_index_and_exits_1(
+    runner: CliRunner, isolated: Path
+) -> None:
+    two_nights(runner, isolated)
+    broken = isolated / "kb-evidence" / "kb-sweep-2026-11-29T02:00:00.000Z.report.json"
+    broken.write_text(broken.read_text()[:500])
+    site = isolated / "public"
+    built = runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)])
+    assert built.exit_code == 1, built.stderr
+    lines = built.stderr.strip().splitlines()
+    assert lines[0].startswith(f"warning: {broken}: not valid JSON (line ")
+    assert lines[-1] == (
+        "Error: 1 night left out: evidence that cannot be read (the site was written without them)"
+    )
+    index = (site / "index.html").read_text()
+    assert "1 night left out:" in index and "not valid JSON" in index
+
+
+def test_a_site_directory_that_is_a_file_or_a_store_without_nights(
+    runner: CliRunner, isolated: Path
+) -> None:
+    target = isolated / "taken"
+    target.write_text("mine\n")
+    refused = runner.invoke(cli, ["site", str(target)])
+    assert refused.exit_code == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"Error: site: {target} is a file, not a directory"
+    ]
+    assert target.read_text() == "mine\n"
+    empty = runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(isolated / "s")])
+    assert empty.exit_code == 0
+    assert "warning: no night with evidence yet" in empty.stderr

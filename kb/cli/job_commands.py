@@ -465,19 +465,29 @@ Examples:
 
 
 @cli.command(epilog=SITE_EPILOG)
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=click.Path(path_type=Path))
 @global_options
 @pass_app
 def site(app: App, directory: Path) -> None:
-    """Build a static report site from the evidence: nights, cases, claims, comparisons."""
+    """Build a static report site from the evidence: nights, cases, claims, comparisons.
+
+    A night whose evidence cannot be read is left out, named on stderr and in a
+    banner on the index; the site is written and kb exits 1.
+    """
     from kb.store.epochs import read_epochs
     from kb.views.site import build_site
 
     epochs = read_epochs(app.store.home.epochs_file)
-    written, warnings = build_site(app.store, directory, app.as_of, epochs)
-    for warning in warnings:
+    built = build_site(app.store, directory, app.as_of, epochs)
+    for warning in [*built.warnings, *built.left_out]:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"wrote {len(written)} pages to {directory} (open {directory / 'index.html'})")
+    click.echo(f"wrote {len(built.written)} pages to {directory} (open {directory / 'index.html'})")
+    if built.left_out:
+        count = len(built.left_out)
+        raise JobFailedError(
+            f"{count} night{'s' if count != 1 else ''} left out: evidence that cannot be read "
+            "(the site was written without them)"
+        )
 
 
 ROUTE_EPILOG = """\b

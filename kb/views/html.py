@@ -12,6 +12,7 @@ incomplete cell shows its cause, never a bare 0.00.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -166,7 +167,7 @@ def cell_parts(
     )
     delta = _delta(cell, earlier) if outcome != "incomplete" else ""
     claim_line = "".join(
-        _claim_div(f"claim {esc(_short_claim(claim))}", claim, claim_href)
+        _claim_div(f"claim {name_html(_short_claim(claim))}", claim, claim_href)
         for claim in ([cell.claim_id] if cell.claim_id else [])
     )
     for prior in cell.prior_stands or ():
@@ -177,7 +178,7 @@ def cell_parts(
     for retired in alarm.falsified if alarm is not None else ():
         claim_line += (
             f'<div class="claim retired" title="{esc(retired)}">retired '
-            f"{esc(_short_claim(retired))} (falsified)</div>"
+            f"{name_html(_short_claim(retired))} (falsified)</div>"
         )
     if cell.repeats:
         flaky = sum(1 for case in cell.cases or () if case.stability == "flaky")
@@ -189,6 +190,18 @@ def cell_parts(
         f"{delta}{trend}{why}{claim_line}"
     )
     return style, content
+
+
+_SEPARATOR = re.compile(r"([:/@._-])")
+
+
+def name_html(text: str) -> str:
+    """A name or id, escaped, that may wrap only after a separator (``:`` ``/`` ``-`` …).
+
+    A narrow screen breaks ``scripted:reference-strong`` as ``scripted:`` /
+    ``reference-`` / ``strong``, never inside a word.
+    """
+    return _SEPARATOR.sub(r"\1<wbr>", html.escape(text))
 
 
 def _claim_div(text: str, claim_id: str, claim_href: Callable[[str], str | None] | None) -> str:
@@ -344,7 +357,7 @@ def night_lists(report: ReportFile, claim_href: Callable[[str], str | None] | No
 
     def claim(claim_id: str) -> str:
         href = claim_href(claim_id) if claim_href is not None else None
-        code = f'<code class="breakable">{esc(claim_id)}</code>'
+        code = f"<code>{name_html(claim_id)}</code>"
         return f'<a href="{esc(href)}">{code}</a>' if href else code
 
     retired = (

@@ -41,7 +41,7 @@ from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.records import CellRecord, ReportFile
 from kb.views.decision import claim_interval, newest_first
-from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts
+from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts, name_html
 from kb.views.report_text import EPOCH_WORDS
 from kb.views.site_models import MODELS_PAGE, models_page_body
 from kb.views.site_night import NightLayout, night_files
@@ -56,9 +56,12 @@ from kb.views.site_pages import (
 
 
 def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
-    """Every night with readable evidence in the store's evidence directories, oldest first."""
+    """Every night with readable evidence in the store's evidence directories, oldest first.
+
+    The second list says, per night left out, which file could not be read and why.
+    """
     nights: list[Night] = []
-    warnings: list[str] = []
+    left_out: list[str] = []
     seen: set[str] = set()
     for directory in store.home.evidence_dirs():
         if not directory.is_dir():
@@ -66,16 +69,26 @@ def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
         for path in sorted(directory.glob(f"*{REPORT_SUFFIX}")):
             try:
                 report_id = json.loads(path.read_text("utf-8"))["reportId"]
+            except json.JSONDecodeError as exc:
+                left_out.append(
+                    f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}); "
+                    "its night is left out"
+                )
+                continue
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+                left_out.append(f"{path}: cannot be read ({str(exc)[:160]}); its night is left out")
+                continue
+            try:
                 found = load_evidence(store, str(report_id), directory)
             except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError) as exc:
-                warnings.append(f"{path.name}: left out ({str(exc)[:160]})")
+                left_out.append(f"{report_id}: {str(exc)[:200]}; its night is left out")
                 continue
             if found is None or found.report is None or report_id in seen:
                 continue
             seen.add(report_id)
             nights.append(Night(found.report, tuple(found.runs)))
     nights.sort(key=lambda n: n.report.observed_at)
-    return nights, warnings
+    return nights, left_out
 
 
 def site_directory_issue(directory: Path) -> str | None:
@@ -130,7 +143,7 @@ def _nights_table(nights: Sequence[Night]) -> str:
             mark += f' <span class="drift">shift: {esc(", ".join(shifted))}</span>'
         rows.append(
             f'<tr><td><a href="{esc(night.page)}" class="name">{esc(r.observed_at[:16])}</a>'
-            f'{mark}<small class="meta id-small breakable">{esc(r.report_id)}</small></td>'
+            f'{mark}<small class="meta id-small">{name_html(r.report_id)}</small></td>'
             f'<td class="num">{len(r.cells)}</td><td class="num">{len(r.claims)}</td>'
             f'<td class="num">{len(r.retired)}</td>'
             f'<td class="num">{esc(usd(r.spent_usd))}</td></tr>'
@@ -168,7 +181,7 @@ def matrix_table(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: i
     classes = list(dict.fromkeys(key[1] for key in newest))
     rows = []
     for member in members:
-        tds = [f'<th class="row-name">{esc(member)}</th>']
+        tds = [f'<th class="row-name">{name_html(member)}</th>']
         for task_class in classes:
             found = newest.get((member, task_class))
             if found is None:
@@ -227,8 +240,7 @@ def retired_since(nights: Sequence[Night], claims: Sequence[ModelClaim]) -> str:
             else "a claim"
         )
         items.append(
-            f"<li>{cell} — {what}"
-            f'<small class="meta id-small breakable">{esc(claim_id)}</small></li>'
+            f'<li>{cell} — {what}<small class="meta id-small">{name_html(claim_id)}</small></li>'
         )
     shown = "".join(items) or "<li>none</li>"
     return (
@@ -238,8 +250,13 @@ def retired_since(nights: Sequence[Night], claims: Sequence[ModelClaim]) -> str:
     )
 
 
-def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int) -> str:
-    """The site's front page."""
+def index_page(
+    nights: Sequence[Night],
+    claims: Sequence[ModelClaim],
+    as_of: int,
+    left_out: Sequence[str] = (),
+) -> str:
+    """The site's front page (``left_out``: nights whose evidence could not be read)."""
     live = newest_first(usable_claims(claims, as_of))
     claim_rows = []
     for claim in live:
@@ -257,9 +274,20 @@ def index_page(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: int
         f'<option value="{esc(n.stem)}">{esc(n.report.report_id)}</option>'
         for n in reversed(nights)
     )
+    missing = (
+        '<div class="banner alarm" role="alert"><strong>'
+        f"{len(left_out)} night{'s' if len(left_out) != 1 else ''} left out:</strong> "
+        "their evidence cannot be read, so the matrix, the retirements and the nights below "
+        "may be older than the store's claims (which are shown as the store holds them)."
+        "<ul>"
+        + "".join(f'<li class="breakable">{esc(why)}</li>' for why in left_out)
+        + "</ul></div>"
+        if left_out
+        else ""
+    )
     body = (
         "<h1>kb: what the store knows</h1>"
-        f'<p class="meta">{len(nights)} nights · {len(live)} claims steer today</p>'
+        f'<p class="meta">{len(nights)} nights · {len(live)} claims steer today</p>{missing}'
         "<h2>Models × task classes</h2>"
         '<p class="meta">Each cell as its newest night measured it: the rate the gate judged '
         "with its 95% interval, the change since the night before, the claim.</p>"
@@ -444,7 +472,8 @@ def compare_page(nights: Sequence[Night]) -> str:
         f"var D={script_json(data)};"
         "var q=new URLSearchParams(location.search),a=D[q.get('a')],b=D[q.get('b')];"
         "var t=document.querySelector('#diff tbody');"
-        "if(!a||!b){document.getElementById('which').textContent="
+        "if(!a||!b){document.getElementById('diff').hidden=true;"
+        "document.getElementById('which').textContent="
         "(q.get('a')||q.get('b')?'no such night here: ':'')+"
         "'pick two nights on the index page (compare two nights)';}else{"
         "document.getElementById('which').textContent='A '+a.id+' · B '+b.id;"
@@ -462,19 +491,34 @@ def compare_page(nights: Sequence[Night]) -> str:
     return page_html("kb: two nights compared", body, script)
 
 
+@dataclass(frozen=True)
+class SiteBuilt:
+    """What ``kb site`` wrote, and what it could not show."""
+
+    written: list[Path]
+    warnings: list[str]
+    left_out: list[str]
+    """Nights whose evidence could not be read (the index says so in a banner)."""
+
+
 def build_site(
     store: KnowledgeStore,
     directory: Path,
     as_of: int,
     epochs: EpochsFile | None = None,
-) -> tuple[list[Path], list[str]]:
-    """Write the site into ``directory``; the files written and any warnings."""
+) -> SiteBuilt:
+    """Write the site into ``directory``: the files written, warnings, nights left out."""
     from kb.views.claims import format_epoch
 
     issue = site_directory_issue(directory)
     if issue is not None:
         raise ConfigError("site", issue)
-    nights, warnings = collect_nights(store)
+    nights, left_out = collect_nights(store)
+    warnings = (
+        []
+        if nights or left_out
+        else ["no night with evidence yet: the site shows the claims only (kb sweep measures)"]
+    )
     claims = list(store.read().claims)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -495,10 +539,10 @@ def build_site(
     def claim_href(claim_id: str) -> str | None:
         return claim_page(claim_id) if claim_id in paged else None
 
-    write("index.html", index_page(nights, claims, as_of))
+    write("index.html", index_page(nights, claims, as_of, left_out))
     layouts: dict[str, NightLayout] = {}
     for index, night in enumerate(nights):
-        layout, files = night_files(night, nights[:index], claim_href)
+        layout, files = night_files(night, nights[:index], claim_href, layouts)
         layouts[night.report.report_id] = layout
         for name, text in files.items():
             write(name, text)
@@ -514,4 +558,4 @@ def build_site(
             line = format_epoch(claim, epochs) if epochs is not None else None
             timeline = claim_timeline(claim, nights)
             write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged, timeline))
-    return written, warnings
+    return SiteBuilt(written, warnings, left_out)

@@ -29,7 +29,14 @@ from kb.money import usd
 from kb.schema import subject_key
 from kb.store.changes import cell_alarms
 from kb.store.records import CellRecord, RequestRecord, RunRecord
-from kb.views.html import ALARM_LEGEND, CellPoint, cell_history, cell_parts, night_lists
+from kb.views.html import (
+    ALARM_LEGEND,
+    CellPoint,
+    cell_history,
+    cell_parts,
+    name_html,
+    night_lists,
+)
 from kb.views.report_text import SHIFT, alarm_lines, drift_line, shift_lines
 from kb.views.site_models import case_anchor
 from kb.views.site_pages import Night, esc, page_html
@@ -40,6 +47,15 @@ _CONTENT_BUDGET = 280_000
 """What a page's own content may take: the rest is its style, script and frame (~10 KB)."""
 
 ClaimHref = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class PriorAnswer:
+    """A model's latest earlier answer to a case: its verdict, that night, a link to it."""
+
+    passed: bool
+    observed_at: str
+    href: str | None
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,8 @@ class CaseRow:
     """Each model's verdict on the case in its latest earlier night (where there is one)."""
     resting: tuple[str, ...]
     """Models measured on the task class tonight that did not run this case."""
+    prior: Mapping[str, PriorAnswer] = field(default_factory=dict)
+    """The same answers with their night and a link (where the site has that night)."""
 
     @property
     def anchor(self) -> str:
@@ -93,16 +111,27 @@ class NightLayout:
         return f"{holder}#{case_anchor(task_class, case)}"
 
 
-def case_rows(night: Night, earlier: Sequence[Night]) -> list[CaseRow]:
-    """The night's cases in task-class order, each with its runs and last verdicts."""
-    previous: dict[tuple[str, str], bool] = {}
+def case_rows(
+    night: Night, earlier: Sequence[Night], layouts: Mapping[str, NightLayout] | None = None
+) -> list[CaseRow]:
+    """The night's cases in task-class order, each with its runs and last verdicts.
+
+    ``layouts``: the earlier nights' pages (report id → layout), to link each answer's
+    previous one.
+    """
+    previous: dict[tuple[str, str], PriorAnswer] = {}
     for before in earlier:  # oldest first: a later night's verdict replaces an earlier one's
         verdicts: dict[tuple[str, str], bool] = {}
+        case_class: dict[tuple[str, str], str] = {}
         for run in before.runs:
             if run.kind == "target":
                 key = (subject_key(run.model, run.effort), run.case)
                 verdicts[key] = verdicts.get(key, True) and run.passed
-        previous |= verdicts
+                case_class[key] = run.task_class or ""
+        layout = (layouts or {}).get(before.report.report_id)
+        for key, passed in verdicts.items():
+            href = layout.href(case_class[key], key[1]) if layout is not None else None
+            previous[key] = PriorAnswer(passed, before.report.observed_at, href)
     report = night.report
     members = list(dict.fromkeys(c.subject_key for c in report.cells))
     measured = {
@@ -122,8 +151,9 @@ def case_rows(night: Night, earlier: Sequence[Night]) -> list[CaseRow]:
         ordered = {m: tuple(found[m]) for m in members if m in found}
         ordered |= {m: tuple(runs) for m, runs in found.items() if m not in ordered}
         resting = tuple(m for m in members if (task_class, m) in measured and m not in found)
-        was = {m: previous[(m, case)] for m in ordered if (m, case) in previous}
-        rows.append(CaseRow(task_class, case, ordered, was, resting))
+        prior = {m: previous[(m, case)] for m in ordered if (m, case) in previous}
+        was = {m: answer.passed for m, answer in prior.items()}
+        rows.append(CaseRow(task_class, case, ordered, was, resting, prior))
     return rows
 
 
@@ -160,13 +190,19 @@ def _search_text(row: CaseRow) -> str:
 
 
 def grid_rows(rows: Sequence[CaseRow], models: Sequence[str], layout: NightLayout) -> list[str]:
-    """One ``<tr>`` per case: the case's link, then each model's verdict and latency."""
+    """One ``<tr>`` per case: the case's link, then each model's verdict and latency.
+
+    ``data-f`` holds the filters' facts, ``data-m`` the columns of the models that failed.
+    """
     out = []
     for row in rows:
         flags = " ".join(name for name, on in row.flags.items() if on)
+        failing = " ".join(
+            str(i) for i, m in enumerate(models) if m in row.runs and not row.verdict(m)
+        )
         out.append(
             f'<tr class="case-row" data-ms="{row.slowest_ms:.0f}" '
-            f'data-text="{esc(_search_text(row))}" data-f="{flags}">'
+            f'data-text="{esc(_search_text(row))}" data-f="{flags}" data-m="{failing}">'
             f'<th class="case"><a href="{esc(layout.href(row.task_class, row.case))}" '
             f'title="{esc(row.case)}">{esc(row.case)}</a></th>'
             + "".join(_grid_cell(row, model) for model in models)
@@ -192,8 +228,22 @@ def _request_html(request: RequestRecord | None, label: str = "") -> str:
     return system + user
 
 
+def _before(prior: PriorAnswer | None) -> str:
+    """The model's previous answer to the case, in words, linked where the site has it."""
+    if prior is None:
+        return '<small class="before meta">before: not asked in an earlier night here</small>'
+    said = f"{'PASS' if prior.passed else 'FAIL'} on {prior.observed_at[:10]}"
+    shown = f'<a href="{esc(prior.href)}">{said}</a>' if prior.href else said
+    return f'<small class="before">before: {shown}</small>'
+
+
 def _answer_row(
-    model: str, run: RunRecord, shown: int, judge: RunRecord | None, case_request: str
+    model: str,
+    run: RunRecord,
+    shown: int,
+    judge: RunRecord | None,
+    case_request: str,
+    prior: PriorAnswer | None = None,
 ) -> str:
     if run.status != "ok":
         status = f'<span class="error">{esc(run.status.upper())}</span>'
@@ -222,7 +272,7 @@ def _answer_row(
     repeat = f" #{run.repeat + 1}" if shown > 1 else ""
     return (
         f'<tr><td class="name" data-label="model">{esc(model)}{repeat}</td>'
-        f'<td data-label="verdict">{status}</td>'
+        f'<td data-label="verdict">{status}{_before(prior) if run.repeat == 0 else ""}</td>'
         f'<td class="breakable" data-label="graders"><ul class="reasons">{reasons}</ul>'
         f"{request}</td>"
         f'<td data-label="output"><pre>{esc(run.output)}</pre>{cut}</td>'
@@ -239,7 +289,14 @@ def case_section(row: CaseRow, judges: Mapping[tuple[str, str, int], RunRecord],
     first = next(iter(row.runs.values()))[0]
     request = _request_html(first.request)
     answers = "".join(
-        _answer_row(model, run, len(mine), judges.get((model, row.case, run.repeat)), request)
+        _answer_row(
+            model,
+            run,
+            len(mine),
+            judges.get((model, row.case, run.repeat)),
+            request,
+            row.prior.get(model),
+        )
         for model, mine in row.runs.items()
         for run in mine
     )
@@ -262,7 +319,8 @@ def case_section(row: CaseRow, judges: Mapping[tuple[str, str, int], RunRecord],
     resting = (
         '<p class="meta">not sampled tonight: '
         + ", ".join(f'<span class="name">{esc(m)}</span>' for m in row.resting)
-        + " (a settled cell runs a rotating part of its cases each night)</p>"
+        + " (adaptive sampling asks each cell part of its cases a night: the cell's epoch "
+        "says why)</p>"
         if row.resting
         else ""
     )
@@ -307,7 +365,7 @@ def rates_table(
     rows = []
     for member in members:
         mark = ' <span class="drift">drift</span>' if member in drifted else ""
-        tds = [f'<th class="row-name">{esc(member)}{mark}</th>']
+        tds = [f'<th class="row-name">{name_html(member)}{mark}</th>']
         for task_class in classes:
             cell: CellRecord | None = cells.get((member, task_class))
             if cell is None:
@@ -330,25 +388,39 @@ FILTER_SCRIPT = (
     "(function(){var $=function(i){return document.getElementById(i);};"
     "var rows=[].slice.call(document.querySelectorAll('tr.case-row'));"
     "var boxes=['failed','error','flaky','changed','disagree'];"
+    "var key='kb-filters:'+location.pathname;"
     "function has(r,b){return (' '+r.dataset.f+' ').indexOf(' '+b+' ')>=0;}"
-    "function apply(){var q=$('search').value.trim().toLowerCase(),c=$('task-class').value,n=0;"
+    "function save(){try{sessionStorage.setItem(key,JSON.stringify({q:$('search').value,"
+    "c:$('task-class').value,m:$('failed-by').value,s:$('sort').value,"
+    "b:boxes.filter(function(b){return $('only-'+b).checked;})}));}catch(e){}}"
+    "function restore(){try{var v=JSON.parse(sessionStorage.getItem(key)||'null');"
+    "if(!v)return;$('search').value=v.q||'';$('task-class').value=v.c||'';"
+    "$('failed-by').value=v.m||'';$('sort').value=v.s||'case';"
+    "boxes.forEach(function(b){$('only-'+b).checked=v.b.indexOf(b)>=0;});}catch(e){}}"
+    "function apply(){var q=$('search').value.trim().toLowerCase(),c=$('task-class').value,"
+    "m=$('failed-by').value,n=0;"
     "var on=boxes.filter(function(b){return $('only-'+b).checked;}),shown={};"
     "rows.forEach(function(r){var ok=(!c||r.parentNode.dataset.class===c)&&"
-    "(!q||r.dataset.text.indexOf(q)>=0)&&on.every(function(b){return has(r,b);});"
+    "(!q||r.dataset.text.indexOf(q)>=0)&&on.every(function(b){return has(r,b);})&&"
+    "(!m||(' '+r.dataset.m+' ').indexOf(' '+m+' ')>=0);"
     "r.hidden=!ok;if(ok){n++;shown[r.querySelector('a').hash.slice(1)]=1;}});"
-    "document.querySelectorAll('section.case').forEach(function(s){s.hidden=!shown[s.id];});"
+    "document.querySelectorAll('section.case').forEach(function(s){"
+    "s.hidden=!shown[s.id];});"
     "document.querySelectorAll('#grid tbody').forEach(function(b){"
     "b.querySelector('tr.group').hidden=!b.querySelector('tr.case-row:not([hidden])');});"
-    "$('shown').textContent=n+' of '+rows.length+' cases';}"
+    "$('shown').textContent=n+' of '+rows.length+' cases';save();}"
     "function order(){var slow=$('sort').value==='slow';"
     "document.querySelectorAll('#grid tbody').forEach(function(b){"
     "[].slice.call(b.querySelectorAll('tr.case-row')).sort(function(x,y){return slow?"
     "(+y.dataset.ms)-(+x.dataset.ms):(+x.dataset.i)-(+y.dataset.i);})"
-    ".forEach(function(r){b.appendChild(r);});});}"
+    ".forEach(function(r){b.appendChild(r);});});save();}"
     "rows.forEach(function(r,i){r.dataset.i=i;});"
     "boxes.forEach(function(b){$('only-'+b).addEventListener('change',apply);});"
     "$('search').addEventListener('input',apply);$('task-class').addEventListener('change',apply);"
-    "$('sort').addEventListener('change',order);apply();})();"
+    "$('failed-by').addEventListener('change',apply);$('sort').addEventListener('change',order);"
+    # the Back button restores the controls after this script ran: apply what they say
+    "window.addEventListener('pageshow',function(){apply();order();});"
+    "restore();apply();order();})();"
 )
 
 
@@ -379,6 +451,9 @@ def _grid_html(rows_html: Sequence[str], rows: Sequence[CaseRow], models: Sequen
             f'<th colspan="{len(models) + 1}" class="name">'
             f"{esc(task_class)}</th></tr>{''.join(mine)}</tbody>"
         )
+    failed_by = "".join(
+        f'<option value="{i}">failed by {esc(m)}</option>' for i, m in enumerate(models)
+    )
     boxes = "".join(
         f'<label><input type="checkbox" id="only-{name}"> {label}</label>'
         for name, label in (
@@ -395,7 +470,9 @@ def _grid_html(rows_html: Sequence[str], rows: Sequence[CaseRow], models: Sequen
         f'<select id="task-class" aria-label="task class"><option value="">every task class'
         f"</option>{options}</select> "
         '<select id="sort" aria-label="order"><option value="case">case order</option>'
-        '<option value="slow">slowest first</option></select>'
+        '<option value="slow">slowest first (in each task class)</option></select> '
+        '<select id="failed-by" aria-label="failed by"><option value="">failed by any or '
+        f"none</option>{failed_by}</select>"
         f'<div class="boxes">{boxes}</div><span id="shown" class="meta"></span></div>'
         '<div class="scroll"><table id="grid"><thead><tr><th>case</th>'
         f"{heads}</tr></thead>{''.join(bodies)}</table></div>"
@@ -415,7 +492,10 @@ def _pager(pages: Sequence[str], current: int, label: str) -> str:
 
 
 def night_files(
-    night: Night, earlier: Sequence[Night], claim_href: ClaimHref
+    night: Night,
+    earlier: Sequence[Night],
+    claim_href: ClaimHref,
+    layouts: Mapping[str, NightLayout] | None = None,
 ) -> tuple[NightLayout, dict[str, str]]:
     """The night's pages (file name → html) and which page holds each case.
 
@@ -424,7 +504,7 @@ def night_files(
     not fit beside the rates, on numbered grid pages.
     """
     report = night.report
-    rows = case_rows(night, earlier)
+    rows = case_rows(night, earlier, layouts)
     models = list(
         dict.fromkeys([c.subject_key for c in report.cells] + [m for r in rows for m in r.runs])
     )
@@ -435,7 +515,7 @@ def night_files(
     head = _night_head(night, earlier, claim_href)
     lists = night_lists(report, claim_href)
     grid_budget = _CONTENT_BUDGET - len(head.encode()) - len(lists.encode()) - 4_000  # controls
-    sections = [case_section(row, judges, f"{night.page}#grid") for row in rows]
+    sections = [case_section(row, judges, f"{night.page}#cases") for row in rows]
     layout, answer_pages = _place_answers(night, rows, models, sections, grid_budget)
     grid_chunks = _chunks(grid_rows(rows, models, layout), grid_budget)
     stem = night.page.removesuffix(".html")
@@ -491,7 +571,7 @@ def _place_answers(
 
 def _back(night: Night) -> str:
     return (
-        f'<p><a href="index.html">← all nights</a> · <a href="{esc(night.page)}#grid">'
+        f'<p><a href="index.html">← all nights</a> · <a href="{esc(night.page)}#cases">'
         "← this night's grid</a></p>"
     )
 
@@ -518,5 +598,5 @@ def _night_head(night: Night, earlier: Sequence[Night], claim_href: ClaimHref) -
         "epoch's pooled rate over its n cases (several nights) with its 95% interval, and "
         "tonight's own count.</p>"
         + rates_table(night, history, claim_href)
-        + '<h2 id="grid">Cases × models</h2>'
+        + '<h2 id="cases">Cases × models</h2>'
     )

@@ -49,7 +49,7 @@ pre { white-space: pre-wrap; overflow-wrap: break-word; margin: 0; max-height: 1
 pre.params { overflow-wrap: normal; overflow-x: auto; }
 section.case { border-top: 1px solid #d0d7de; padding-top: 0.4em; }
 .filters label { margin-right: 1em; white-space: nowrap; }
-.prompt { background: #f6f8fa; padding: 0.4em; white-space: pre-wrap; }
+.prompt { background: #f6f8fa; padding: 0.4em; white-space: pre-wrap; overflow-wrap: anywhere; }
 .prose { overflow-wrap: break-word; }
 /* ids and errors quoting them (a batch id, a provider's message) wrap anywhere rather
    than widen their column past the screen */
@@ -71,7 +71,7 @@ ol.timeline .epoch-mark { color: #0550ae; font-size: 0.85em; }
 .note, .why, .claim, .delta { font-size: 0.82em; color: #424a53; }
 .outcome { font-weight: 700; text-transform: uppercase; font-size: 0.8em; }
 .delta.up { color: #1a7f37; } .delta.down { color: #cf222e; }
-.claim { overflow-wrap: anywhere; max-width: 22em; } .claim.retired { color: #a40e26; }
+.claim { max-width: 22em; } .claim.retired { color: #a40e26; }
 .why { color: #9a6700; overflow-wrap: anywhere; max-width: 22em; }
 .trend { display: block; margin: 2px 0; }
 /* the case x model grid: a verdict colour and a latency per answer */
@@ -103,8 +103,7 @@ th.row-name { white-space: nowrap; }
   #grid th.model { vertical-align: bottom; }
   #grid th.model span { writing-mode: vertical-rl; transform: rotate(180deg); max-height: 11em;
     max-width: none; }
-  th.row-name { white-space: normal; overflow-wrap: anywhere; max-width: 6.5em;
-    font-size: 0.85em; }
+  th.row-name { white-space: normal; max-width: 7em; font-size: 0.85em; }
   #nights th, #nights td { padding: 3px 4px; font-size: 0.9em; }
   #matrix td, #rates td { min-width: 6.5em; }
   #grid td.v { min-width: 3em; padding: 2px 3px; }
