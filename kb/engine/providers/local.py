@@ -173,14 +173,27 @@ class LocalModel:
         )
 
 
-def serve(port: int, host: str = "127.0.0.1", name: str = "smollm2") -> None:
-    """Serve ``local:<name>`` over HTTP (OpenAI-compatible) until interrupted."""
+def serve(
+    port: int,
+    host: str = "127.0.0.1",
+    name: str = "smollm2",
+    *,
+    n_ctx: int = DEFAULT_N_CTX,
+    chat_template: str | None = None,
+) -> None:
+    """Serve ``local:<name>`` over HTTP (OpenAI-compatible) until interrupted.
+
+    ``chat_template``: one of llama.cpp's built-in templates (``chatml``, ``llama2`` …)
+    instead of the model's own: what a provider that changed its template serves.
+    """
     preflight(name, {})
     import xllamacpp
 
-    params = _server_params(bundled_model_path(name), DEFAULT_N_CTX)
+    params = _server_params(bundled_model_path(name), n_ctx)
     params.hostnames = [host]
     params.port = port
+    if chat_template is not None:
+        params.chat_template = chat_template
     server = xllamacpp.Server(params)
     print(f"local:{name} at {server.listening_address}/v1 (Ctrl-C stops)", flush=True)
     try:
@@ -194,9 +207,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=serve.__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX)
+    parser.add_argument("--chat-template", default=None, help="a llama.cpp built-in template")
     args = parser.parse_args(argv)
     try:
-        serve(args.port, args.host)
+        serve(args.port, args.host, n_ctx=args.n_ctx, chat_template=args.chat_template)
     except ConfigError as error:
         print(f"Error: {error}", file=sys.stderr)
         sys.exit(2)
