@@ -186,3 +186,58 @@ def test_the_same_distribution_is_not_a_shift_and_a_moved_one_is() -> None:
     base = Counter({"heads": 32, "tails": 32})
     assert shift_p_value(base, {"heads": 8, "tails": 8}) > 0.5
     assert shift_p_value(base, {"heads": 16}) < 0.001
+
+
+def test_sensitive_baselines_merge_with_the_subject_and_stay_byte_identical_without(
+    tmp_path: Path,
+) -> None:
+    from kb.store.baselines import (
+        CanaryBaselines,
+        SubjectBaselines,
+        merge_baselines,
+        parse_baselines,
+    )
+
+    def write(name: str, sensitive: dict[str, dict[str, int]] | None) -> Path:
+        subject = SubjectBaselines({"p1": "f1"}, frozenset({"f1"}), sensitive or {})
+        path = tmp_path / name
+        path.write_bytes(CanaryBaselines({"p1": ("2+2?",)}, {"m": subject}).render())
+        return path
+
+    base, ours = write("base", None), write("ours", None)
+    assert b"sensitive" not in base.read_bytes()  # a store without the tier: as before
+    theirs = write("theirs", {"abc": {"heads": 30, "tails": 34}})  # calibrated on a branch
+    assert merge_baselines(base, ours, theirs, "x.canary.json") == 1
+    merged = parse_baselines(ours.read_bytes(), "ours").subjects["m"]
+    assert merged.sensitive == {"abc": {"heads": 30, "tails": 34}}
+    assert merged.baselines == {"p1": "f1"}
+
+
+@pytest.mark.parametrize(
+    "sensitive",
+    [{"abc": {"heads": -1}}, {"abc": {"heads": 1.5}}, {"abc": ["heads"]}, ["abc"]],
+    ids=["negative", "fraction", "list of answers", "list of probes"],
+)
+def test_malformed_sensitive_baselines_are_one_clear_line(
+    runner: CliRunner, isolated: Path, sensitive: Any
+) -> None:
+    path = isolated / "rulvar.models.canary.json"
+    document = {
+        "probeSets": {},
+        "subjects": {"openai:watched": {"baselines": {}, "current": [], "sensitive": sensitive}},
+        "version": 1,
+    }
+    path.write_text(json.dumps(document))
+    before = (isolated / "rulvar.models.json").read_bytes()
+    private = isolated / "probes.json"
+    private.write_text(json.dumps({"format": 1, "models": {"openai:watched": [COIN]}}))
+    with fake_openai_server() as (base, _):
+        result = runner.invoke(
+            __import__("kb.cli", fromlist=["cli"]).cli,
+            ["sweep", str(spec(isolated, base, private)), "--quiet"],
+        )
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "rulvar.models.canary.json" in lines[0], lines
+    assert "not a canary baselines file" in lines[0]
+    assert (isolated / "rulvar.models.json").read_bytes() == before
