@@ -123,6 +123,9 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     assert cell_of(second, "openai:control")["n"] < 30
     active = json.loads((isolated / "rulvar.models.json").read_text())["claims"]
     assert not [c for c in active if c["status"] == "stale"]  # a shift flips nothing
+    (claim,) = [c["id"] for c in active if "openai:watched" in c["id"] and c["status"] == "active"]
+    shown = " ".join(kb(runner, "--as-of", "2026-11-29T03:00:00Z", "show", claim).stdout.split())
+    assert "sensitive tier: 3 border probes calibrated (64 baseline answers each)" in shown
 
 
 def test_the_plan_and_the_envelope_count_every_sample(runner: CliRunner, isolated: Path) -> None:

@@ -310,8 +310,15 @@ def compare(
 def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     """Show one claim, the git commits that touched it, and the cases behind it."""
     from kb.store.audit import claim_history, compacted_claim
+    from kb.store.baselines import read_baselines
     from kb.store.epochs import read_epochs
-    from kb.views.claims import claim_evidence, format_claim, format_epoch, format_history
+    from kb.views.claims import (
+        claim_evidence,
+        format_canary_baselines,
+        format_claim,
+        format_epoch,
+        format_history,
+    )
 
     snapshot = app.store.read()
     claim = snapshot.get(claim_id)
@@ -331,6 +338,9 @@ def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     epoch = format_epoch(claim, read_epochs(app.store.home.epochs_file))
     if epoch is not None:
         click.echo(epoch)
+    canary = format_canary_baselines(claim, read_baselines(app.store.home.canary_baselines))
+    if canary is not None:
+        click.echo(canary)
     click.echo(format_history(claim_history(app.store, claim_id)))
     click.echo(claim_evidence(app.store, claim, evidence_dir))
 

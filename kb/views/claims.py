@@ -13,6 +13,7 @@ from typing import Any
 from kb.money import usd
 from kb.stats import successes_from_rate, wilson_interval
 from kb.store.audit import ClaimEvent
+from kb.store.baselines import CanaryBaselines
 from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.diff import StoreDiff, unchanged_line
 from kb.store.epochs import EpochsFile, cell_key, suite_grader_id
@@ -327,3 +328,25 @@ def format_epoch(claim: ModelClaim, epochs: EpochsFile) -> str | None:
             "(this claim is from before the epoch: the next complete sweep re-decides it)", "  "
         )
     return "\n".join(lines)
+
+
+def format_canary_baselines(claim: ModelClaim, baselines: CanaryBaselines) -> str | None:
+    """What the canary knows of the claim's model: the exact tier and the sensitive tier."""
+    known = baselines.subjects.get(claim.subject_key)
+    if known is None:
+        return None
+    exact = (
+        f"exact fingerprint {', '.join(sorted(f[:12] for f in known.current))}"
+        if known.current
+        else "no exact fingerprint yet"
+    )
+    if known.sensitive:
+        sizes = sorted({sum(counts.values()) for counts in known.sensitive.values()})
+        shown = "/".join(str(n) for n in sizes)
+        tier = (
+            f"sensitive tier: {len(known.sensitive)} border probes calibrated "
+            f"({shown} baseline answers each)"
+        )
+    else:
+        tier = "sensitive tier: not calibrated (kb canary --calibrate SPEC)"
+    return "\n".join(wrapped(f"canary baselines of {claim.subject_key}: {exact}; {tier}"))
