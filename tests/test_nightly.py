@@ -73,11 +73,19 @@ def drive(
     *,
     new: bool = False,
     rule: NightlyRule = DEFAULT_NIGHTLY,
+    forced: list[bool] | None = None,
 ) -> tuple[NightlyResult, np.ndarray, list[np.ndarray]]:
     """One night: (result, cases run per cell, each pass's mask)."""
     cells, width = state.scores.shape
     orders = np.tile(np.arange(width, dtype=np.int64), (cells, 1))
-    night = run_nightly(state, orders, np.full(cells, new), np.array(held, dtype=np.int64), rule)
+    night = run_nightly(
+        state,
+        orders,
+        np.full(cells, new),
+        np.array(held, dtype=np.int64),
+        rule,
+        forced=np.array(forced, dtype=bool) if forced is not None else None,
+    )
     masks: list[np.ndarray] = []
     try:
         _, mask = next(night)
@@ -100,6 +108,18 @@ def outcomes_at(rates: list[float], width: int = 120, seed: int = 0) -> np.ndarr
         row[: round(p * width)] = 1
         rows.append(rng.permutation(row))
     return np.array(rows)
+
+
+# -- the canary's sensitive tier marks cells suspicious ----------------------------------------
+
+
+def test_a_shifted_model_s_cells_escalate_to_the_pool_and_no_alarm_is_invented() -> None:
+    steady = np.ones((2, 120))  # both cells pass everything tonight: nothing to alarm on
+    state = settled([0.97, 0.97])
+    result, ran, _ = drive(state, [HELD_STRENGTH, HELD_STRENGTH], steady, forced=[True, False])
+    assert ran[0] == 120  # the shifted model's cell: measured to its pool
+    assert ran[1] == DEFAULT_NIGHTLY.strength_sample  # the other: its rotating sample
+    assert not result.alarm_down.any() and not result.alarm_up.any()
 
 
 # -- detectors by claim state ----------------------------------------------------------------
