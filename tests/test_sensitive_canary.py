@@ -57,7 +57,7 @@ def spec(folder: Path, base: str, probes: Path) -> Path:
     return path
 
 
-def night(runner: CliRunner, path: Path, day: int) -> tuple[dict[str, Any], str]:
+def night(runner: CliRunner, path: Path, day: int, *extra: str) -> tuple[dict[str, Any], str]:
     result = kb(
         runner,
         "sweep",
@@ -66,6 +66,7 @@ def night(runner: CliRunner, path: Path, day: int) -> tuple[dict[str, Any], str]
         "--quiet",
         "--observed-at",
         f"2026-11-{day:02d}T02:00:00Z",
+        *extra,
     )
     assert result.exit_code == 0, result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
@@ -111,12 +112,20 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
 
         for prompt, table in SHIFTED.items():  # the provider changes one model, silently
             seen.distributions[f"watched|{prompt}"] = table
-        second, stderr = night(runner, path, 29)
+        html, summary = isolated / "night-2.html", isolated / "summary.md"
+        second, stderr = night(runner, path, 29, "--html", str(html), "--summary", str(summary))
     watched = canary_of(second, "openai:watched")
     assert watched["status"] == "no-drift" and watched["flipped"] == []  # exact tier: unchanged
     assert watched["sensitive"]["status"] == "shift"
     assert watched["sensitive"]["pValue"] < 0.01 / 3
     assert "canary: distribution shift — openai:watched: probe" in stderr
+    assert "> **canary: distribution shift** — `openai:watched`: probe" in summary.read_text()
+    assert "canary: distribution shift</strong> — openai:watched: probe" in html.read_text()
+    site = isolated / "site"
+    assert kb(runner, "--as-of", "2026-11-29T03:00:00Z", "site", str(site)).exit_code == 0
+    assert "shift: openai:watched" in (site / "index.html").read_text()
+    night_page = (site / "night-kb-sweep-2026-11-29T02_00_00.000Z.html").read_text()
+    assert "canary: distribution shift</strong> — openai:watched: probe" in night_page
     assert canary_of(second, "openai:control")["sensitive"]["status"] == "steady"
     # the shifted model's cell is measured in full tonight; the control's settles
     assert cell_of(second, "openai:watched")["n"] == 30
