@@ -158,23 +158,7 @@ def calibrate(
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     try:
         screened = engine.run(screen, envelope)
-        chosen: dict[str, list[tuple[str, float]]] = {}
-        failures: dict[str, str] = {}
-        per_member = len(tried) * settings.samples
-        for m_index, member in enumerate(members):
-            mine = screened[m_index * per_member : (m_index + 1) * per_member]
-            scored = []
-            for p_index, prompt in enumerate(tried):
-                counts, failed = _answers(
-                    mine[p_index * settings.samples : (p_index + 1) * settings.samples]
-                )
-                if failed is not None:
-                    failures.setdefault(member.key, failed)
-                    continue
-                if len(counts) >= 2:
-                    scored.append((prompt, entropy_bits(counts)))
-            scored.sort(key=lambda item: (-item[1], tried.index(item[0])))
-            chosen[member.key] = scored[: section.keep]
+        chosen, failures = _choose(members, tried, screened, settings.samples, section.keep)
         kept_probes = SensitiveProbes(
             probes.path, {key: tuple(p for p, _ in found) for key, found in chosen.items()}
         )
@@ -194,6 +178,34 @@ def calibrate(
     if commit:
         _write(results, probes, store, spec)
     return results
+
+
+def _choose(
+    members: Sequence[ModelSpec],
+    tried: Sequence[str],
+    screened: Sequence[RunResult],
+    samples: int,
+    keep: int,
+) -> tuple[dict[str, list[tuple[str, float]]], dict[str, str]]:
+    """Per model: the ``keep`` most entropic candidates, and its screen's first failure.
+
+    A candidate needs two different first words at least; ties keep the list's order.
+    """
+    chosen: dict[str, list[tuple[str, float]]] = {}
+    failures: dict[str, str] = {}
+    per_member = len(tried) * samples
+    for m_index, member in enumerate(members):
+        mine = screened[m_index * per_member : (m_index + 1) * per_member]
+        scored = []
+        for p_index, prompt in enumerate(tried):
+            counts, failed = _answers(mine[p_index * samples : (p_index + 1) * samples])
+            if failed is not None:
+                failures.setdefault(member.key, failed)
+            elif len(counts) >= 2:
+                scored.append((prompt, entropy_bits(counts)))
+        scored.sort(key=lambda item: (-item[1], tried.index(item[0])))
+        chosen[member.key] = scored[:keep]
+    return chosen, failures
 
 
 def _members(spec: SweepSpec, snapshot: Snapshot, at: int) -> list[ModelSpec]:
