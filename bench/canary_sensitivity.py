@@ -188,7 +188,7 @@ def kb(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def write_workspace(workspace: Path, base: str, probes: Path) -> tuple[Path, Path]:
+def write_workspace(workspace: Path, base: str, probes: Path, max_tokens: int) -> tuple[Path, Path]:
     """The canary spec (no cases to speak of) and the demo cells' sweep spec."""
     model = (
         '[[models]]\nmodel = "openai:smollm2"\n'
@@ -200,6 +200,7 @@ def write_workspace(workspace: Path, base: str, probes: Path) -> tuple[Path, Pat
         "[canary]\nprompts = [\n"
         + "".join(f"  {json.dumps(p)},\n" for p in _default_canary())
         + f"]\n\n[canary.sensitive]\nprobes = {json.dumps(str(probes))}\n"
+        + f"max_tokens = {max_tokens}\n"
     )
     cases = ROOT / "sweeps" / "cases" / "smollm2-cases.toml"
     spec = workspace / "canary.toml"
@@ -245,6 +246,7 @@ def main() -> None:
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
     parser.add_argument("--no-cells", action="store_true", help="skip the pass-rate shifts")
     parser.add_argument("--keep", type=Path, default=None, help="keep the workspace here")
+    parser.add_argument("--max-tokens", type=int, default=4, help="of each sensitive sample")
     args = parser.parse_args()
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     workspace = args.keep or Path(tempfile.mkdtemp(prefix="kb-canary-bench-"))
@@ -257,7 +259,7 @@ def main() -> None:
     with servers() as found:
         proxy = Proxy(found)
         try:
-            spec, _ = write_workspace(workspace, proxy.base, probes)
+            spec, _ = write_workspace(workspace, proxy.base, probes, args.max_tokens)
             assert kb(workspace, "init").returncode == 0
             calibrated = kb(workspace, "--as-of", instant(0), "canary", "--calibrate", str(spec))
             print(calibrated.stdout.strip() or calibrated.stderr.strip(), file=sys.stderr)
@@ -347,7 +349,7 @@ def main() -> None:
                 print(f"{condition}: {results[condition]}", file=sys.stderr, flush=True)
         finally:
             proxy.close()
-    alarms = null_alarms(samples, args.null)
+    alarms = null_alarms(samples, args.null) if args.null else 0
     report(results, alarms, args, kept, time.time() - started)
     if args.keep is None:
         shutil.rmtree(workspace, ignore_errors=True)
@@ -411,6 +413,8 @@ def report(
             f"| {condition} | {cells} | {rate(found['exact'], n)} | {rate(found['either'], n)} | "
             f"{found['sensitive_only']} | {median} |"
         )
+    if not args.null:
+        return
     low, high = wilson_interval(alarms, args.null)
     print(
         f"\nSensitive-tier false alarms over {args.null} simulated no-change model-nights "
