@@ -137,6 +137,32 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     assert "sensitive tier: 3 border probes calibrated (64 baseline answers each)" in shown
 
 
+@pytest.mark.parametrize("outage", ["junk", "every sample one error page"])
+def test_an_outage_is_never_a_shift(runner: CliRunner, isolated: Path, outage: str) -> None:
+    private = isolated.parent / "private-probes" / "outage.json"
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = spec(isolated, base, private)
+        calibrated = kb(
+            runner, "--as-of", "2026-11-27T12:00:00Z", "canary", "--calibrate", str(path)
+        )
+        assert calibrated.exit_code == 0, calibrated.stderr
+        page = "<html>502 Bad Gateway</html>"
+        if outage == "junk":  # the exact probes get the provider's error page (HTTP 200)
+            seen.outage = "junk"
+        else:  # every sensitive sample gets it
+            for prompt in TABLES:
+                seen.distributions[prompt] = {page: 1.0}
+        result = runner.invoke(
+            __import__("kb.cli", fromlist=["cli"]).cli,
+            ["sweep", str(path), "--json", "--quiet", "--observed-at", "2026-11-28T02:00:00Z"],
+        )
+    report = json.loads(result.stdout)
+    tier = canary_of(report, "openai:watched")["sensitive"]
+    assert tier["status"] == "incomplete", tier
+    assert "distribution shift" not in result.stderr
+
+
 def test_the_plan_and_the_envelope_count_every_sample(runner: CliRunner, isolated: Path) -> None:
     private = isolated / "probes.json"
     private.write_text(json.dumps({"format": 1, "models": {"openai:watched": [COIN, COLOUR]}}))

@@ -301,6 +301,10 @@ def _judged(
         judged = judge_member(
             prompts, mine, known.sensitive if known is not None else {}, tier.settings
         )
+        if result.unhealthy is not None and judged.status != "uncalibrated":
+            # the exact probes saw an outage (empty answers, one error page): so did these
+            probes = tuple(replace(p, p_value=None, failed=result.unhealthy) for p in judged.probes)
+            judged = SensitiveResult("incomplete", probes, judged.alpha, judged.runs)
         out.append(replace(result, sensitive=judged))
     return out
 

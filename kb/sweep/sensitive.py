@@ -37,7 +37,7 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -244,6 +244,13 @@ def judge_member(
         baseline = baselines.get(probe_id(prompt))
         p_value = shift_p_value(baseline, counts) if baseline and failed is None else None
         found.append(ProbeShift(prompt, dict(counts), baseline, p_value, failed))
+    words = {answer for p in found for answer in p.counts}
+    if len(found) >= 2 and len(words) == 1 and not any(p.failed for p in found):
+        # every sample of every probe gave one word: an error page or an empty provider
+        found = [
+            replace(p, p_value=None, failed=f"every sample answered {next(iter(words))!r}")
+            for p in found
+        ]
     if any(p.failed for p in found):
         status: SensitiveStatus = "incomplete"
     elif all(p.baseline is None for p in found):
