@@ -41,11 +41,11 @@ TABLES = {
 SHIFTED = {COIN: {"Heads": 1.0}, COLOUR: {"green": 1.0}, NUMBER: {"7": 1.0}}
 
 
-def spec(folder: Path, base: str, probes: Path) -> Path:
+def spec(folder: Path, base: str, probes: Path, key: str = "sk-test") -> Path:
     lines = ["[sweep]", 'committer = "ci"', "max_retries = 0", "", "[budgets]"]
     lines += ["target_usd = 0.01", "canary_usd = 0.01", "max_total_usd = 50"]
     for name in ("watched", "control"):
-        params = {"api_base": base, "api_key": "sk-test", "cost_usd": 0.0001}
+        params = {"api_base": base, "api_key": key, "cost_usd": 0.0001}
         lines += ["", "[[models]]", f'model = "openai:{name}"', f"params = {toml_value(params)}"]
     lines += ["", "[canary]", 'prompts = ["Ping?", "Pong?"]', "", "[canary.sensitive]"]
     lines += [f"probes = {json.dumps(str(probes))}"]
@@ -135,6 +135,26 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     (claim,) = [c["id"] for c in active if "openai:watched" in c["id"] and c["status"] == "active"]
     shown = " ".join(kb(runner, "--as-of", "2026-11-29T03:00:00Z", "show", claim).stdout.split())
     assert "sensitive tier: 3 border probes calibrated (64 baseline answers each)" in shown
+
+
+def test_a_provider_echoing_the_key_never_puts_it_in_the_counts(
+    runner: CliRunner, isolated: Path
+) -> None:
+    key = "sk-live-4f9a2c7e1b3d5f8a0c2e4b6d"
+    private = isolated.parent / "private-probes" / "echo.json"
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        seen.distributions[COIN] = {f"{key} heads": 0.5, "tails": 0.5}  # a model repeating it
+        path = spec(isolated, base, private, key=key)
+        calibrated = kb(
+            runner, "--as-of", "2026-11-27T12:00:00Z", "canary", "--calibrate", str(path)
+        )
+        assert calibrated.exit_code == 0, calibrated.stderr
+        first, _ = night(runner, path, 28)
+    committed = (isolated / "rulvar.models.canary.json").read_text()
+    assert key[:8] not in committed and key[:8] not in json.dumps(first)
+    counts = json.loads(committed)["subjects"]["openai:watched"]["sensitive"][probe_id(COIN)]
+    assert set(counts) == {"heads", "tails"}  # the key was cut before the first word was taken
 
 
 @pytest.mark.parametrize("outage", ["junk", "every sample one error page"])

@@ -38,6 +38,7 @@ from kb.sweep.pool import build_pool
 from kb.sweep.sensitive import (
     SensitiveProbes,
     entropy_bits,
+    member_secrets,
     probe_id,
     probes_for,
     sample_runs,
@@ -112,9 +113,12 @@ def candidates(spec: SweepSpec) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*BORDER_PROMPTS, *suite]))
 
 
-def _answers(runs: Sequence[RunResult]) -> tuple[Counter[str], str | None]:
+def _answers(
+    runs: Sequence[RunResult], secrets: Sequence[str] = ()
+) -> tuple[Counter[str], str | None]:
     failed = next((r.status for r in runs if r.status != "ok"), None)
-    return Counter(short_answer(r.output or "") for r in runs if r.status == "ok"), failed
+    counted = Counter(short_answer(r.output or "", secrets) for r in runs if r.status == "ok")
+    return counted, failed
 
 
 def calibrate(
@@ -197,8 +201,9 @@ def _choose(
     for m_index, member in enumerate(members):
         mine = screened[m_index * per_member : (m_index + 1) * per_member]
         scored = []
+        secrets = member_secrets(member)
         for p_index, prompt in enumerate(tried):
-            counts, failed = _answers(mine[p_index * samples : (p_index + 1) * samples])
+            counts, failed = _answers(mine[p_index * samples : (p_index + 1) * samples], secrets)
             if failed is not None:
                 failures.setdefault(member.key, failed)
             elif len(counts) >= 2:
@@ -225,8 +230,9 @@ def _results(
     for member in members:
         kept = []
         failed = None
+        secrets = member_secrets(member)
         for prompt, entropy in chosen.get(member.key, []):
-            counts, failed_here = _answers(settled[start : start + per_probe])
+            counts, failed_here = _answers(settled[start : start + per_probe], secrets)
             start += per_probe
             if failed_here is not None:
                 failed = f"a baseline sample of {prompt!r} settled {failed_here}"

@@ -46,6 +46,7 @@ from kb.sweep.sensitive import (
     SensitiveResult,
     SensitiveSettings,
     judge_member,
+    member_secrets,
     probes_for,
     rebased,
     sample_runs,
@@ -299,7 +300,11 @@ def _judged(
         start += size
         known = tier.baselines.subjects.get(result.member.key)
         judged = judge_member(
-            prompts, mine, known.sensitive if known is not None else {}, tier.settings
+            prompts,
+            mine,
+            known.sensitive if known is not None else {},
+            tier.settings,
+            member_secrets(result.member),
         )
         if result.unhealthy is not None and judged.status != "uncalibrated":
             # the exact probes saw an outage (empty answers, one error page): so did these

@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from kb.distribution_shift import bonferroni_alarm, shift_p_value
 from kb.engine.known_params import PROVIDER_PARAMS
-from kb.engine.requests import ModelSpec, build_request
+from kb.engine.requests import (
+    ModelSpec,
+    build_request,
+    credentials_of,
+    cut_secrets,
+    secrets_to_cut,
+)
 from kb.engine.runs import PlannedRun, RunResult
 from kb.errors import ConfigError
 from kb.sidefile import SideFormat
@@ -61,11 +67,16 @@ _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
 _SHORT = 24
 
 
-def short_answer(text: str) -> str:
-    """A reply as the tier counts it: its first word, lowercased (``(empty)``: no word)."""
+def short_answer(text: str, secrets: Sequence[str] = ()) -> str:
+    """A reply as the tier counts it: its first word, lowercased (``(empty)``: no word).
+
+    ``secrets`` (:func:`kb.engine.requests.secrets_to_cut`) are cut from the whole
+    reply first: counts are committed, and a provider echoing a key must not put
+    its first 24 characters there.
+    """
     from kb.sweep.canary import normalize_output
 
-    found = _WORD.search(normalize_output(text).lower())
+    found = _WORD.search(normalize_output(cut_secrets(text, secrets)).lower())
     return found.group(0)[:_SHORT] if found else "(empty)"
 
 
@@ -231,8 +242,12 @@ def judge_member(
     runs: Sequence[RunResult],
     baselines: Mapping[str, Mapping[str, int]],
     settings: SensitiveSettings,
+    secrets: Sequence[str] = (),
 ) -> SensitiveResult:
-    """Test each probe's counts against its baseline; ``runs`` in :func:`sample_runs` order."""
+    """Test each probe's counts against its baseline; ``runs`` in :func:`sample_runs` order.
+
+    ``secrets``: cut from each reply before it is counted (see :func:`short_answer`).
+    """
     if not prompts:
         return SensitiveResult("uncalibrated", (), settings.alpha)
     per = len(runs) // len(prompts)
@@ -240,7 +255,7 @@ def judge_member(
     for index, prompt in enumerate(prompts):
         mine = runs[index * per : (index + 1) * per]
         failed = next((r.status for r in mine if r.status != "ok"), None)
-        counts = Counter(short_answer(r.output or "") for r in mine if r.status == "ok")
+        counts = Counter(short_answer(r.output or "", secrets) for r in mine if r.status == "ok")
         baseline = baselines.get(probe_id(prompt))
         p_value = shift_p_value(baseline, counts) if baseline and failed is None else None
         found.append(ProbeShift(prompt, dict(counts), baseline, p_value, failed))
@@ -292,3 +307,8 @@ def sensitive_record(result: SensitiveResult) -> SensitiveRecord:
             for p in result.probes
         ),
     )
+
+
+def member_secrets(member: ModelSpec) -> tuple[str, ...]:
+    """What to cut from the member's replies: its credentials and the environment's."""
+    return secrets_to_cut(credentials_of(member.params))
