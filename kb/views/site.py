@@ -44,7 +44,7 @@ from kb.views.decision import claim_interval, newest_first
 from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts, name_html
 from kb.views.report_text import EPOCH_WORDS
 from kb.views.site_models import MODELS_PAGE, models_page_body
-from kb.views.site_night import NightLayout, night_files
+from kb.views.site_night import NightLayout, PriorAnswer, answers_of, night_files
 from kb.views.site_pages import (
     GENERATOR,
     Night,
@@ -541,9 +541,11 @@ def build_site(
 
     write("index.html", index_page(nights, claims, as_of, left_out))
     layouts: dict[str, NightLayout] = {}
+    previous: dict[tuple[str, str], PriorAnswer] = {}
     for index, night in enumerate(nights):
-        layout, files = night_files(night, nights[:index], claim_href, layouts)
+        layout, files = night_files(night, nights[:index], claim_href, previous)
         layouts[night.report.report_id] = layout
+        previous |= answers_of(night, layout)
         for name, text in files.items():
             write(name, text)
     write("compare.html", compare_page(nights))

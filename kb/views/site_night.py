@@ -111,27 +111,41 @@ class NightLayout:
         return f"{holder}#{case_anchor(task_class, case)}"
 
 
-def case_rows(
-    night: Night, earlier: Sequence[Night], layouts: Mapping[str, NightLayout] | None = None
-) -> list[CaseRow]:
+PriorAnswers = Mapping[tuple[str, str], PriorAnswer]
+"""(subject key, case) → that model's latest earlier answer to the case."""
+
+
+def answers_of(
+    night: Night, layout: NightLayout | None = None
+) -> dict[tuple[str, str], PriorAnswer]:
+    """Each model's verdict on each case this night (all repeats passed), linked via ``layout``.
+
+    :func:`kb.views.site.build_site` folds these night by night, oldest first, so each
+    night's page knows every model's previous answer without reading every earlier night.
+    """
+    verdicts: dict[tuple[str, str], bool] = {}
+    case_class: dict[tuple[str, str], str] = {}
+    for run in night.runs:
+        if run.kind == "target":
+            key = (subject_key(run.model, run.effort), run.case)
+            verdicts[key] = verdicts.get(key, True) and run.passed
+            case_class[key] = run.task_class or ""
+    return {
+        key: PriorAnswer(
+            passed,
+            night.report.observed_at,
+            layout.href(case_class[key], key[1]) if layout is not None else None,
+        )
+        for key, passed in verdicts.items()
+    }
+
+
+def case_rows(night: Night, previous: PriorAnswers | None = None) -> list[CaseRow]:
     """The night's cases in task-class order, each with its runs and last verdicts.
 
-    ``layouts``: the earlier nights' pages (report id → layout), to link each answer's
-    previous one.
+    ``previous``: every model's latest earlier answer to each case (:func:`answers_of`).
     """
-    previous: dict[tuple[str, str], PriorAnswer] = {}
-    for before in earlier:  # oldest first: a later night's verdict replaces an earlier one's
-        verdicts: dict[tuple[str, str], bool] = {}
-        case_class: dict[tuple[str, str], str] = {}
-        for run in before.runs:
-            if run.kind == "target":
-                key = (subject_key(run.model, run.effort), run.case)
-                verdicts[key] = verdicts.get(key, True) and run.passed
-                case_class[key] = run.task_class or ""
-        layout = (layouts or {}).get(before.report.report_id)
-        for key, passed in verdicts.items():
-            href = layout.href(case_class[key], key[1]) if layout is not None else None
-            previous[key] = PriorAnswer(passed, before.report.observed_at, href)
+    previous = previous or {}
     report = night.report
     members = list(dict.fromkeys(c.subject_key for c in report.cells))
     measured = {
@@ -155,6 +169,13 @@ def case_rows(
         was = {m: answer.passed for m, answer in prior.items()}
         rows.append(CaseRow(task_class, case, ordered, was, resting, prior))
     return rows
+
+
+def _folded(earlier: Sequence[Night]) -> dict[tuple[str, str], PriorAnswer]:
+    found: dict[tuple[str, str], PriorAnswer] = {}
+    for before in earlier:
+        found |= answers_of(before)
+    return found
 
 
 def _latency(ms: float | None) -> str:
@@ -495,7 +516,7 @@ def night_files(
     night: Night,
     earlier: Sequence[Night],
     claim_href: ClaimHref,
-    layouts: Mapping[str, NightLayout] | None = None,
+    previous: PriorAnswers | None = None,
 ) -> tuple[NightLayout, dict[str, str]]:
     """The night's pages (file name → html) and which page holds each case.
 
@@ -504,7 +525,7 @@ def night_files(
     not fit beside the rates, on numbered grid pages.
     """
     report = night.report
-    rows = case_rows(night, earlier, layouts)
+    rows = case_rows(night, previous if previous is not None else _folded(earlier))
     models = list(
         dict.fromkeys([c.subject_key for c in report.cells] + [m for r in rows for m in r.runs])
     )
