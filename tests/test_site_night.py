@@ -157,7 +157,7 @@ def test_a_300_case_night_is_paged_searchable_and_readable_at_both_widths(
             assert "system" in story and SYSTEM in story
             assert "Question arithmetic" in story and "the quick brown fox" in story
             assert "does not match exact 'answer-arithmetic-" in story  # the grader said why
-            assert "before: not asked in an earlier night here" in story
+            assert "before: not asked in an earlier night of this site" in story
             assert "FAIL" in story and "PASS" in story
             assert "expected" in story
             assert page.evaluate("document.documentElement.scrollWidth") <= width
@@ -248,18 +248,23 @@ def test_unreadable_evidence_is_named_shown_on_the_index_and_exits_1(
     runner: CliRunner, isolated: Path
 ) -> None:
     two_nights(runner, isolated)
+    site = isolated / "public"
+    assert runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)]).exit_code == 0
+    stale = site / "night-kb-sweep-2026-11-29T02_00_00.000Z.html"
+    assert stale.exists()
     broken = isolated / "kb-evidence" / "kb-sweep-2026-11-29T02:00:00.000Z.report.json"
     broken.write_text(broken.read_text()[:500])
-    site = isolated / "public"
     built = runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)])
     assert built.exit_code == 1, built.stderr
     lines = built.stderr.strip().splitlines()
     assert lines[0].startswith(f"warning: {broken}: not valid JSON (line ")
     assert lines[-1] == (
-        "Error: 1 night left out: evidence that cannot be read (the site was written without them)"
+        "Error: 1 night left out: evidence that cannot be read (the site was written without it)"
     )
     index = (site / "index.html").read_text()
     assert "1 night left out:" in index and "not valid JSON" in index
+    assert '<div class="banner alarm"' in index
+    assert not stale.exists()  # the earlier build's page of that night: gone, not stale
 
 
 def test_a_site_directory_that_is_a_file_or_a_store_without_nights(

@@ -486,7 +486,7 @@ def site(app: App, directory: Path) -> None:
         count = len(built.left_out)
         raise JobFailedError(
             f"{count} night{'s' if count != 1 else ''} left out: evidence that cannot be read "
-            "(the site was written without them)"
+            f"(the site was written without {'them' if count != 1 else 'it'})"
         )
 
 

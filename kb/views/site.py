@@ -287,7 +287,8 @@ def index_page(
     )
     body = (
         "<h1>kb: what the store knows</h1>"
-        f'<p class="meta">{len(nights)} nights · {len(live)} claims steer today</p>{missing}'
+        f'<p class="meta">{len(nights)} night{"s" if len(nights) != 1 else ""} · '
+        f"{len(live)} claim{'s' if len(live) != 1 else ''} steer today</p>{missing}"
         "<h2>Models × task classes</h2>"
         '<p class="meta">Each cell as its newest night measured it: the rate the gate judged '
         "with its 95% interval, the change since the night before, the claim.</p>"
@@ -491,6 +492,23 @@ def compare_page(nights: Sequence[Night]) -> str:
     return page_html("kb: two nights compared", body, script)
 
 
+def _remove_stale_pages(directory: Path, keep: set[str]) -> None:
+    """Delete the pages an earlier build wrote that this one did not.
+
+    A night now left out, a claim no longer live: a bookmark must not open a night
+    the index says is missing. Only pages kb wrote (its generator tag) are touched.
+    """
+    for path in directory.glob("*.html"):
+        if path.name in keep or path.name == "index.html":
+            continue
+        try:
+            head = path.read_text(encoding="utf-8", errors="replace")[:2000]
+        except OSError:
+            continue
+        if f'<meta name="generator" content="{GENERATOR}">' in head:
+            path.unlink(missing_ok=True)
+
+
 @dataclass(frozen=True)
 class SiteBuilt:
     """What ``kb site`` wrote, and what it could not show."""
@@ -560,4 +578,5 @@ def build_site(
             line = format_epoch(claim, epochs) if epochs is not None else None
             timeline = claim_timeline(claim, nights)
             write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged, timeline))
+    _remove_stale_pages(directory, {path.name for path in written})
     return SiteBuilt(written, warnings, left_out)

@@ -252,7 +252,9 @@ def _request_html(request: RequestRecord | None, label: str = "") -> str:
 def _before(prior: PriorAnswer | None) -> str:
     """The model's previous answer to the case, in words, linked where the site has it."""
     if prior is None:
-        return '<small class="before meta">before: not asked in an earlier night here</small>'
+        return (
+            '<small class="before meta">before: not asked in an earlier night of this site</small>'
+        )
     said = f"{'PASS' if prior.passed else 'FAIL'} on {prior.observed_at[:10]}"
     shown = f'<a href="{esc(prior.href)}">{said}</a>' if prior.href else said
     return f'<small class="before">before: {shown}</small>'

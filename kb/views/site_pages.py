@@ -93,6 +93,8 @@ td.v[data-was] { box-shadow: inset 0 0 0 2px #0969da; }
 ul.reasons { margin: 0; padding-left: 1.1em; } ul.reasons li.no { color: #cf222e; }
 ul.reasons li.judge { color: #57606a; }
 ul.changed { color: #0550ae; }
+small.before { display: block; font-weight: normal; }
+.banner.alarm { background: #ffebe9; border-left-color: #cf222e; }
 small.id-small { display: block; }
 table.answers td[data-label=output] { min-width: 14em; }
 th.row-name { white-space: nowrap; }
@@ -114,7 +116,7 @@ th.row-name { white-space: nowrap; }
   table.answers, table.answers tbody, table.answers tr, table.answers td {
     display: block; width: 100%; }
   table.answers tr { border-top: 2px solid #d0d7de; }
-  table.answers td { border: none; padding: 2px 4px; }
+  table.answers td { border: none; padding: 2px 4px; text-align: left; }
   table.answers td::before { content: attr(data-label) ": "; font-weight: 600; color: #57606a; }
 }
 """
