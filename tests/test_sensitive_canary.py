@@ -118,7 +118,9 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     assert watched["status"] == "no-drift" and watched["flipped"] == []  # exact tier: unchanged
     assert watched["sensitive"]["status"] == "shift"
     assert watched["sensitive"]["pValue"] < 0.01 / 3
-    assert "canary: distribution shift — openai:watched: probe" in stderr
+    assert "canary: distribution shift — openai:watched: probe " in stderr
+    assert " of 3 (id " in stderr and COIN not in stderr  # by number and id, never the prompt
+    assert COIN not in summary.read_text() and COIN not in json.dumps(second)
     assert "> **canary: distribution shift** — `openai:watched`: probe" in summary.read_text()
     assert "canary: distribution shift</strong> — openai:watched: probe" in html.read_text()
     site = isolated / "site"

@@ -223,10 +223,13 @@ class SensitiveResult:
         tested = sum(1 for p in self.probes if p.p_value is not None)
         if self.status == "shift" and self.alarm is not None:
             probe = self.alarm
-            prompt = probe.prompt if len(probe.prompt) <= 60 else probe.prompt[:59] + "…"
+            number = self.probes.index(probe) + 1
+            # the probe by number and id, never its prompt: probes may be private, and this
+            # line goes into the committed report and the CI summary
             return (
-                f"distribution shift: probe {prompt!r}, p = {probe.p_value:.2g} "
-                f"(alarm below {self.alpha:g} / {tested} probes); its cells escalate tonight"
+                f"distribution shift: probe {number} of {len(self.probes)} (id {probe.id}), "
+                f"p = {probe.p_value:.2g} (alarm below {self.alpha:g} / {tested} probes); "
+                "its cells escalate tonight"
             )
         if self.status == "uncalibrated":
             return "no border probes or baselines yet (kb canary --calibrate SPEC)"
