@@ -231,8 +231,18 @@ def servers() -> Iterator[dict[str, Server]]:
 
 
 def instant(i: int) -> str:
+    """The ``i``-th hour from 2026-09-01: in the past (kb refuses a sweep observed later
+    than now), a new instant per trial (new seeds)."""
     day, hour = divmod(i, 24)
-    return f"2027-0{1 + day // 28}-{1 + day % 28:02d}T{hour:02d}:00:00Z"
+    return f"2026-{9 + day // 28:02d}-{1 + day % 28:02d}T{hour:02d}:00:00Z"
+
+
+def parsed(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """A ``--json`` report, or a clear stop with kb's own error line."""
+    if not done.stdout.strip():
+        raise SystemExit(f"kb said: {done.stderr.strip().splitlines()[-1:]}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
 
 
 def cell_rates(report: dict[str, Any]) -> dict[str, float]:
@@ -283,7 +293,7 @@ def main() -> None:
                     "--observed-at",
                     instant(2),
                 )
-                reference = cell_rates(json.loads(swept.stdout))
+                reference = cell_rates(parsed(swept))
             tick = 10
             for condition in conditions:
                 proxy.change = condition
@@ -336,7 +346,7 @@ def main() -> None:
                         "--observed-at",
                         instant(tick),
                     )
-                    rates = cell_rates(json.loads(swept.stdout))
+                    rates = cell_rates(parsed(swept))
                     shift_pts = max(abs(rates[c] - reference.get(c, 0.0)) for c in rates) * 100
                 results[condition] = {
                     "exact": exact,
