@@ -24,6 +24,7 @@ BENCHES = [
     ["truth_sim.py", "--seeds", "1000", "--real-seeds", "10"],  # about 30 minutes
     ["peers.py"],  # inspect_ai and promptfoo when installed (skipped with a line when not)
     ["kill_points.py"],  # a fresh night killed at every write of its commit (minutes)
+    ["canary_sensitivity.py", "--trials", "20"],  # the real model behind a proxy (an hour+)
 ]
 
 
