@@ -301,3 +301,18 @@ def test_malformed_sensitive_baselines_are_one_clear_line(
     assert len(lines) == 1 and "rulvar.models.canary.json" in lines[0], lines
     assert "not a canary baselines file" in lines[0]
     assert (isolated / "rulvar.models.json").read_bytes() == before
+
+
+def test_calibrate_without_a_sensitive_section_is_one_line_before_any_call(
+    runner: CliRunner, isolated: Path
+) -> None:
+    path = spec(isolated, "http://127.0.0.1:9/v1", isolated / "p.json")
+    text = path.read_text()
+    path.write_text(text[: text.index("[canary.sensitive]")] + text[text.index("[[cases]]") :])
+    result = runner.invoke(
+        __import__("kb.cli", fromlist=["cli"]).cli, ["canary", "--calibrate", str(path)]
+    )
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f'Error: {path}: no [sensitive] in the canary: add probes = "PATH" to calibrate'
+    ]
