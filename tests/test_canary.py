@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kb.cli import cli
-from kb.store.canonical import js_stringify
+from kb.store.canonical import JS_WHITESPACE, js_stringify, normalize_output
 from kb.store.filestore import KnowledgeStore
-from kb.sweep.canary import JS_WHITESPACE, fingerprint, normalize_output
+from kb.sweep.canary import fingerprint
 from tests.conftest import git
 from tests.sweep_helpers import responses, write_spec
 

@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -215,3 +216,17 @@ def fast_canonical_json(value: Any) -> str:
     this path; everything else goes through :func:`canonical_json`.
     """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+#: JavaScript's ``\s`` (WhiteSpace + LineTerminator), which ``String.prototype.trim`` also uses.
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_JS_SPACE_RUN = re.compile(f"[{re.escape(JS_WHITESPACE)}]+")
+
+
+def normalize_output(text: str) -> str:
+    """NFC, trim, collapse whitespace runs — with JavaScript's whitespace set."""
+    text = unicodedata.normalize("NFC", text).strip(JS_WHITESPACE)
+    return _JS_SPACE_RUN.sub(" ", text)

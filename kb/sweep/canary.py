@@ -21,8 +21,6 @@ flipping nothing, when a probe's normalized answers disagree.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -35,7 +33,7 @@ from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
 from kb.schema import DEFAULT_ATTEMPTS
 from kb.store.baselines import BaselinesFile, CanaryBaselines, judge, probe_set_id
-from kb.store.canonical import js_stringify, sha256_hex
+from kb.store.canonical import js_stringify, normalize_output, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
 from kb.store.records import CanaryRecord, ProbeRecord
@@ -55,19 +53,6 @@ from kb.sweep.sensitive import (
 from kb.sweep.spec import SweepSpec
 
 CanaryStatus = Literal["no-drift", "drift", "rebaselined", "incomplete", "unstable"]
-
-#: JavaScript's ``\s`` (WhiteSpace + LineTerminator), which ``String.prototype.trim`` also uses.
-JS_WHITESPACE = (
-    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
-    "\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
-_JS_SPACE_RUN = re.compile(f"[{re.escape(JS_WHITESPACE)}]+")
-
-
-def normalize_output(text: str) -> str:
-    """NFC, trim, collapse whitespace runs — with JavaScript's whitespace set."""
-    text = unicodedata.normalize("NFC", text).strip(JS_WHITESPACE)
-    return _JS_SPACE_RUN.sub(" ", text)
 
 
 def fingerprint(probe_count: int, outputs: Sequence[str]) -> str:

@@ -53,7 +53,7 @@ from kb.engine.requests import (
 from kb.engine.runs import PlannedRun, RunResult
 from kb.errors import ConfigError
 from kb.sidefile import SideFormat
-from kb.store.canonical import js_stringify, sha256_hex
+from kb.store.canonical import js_stringify, normalize_output, sha256_hex
 from kb.store.records import SensitiveRecord, ShiftProbeRecord
 
 if TYPE_CHECKING:
@@ -74,8 +74,6 @@ def short_answer(text: str, secrets: Sequence[str] = ()) -> str:
     reply first: counts are committed, and a provider echoing a key must not put
     its first 24 characters there.
     """
-    from kb.sweep.canary import normalize_output
-
     found = _WORD.search(normalize_output(cut_secrets(text, secrets)).lower())
     return found.group(0)[:_SHORT] if found else "(empty)"
 
