@@ -245,6 +245,14 @@ def parsed(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return report
 
 
+def swept_rates(workspace: Path, spec: Path, at: str) -> dict[str, float]:
+    """Each task class's pass rate in one full, uncommitted ``kb sweep`` observed ``at``."""
+    swept = kb(
+        workspace, "sweep", str(spec), "--no-commit", "--json", "--quiet", "--observed-at", at
+    )
+    return cell_rates(parsed(swept))
+
+
 def cell_rates(report: dict[str, Any]) -> dict[str, float]:
     return {cell["taskClass"]: cell["passRate"] for cell in report["cells"]}
 
@@ -283,17 +291,7 @@ def main() -> None:
                 samples[prompt] = Counter(base_counts[probe_id(prompt)])
             reference = None
             if not args.no_cells:
-                swept = kb(
-                    workspace,
-                    "sweep",
-                    str(spec),
-                    "--no-commit",
-                    "--json",
-                    "--quiet",
-                    "--observed-at",
-                    instant(2),
-                )
-                reference = cell_rates(parsed(swept))
+                reference = swept_rates(workspace, spec, instant(2))
             tick = 10
             for condition in conditions:
                 proxy.change = condition
@@ -336,17 +334,7 @@ def main() -> None:
                 shift_pts = None
                 if reference is not None:
                     tick += 1
-                    swept = kb(
-                        workspace,
-                        "sweep",
-                        str(spec),
-                        "--no-commit",
-                        "--json",
-                        "--quiet",
-                        "--observed-at",
-                        instant(tick),
-                    )
-                    rates = cell_rates(parsed(swept))
+                    rates = swept_rates(workspace, spec, instant(tick))
                     shift_pts = max(abs(rates[c] - reference.get(c, 0.0)) for c in rates) * 100
                 results[condition] = {
                     "exact": exact,

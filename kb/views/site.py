@@ -34,7 +34,7 @@ from kb.compare import compare_models
 from kb.errors import ConfigError
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
-from kb.store.changes import cell_alarms
+from kb.store.changes import CellAlarm, cell_alarms
 from kb.store.epochs import EpochsFile
 from kb.store.evidence import REPORT_SUFFIX, load_evidence
 from kb.store.filestore import KnowledgeStore
@@ -177,6 +177,7 @@ def matrix_table(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: i
     if not newest:
         return '<p class="meta">No night with evidence here yet.</p>'
     live = {c.id for c in usable_claims(claims, as_of)}
+    alarms: dict[str, Mapping[tuple[str, str], CellAlarm]] = {}  # per night, computed once
     members = list(dict.fromkeys(key[0] for key in newest))
     classes = list(dict.fromkeys(key[1] for key in newest))
     rows = []
@@ -188,7 +189,9 @@ def matrix_table(nights: Sequence[Night], claims: Sequence[ModelClaim], as_of: i
                 tds.append('<td class="meta">not measured</td>')
                 continue
             night, cell = found
-            alarm = cell_alarms(night.report).get((member, task_class))
+            if night.report.report_id not in alarms:
+                alarms[night.report.report_id] = cell_alarms(night.report)
+            alarm = alarms[night.report.report_id].get((member, task_class))
             style, content = cell_parts(
                 cell,
                 history.get((member, task_class), ()),

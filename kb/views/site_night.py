@@ -539,8 +539,12 @@ def night_files(
     lists = night_lists(report, claim_href)
     grid_budget = _CONTENT_BUDGET - len(head.encode()) - len(lists.encode()) - 4_000  # controls
     sections = [case_section(row, judges, f"{night.page}#cases") for row in rows]
-    layout, answer_pages = _place_answers(night, rows, models, sections, grid_budget)
-    grid_chunks = _chunks(grid_rows(rows, models, layout), grid_budget)
+    single = NightLayout(night.page)
+    row_html = grid_rows(rows, models, single)
+    layout, answer_pages = _place_answers(night, rows, row_html, sections, grid_budget)
+    if answer_pages:  # the rows link to the answer pages now
+        row_html = grid_rows(rows, models, layout)
+    grid_chunks = _chunks(row_html, grid_budget)
     stem = night.page.removesuffix(".html")
     grid_pages = [night.page] + [f"{stem}-grid-{i + 1}.html" for i in range(1, len(grid_chunks))]
     files: dict[str, str] = {}
@@ -570,13 +574,16 @@ def night_files(
 def _place_answers(
     night: Night,
     rows: Sequence[CaseRow],
-    models: Sequence[str],
+    row_html: Sequence[str],
     sections: Sequence[str],
     grid_budget: int,
 ) -> tuple[NightLayout, list[tuple[str, list[str]]]]:
-    """Where the case sections go: the night page (``[]``) or numbered answer pages."""
+    """Where the case sections go: the night page (``[]``) or numbered answer pages.
+
+    ``row_html``: the grid's rows as they read when everything is on the night page.
+    """
     single = NightLayout(night.page)
-    grid = sum(len(r.encode()) for r in grid_rows(rows, models, single))
+    grid = sum(len(r.encode()) for r in row_html)
     if grid + sum(len(s.encode()) for s in sections) <= grid_budget:
         return single, []
     stem = night.page.removesuffix(".html")
