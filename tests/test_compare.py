@@ -54,9 +54,9 @@ def model(name: str, wrong: set[int], cost: float, latency: float, **params: Any
     }
 
 
-# Comparisons here need every case of a new epoch measured on its first night: v3's
-# rule does that (the nightly rule's cold start stops once the interval is clear).
-V3 = 'sampling = "adaptive-v3"'
+# Comparisons here need every case measured on the night (the nightly rule's cold start
+# stops once the interval is clear): "full" runs them all.
+EVERY_CASE = 'sampling = "full"'
 
 
 def spec(path: Path, *models: dict, task_class: str = "extraction", extra_sweep: str = "") -> Path:
@@ -66,7 +66,7 @@ def spec(path: Path, *models: dict, task_class: str = "extraction", extra_sweep:
         cases=POOL,
         gate="interval",
         task_class=task_class,
-        extra_sweep=f"{V3}\n{extra_sweep}",
+        extra_sweep=f"{EVERY_CASE}\n{extra_sweep}",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
 
@@ -147,7 +147,7 @@ def test_a_cheaper_model_as_good_reads_non_inferior(runner: CliRunner, isolated:
         ],
         cases=big,
         gate="interval",
-        extra_sweep=f"{V3}\nmax_cases = 300",
+        extra_sweep=f"{EVERY_CASE}\nmax_cases = 300",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
     night(runner, path)
@@ -331,7 +331,7 @@ def three_models_on_300_cases(runner: CliRunner, isolated: Path, mid_wrong: int)
         [on_big("dear", 0, 0.01), on_big("mid", mid_wrong, 0.005), on_big("cheap", 60, 0.001)],
         cases=big,
         gate="interval",
-        extra_sweep=f"{V3}\nmax_cases = 300",
+        extra_sweep=f"{EVERY_CASE}\nmax_cases = 300",
         budgets={"target_usd": 0.05, "canary_usd": 0.05, "max_total_usd": 50.0},
     )
     night(runner, path)

@@ -40,9 +40,10 @@ CLAIM = "kb-sweep-2026-11-28T02:00:00.000Z/openai:m/extraction"
 IN_FLIGHT = re.compile(r"(no|\d+) calls? (?:was|were) in flight")
 
 # These nights must run every case (a full disk cuts them at a known place and a resume
-# asks the rest): v3's rule runs a new epoch's whole pool on its first night, the nightly
-# rule (SPEC 13.7) may stop a clear cold start early. The journal is what is tested here.
-WHOLE_POOL = 'concurrency = 4\nsampling = "adaptive-v3"'
+# asks the rest): the nightly rule (SPEC 13.7) may stop a clear cold start early, so they
+# run "full". The journal is what is tested here; a resume under the nightly rule is
+# tests/test_never_lose.py's Ctrl-C drill.
+WHOLE_POOL = 'concurrency = 4\nsampling = "full"'
 
 
 def held(spec: Path, indexes: range) -> Path:

@@ -49,13 +49,9 @@ def loopback_spec(
 ) -> Path:
     """``openai:m`` on the loopback server, ``cases`` cases it answers right (``echo: qN``).
 
-    Sampling is v3's (``adaptive-v3``) unless ``extra_sweep`` says otherwise: these
-    nights are cut at a known place and resumed, so a first night must run every case
-    (the nightly rule of SPEC 13.7 may stop a clear cold start early). What is tested
-    here — commits, journals, resumes — does not depend on the sampling rule.
+    Sampling is the default (the nightly rule of SPEC 13.7) unless ``extra_sweep``
+    says otherwise: its first night of 30 cases runs every case.
     """
-    if "sampling" not in extra_sweep:
-        extra_sweep = f'{extra_sweep}\nsampling = "adaptive-v3"'
     model: dict[str, Any] = {"api_base": base}
     model |= {"api_key": KEY} if keyed else {}
     model |= {"cost_usd": 0.001} if priced else {}
@@ -326,44 +322,82 @@ def prompts_asked(seen: Seen, since: int = 0) -> list[str]:
         return [r["body"]["messages"][-1]["content"] for r in seen.requests[since:]]
 
 
+def uninterrupted_night(root: Path, spec_text: str, night: list[str]) -> tuple[list[str], bytes]:
+    """The same night run once without a cut, in its own repository.
+
+    Returns the prompts it asked and the store it committed.
+    """
+    git(root, "init", "-q")
+    (root / "README.txt").write_text("user file\n")
+    git(root, "add", "README.txt")
+    git(root, "commit", "-q", "-m", "user: initial")
+    subprocess.run([sys.executable, "-m", "kb", "init"], cwd=root, check=True, capture_output=True)
+    with fake_openai_server() as (base, seen):
+        (root / "s.toml").write_text(spec_text.replace(PLACEHOLDER_BASE, base))
+        done = subprocess.run(
+            [sys.executable, "-m", "kb", *night], cwd=root, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        asked = prompts_asked(seen)
+    return asked, (root / STORE).read_bytes()
+
+
+PLACEHOLDER_BASE = "http://placeholder.invalid/v1"
+
+
+@pytest.mark.parametrize("sampling", ["adaptive", "full"])
 def test_ctrl_c_mid_night_then_resume_pays_only_for_what_was_not_settled(
-    repo: Path,
+    repo: Path, tmp_path_factory: pytest.TempPathFactory, sampling: str
 ) -> None:
+    """The resumed night equals the night never cut, whichever rule chose its cases.
+
+    Under the nightly rule (the default) the night's later passes depend on the
+    outcomes of its first: a resume must replay them from the journal, not ask again.
+    """
     import signal
 
     from kb.engine.journal import read_journal
 
+    night = ["sweep", "s.toml", "--quiet", "--observed-at", NIGHT_1]
+    extra = f'concurrency = 4\nsampling = "{sampling}"'
+    template = loopback_spec(repo / "s.toml", PLACEHOLDER_BASE, cases=120, extra_sweep=extra)
+    spec_text = template.read_text()
+    whole, whole_store = uninterrupted_night(tmp_path_factory.mktemp("uncut"), spec_text, night)
+    assert len(set(whole)) == len(whole) and len(whole) == (40 if sampling == "adaptive" else 120)
+
     subprocess.run([sys.executable, "-m", "kb", "init"], cwd=repo, check=True, capture_output=True)
     with fake_openai_server(latency_s=0.02) as (base, seen):
-        spec = loopback_spec(repo / "s.toml", base, cases=120, extra_sweep="concurrency = 4")
-        night = ["sweep", str(spec), "--quiet", "--observed-at", NIGHT_1]
+        (repo / "s.toml").write_text(spec_text.replace(PLACEHOLDER_BASE, base))
         proc = kb_process(repo, *night)
-        wait_for(lambda: len(seen.requests) >= 40, proc)
+        wait_for(lambda: len(seen.requests) >= 20, proc)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err
         assert git(repo, "log", "--format=%s").count("kb: sweep") == 0  # nothing committed
         journal = repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.journal.jsonl"
         state_ = read_journal(journal)
-        assert state_ is not None and len(state_.settled) >= 30
+        assert state_ is not None and 10 <= len(state_.settled) < len(whole)
         settled = {label.rsplit("/", 1)[1] for label in state_.settled}
         asked_before = len(seen.requests)
         resumed = subprocess.run(
-            [sys.executable, "-m", "kb", "sweep", str(spec), "--quiet", "--resume"],
+            [sys.executable, "-m", "kb", "sweep", "s.toml", "--quiet", "--resume"],
             cwd=repo,
             capture_output=True,
             text=True,
         )
         assert resumed.returncode == 0, resumed.stderr
         asked = prompts_asked(seen, asked_before)
-    # Exactly the runs the journal did not hold were paid for, each once.
-    assert len(asked) == 120 - len(settled) and len(set(asked)) == len(asked)
-    assert not {f"c{int(p[1:]):02d}" for p in asked} & settled
+    # Exactly the runs the journal did not hold were paid for, each once, and together
+    # with those the journal held they are the uncut night's.
+    named = {f"c{int(p[1:]):02d}" for p in asked}
+    assert len(set(asked)) == len(asked) and not named & settled
+    assert named | settled == {f"c{int(p[1:]):02d}" for p in whole}
     assert not journal.exists()
     claims = parse_store((repo / STORE).read_bytes(), "store").claims
     assert [c.id for c in claims] == ["kb-sweep-2026-11-28T02:00:00.000Z/openai:m/extraction"]
+    assert (repo / STORE).read_bytes() == whole_store
     runs = (repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.jsonl").read_text()
-    assert len(runs.splitlines()) == 120
+    assert len(runs.splitlines()) == len(whole)
 
 
 def test_a_partly_failed_night_resumes_under_its_own_report_id(
@@ -725,7 +759,9 @@ def test_an_interrupt_with_calls_in_flight_prints_one_line_and_no_warning(
 
     subprocess.run([sys.executable, "-m", "kb", "init"], cwd=repo, check=True, capture_output=True)
     with fake_openai_server(latency_s=0.02, hang_s=None) as (base, seen):
-        spec = loopback_spec(repo / "s.toml", base, cases=160, extra_sweep="concurrency = 8")
+        # Every case in one stream (sampling = "full"): calls start and finish, then hang.
+        full = 'concurrency = 8\nsampling = "full"'
+        spec = loopback_spec(repo / "s.toml", base, cases=160, extra_sweep=full)
         text = spec.read_text()
         for i in range(150, 160):  # calls the server holds: always some in flight at the end
             text = text.replace(f'prompt = "q{i}"\n', 'prompt = "hang"\n')

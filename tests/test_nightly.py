@@ -253,6 +253,20 @@ def test_an_alarm_night_measures_up_to_half_the_pool_for_the_new_epoch() -> None
     assert result.state.recent_runs[0, -1] == 60 and result.state.recent_runs[0, :-1].sum() == 0
 
 
+def test_a_small_pool_s_alarm_night_runs_the_cases_a_strength_needs() -> None:
+    """Half of a pool of 30 is 15, and 15 of 15 cannot hold a strength: the night runs 16."""
+    assert DEFAULT_NIGHTLY.alarm_night_cases == 16
+    assert wilson_interval(16, 16)[0] >= 0.8 > wilson_interval(15, 15)[0]
+    for pool, expected in [(30, 16), (20, 16), (10, 10), (40, 20)]:
+        rule = replace(DEFAULT_NIGHTLY, max_cases=pool)
+        state = settled([0.3], pool=pool)
+        result, ran, _ = drive(state, [HELD_WEAKNESS], np.ones((1, pool)), rule=rule)
+        assert result.alarm_up[0], pool
+        assert ran[0] == expected, (pool, ran[0])  # never more than the pool
+        # the new epoch holds every run of the night: a strength the gate can hold
+        assert result.state.counts[0].sum() == expected
+
+
 # -- the level, 8 sweeps back -----------------------------------------------------------------
 
 
