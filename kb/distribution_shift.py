@@ -21,6 +21,8 @@ false-alarm rate per model-night at most α.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -101,3 +103,74 @@ def bonferroni_alarm(p_values: Sequence[float], alpha: float) -> int | None:
         return None
     index = int(np.argmin(p_values))
     return index if p_values[index] < alpha / len(p_values) else None
+
+
+LOGPROB_FLOOR = 0.02
+"""The smallest move of a logprob reading that is ever reported: 2 points of probability.
+
+A shift is the total-variation distance between the mean top-k distributions of
+the baseline's readings and tonight's. A provider that batches requests differently
+from night to night moves logprobs by small amounts with no model change; 0.02 is a
+chosen floor (kb has not measured hosted providers' jitter), documented in the README.
+"""
+MAX_SPLITS = 20_000
+"""Splits enumerated exactly up to this many, else sampled (seeded by the readings)."""
+
+
+def readings_matrix(readings: Sequence[Mapping[str, float]], tokens: Sequence[str]) -> np.ndarray:
+    """[readings, tokens] probabilities (``exp`` of each logprob; a token not listed: 0)."""
+    return np.array(
+        [[float(np.exp(r[t])) if t in r else 0.0 for t in tokens] for r in readings],
+        dtype=np.float64,
+    )
+
+
+def _readings_seed(matrix: np.ndarray) -> int:
+    return int.from_bytes(
+        hashlib.sha256(np.ascontiguousarray(matrix).tobytes()).digest()[:8], "big"
+    )
+
+
+def logprob_shift(
+    baseline: Sequence[Mapping[str, float]],
+    tonight: Sequence[Mapping[str, float]],
+    *,
+    floor: float = LOGPROB_FLOOR,
+    max_splits: int = MAX_SPLITS,
+) -> tuple[float, float]:
+    """(p-value, distance) that ``tonight``'s readings come from ``baseline``'s model.
+
+    Each reading is one temperature-0 answer's first-token top-k (token → logprob).
+    The distance is the total variation between the two groups' mean distributions
+    over the tokens either group lists; the p-value is a permutation test of the
+    group labels — every split of the pooled readings into a "baseline" and a
+    "tonight" of the same sizes, enumerated exactly (``p = #{as far} / #splits``,
+    never 0) or, past ``max_splits`` splits, sampled with the observed split counted
+    (``(1 + #) / (1 + R)``). A distance at or under ``floor`` is never a shift
+    (p = 1). With a deterministic server every baseline reading is the same, and a
+    change gives the one split that separates them: p = 1 / C(n, r) (1 / 4,845 for
+    16 baseline and 4 nightly readings).
+    """
+    if not baseline or not tonight:
+        return 1.0, 0.0
+    tokens = sorted({t for r in (*baseline, *tonight) for t in r})
+    pooled = readings_matrix([*baseline, *tonight], tokens)
+    n, r = len(pooled), len(tonight)
+    total = pooled.sum(axis=0)
+
+    def distance(tonight_sums: np.ndarray) -> np.ndarray:
+        gap = tonight_sums / r - (total - tonight_sums) / (n - r)
+        result: np.ndarray = 0.5 * np.abs(gap).sum(axis=-1)
+        return result
+
+    observed = float(distance(pooled[n - r :].sum(axis=0)))
+    if observed <= floor:
+        return 1.0, observed
+    if math.comb(n, r) <= max_splits:
+        splits = np.array(list(itertools.combinations(range(n), r)), dtype=np.int64)
+        stats = distance(pooled[splits].sum(axis=1))
+        return float((stats >= observed - 1e-12).sum()) / len(splits), observed
+    rng = np.random.default_rng(_readings_seed(pooled))
+    chosen = np.argsort(rng.random((max_splits, n)), axis=1)[:, :r]
+    stats = distance(pooled[chosen].sum(axis=1))
+    return (1 + float((stats >= observed - 1e-12).sum())) / (1 + max_splits), observed

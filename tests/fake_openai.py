@@ -13,6 +13,9 @@ The reply depends on the last user message:
 * a prompt in ``seen.distributions`` — 200 with an answer drawn from that prompt's
   ``{answer: weight}`` table, with the request's ``seed`` (a different seed, a new
   draw; at temperature 0 the heaviest answer): a model sampled at temperature 1;
+  asked for ``logprobs``, its first token's ``top_logprobs`` are the table's
+  weights (normalized, heaviest first, ``top_logprobs`` of them) unless
+  ``seen.no_logprobs`` is set;
 * anything else — 200 with ``echo: <prompt>``, unless ``seen.outage`` is set:
   ``empty`` (200 with empty text), ``junk`` (200 with the same error page for every
   prompt) or ``no-choices`` (200 with an empty ``choices`` list) — a provider
@@ -51,6 +54,8 @@ class Seen:
     """The error page a ``junk`` outage answers with."""
     distributions: dict[str, dict[str, float]] = field(default_factory=dict)
     """Prompt (or ``model|prompt``, which wins) → answer weights: drawn per request."""
+    no_logprobs: bool = False
+    """Answer requests for ``logprobs`` without them (a provider that dropped the field)."""
     release: threading.Event = field(default_factory=threading.Event)
     """Set to answer the ``hang`` requests still held (always set when the server stops)."""
 
@@ -66,6 +71,18 @@ def _completion(model: str, text: str) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
     }
+
+
+def _logprobs(table: dict[str, float], top: Any) -> dict[str, Any]:
+    """OpenAI's ``logprobs`` for a one-token answer: the table's weights, heaviest first."""
+    import math
+
+    total = sum(table.values())
+    ranked = sorted(table, key=lambda a: (-table[a], a))[: int(top or 1)]
+    alternatives = [
+        {"token": a, "logprob": math.log(table[a] / total), "bytes": None} for a in ranked
+    ]
+    return {"content": [{**alternatives[0], "top_logprobs": alternatives}]}
 
 
 @contextmanager
@@ -140,7 +157,10 @@ def fake_openai_server(
                 else:
                     draw = random.Random(f"{body.get('seed')}\0{prompt}")
                     answer = draw.choices(sorted(table), [table[a] for a in sorted(table)])[0]
-                self._send(200, json.dumps(_completion(body["model"], answer)).encode())
+                reply = _completion(body["model"], answer)
+                if body.get("logprobs") and not seen.no_logprobs:
+                    reply["choices"][0]["logprobs"] = _logprobs(table, body.get("top_logprobs"))
+                self._send(200, json.dumps(reply).encode())
             else:
                 if prompt == "hang" or prompt.startswith("hang "):
                     seen.release.wait(hang_s)

@@ -193,9 +193,13 @@ def test_the_plan_and_the_envelope_count_every_sample(runner: CliRunner, isolate
         dry = kb(runner, "sweep", str(path), "--dry-run")
     assert dry.exit_code == 0, dry.stderr
     said = " ".join(dry.stdout.split())
-    assert "60 target runs, 4 canary probes + 32 sensitive-tier samples" in said
-    assert "worst-case authorized spend: $0.9600" in said  # 96 runs x the $0.01 ceiling
-    assert said.count("canary~openai:watched/") == 32  # each sample listed with its ceiling
+    # and 4 logprob readings per probe (openai takes logprobs)
+    assert "60 target runs, 4 canary probes + 32 sensitive-tier samples + 8 logprob readings" in (
+        said
+    )
+    assert "worst-case authorized spend: $1.0400" in said  # 104 runs x the $0.01 ceiling
+    assert said.count("canary~openai:watched/") == 40  # each listed with its ceiling
+    assert said.count("@lp#") == 8
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -44,6 +45,7 @@ from kb.engine.requests import (
 )
 from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError, ProviderFailure, ScriptedFault
+from kb.logprobs import TopLogprobs
 
 OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -69,6 +71,8 @@ class ProviderReply:
     usage: Usage
     cost_usd: float
     price_source: PriceSource
+    logprobs: TopLogprobs | None = None
+    """The top log-probabilities per output token (only when the request asked for them)."""
 
 
 @contextmanager
@@ -204,6 +208,34 @@ def _local_response_format(params: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_object", **({"schema": schema} if schema else {})}
 
 
+def _field(value: Any, name: str) -> Any:
+    """``value.name`` or ``value[name]``: litellm hands back objects or plain dicts."""
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def top_logprobs(choice: Any) -> TopLogprobs | None:
+    """A choice's top log-probabilities per token, OpenAI's shape (``None``: none given).
+
+    A token's entry lists its alternatives (``top_logprobs``); a non-finite or
+    non-numeric log-probability is dropped, never turned into a number.
+    """
+    content = _field(_field(choice, "logprobs"), "content")
+    if not isinstance(content, list | tuple) or not content:
+        return None
+    tokens = []
+    for item in content:
+        found: dict[str, float] = {}
+        for alternative in _field(item, "top_logprobs") or ():
+            token, value = _field(alternative, "token"), _field(alternative, "logprob")
+            if isinstance(token, str) and isinstance(value, int | float):
+                if math.isfinite(value) and not isinstance(value, bool):
+                    found.setdefault(token, float(value))
+        tokens.append(found)
+    return tuple(tokens)
+
+
 def _api_key(spec: ModelSpec) -> str | None:
     env_name = spec.params.get("api_key_env")
     if env_name is None:
@@ -337,7 +369,16 @@ class LiteLLMAdapter:
         if cost is None:
             cost = self._price_table_cost(request, response)
             source = "litellm" if cost is not None else "unpriced"
-        return ProviderReply(text=str(text), usage=usage, cost_usd=cost or 0.0, price_source=source)
+        logprobs = (
+            top_logprobs(response.choices[0]) if request.call_params.get("logprobs") else None
+        )
+        return ProviderReply(
+            text=str(text),
+            usage=usage,
+            cost_usd=cost or 0.0,
+            price_source=source,
+            logprobs=logprobs,
+        )
 
     def _price_table_cost(self, request: ProviderRequest, response: Any) -> float | None:
         """The price-table cost litellm already attached to the reply (computed if absent)."""

@@ -42,6 +42,7 @@ from kb.atomicfile import write_atomic
 from kb.engine.requests import ProviderRequest, cut_secrets, secrets_to_cut
 from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError, VcrMissError
+from kb.logprobs import TopLogprobs, cut_tokens, parse_top_logprobs
 from kb.sidefile import SideFormat, parse_json
 
 CassetteMode = Literal["record", "replay"]
@@ -65,6 +66,8 @@ class Exchange:
     """Provider calls the recorded run took (a replay reports the same)."""
     price_source: PriceSource | None = None
     """Where the recorded cost came from (``None``: a cassette made before kb recorded it)."""
+    logprobs: TopLogprobs | None = None
+    """The reply's top log-probabilities, when the request asked for them."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSONL object."""
@@ -84,6 +87,11 @@ class Exchange:
             "error": self.error,
             "attempts": self.attempts,
             **({"priceSource": self.price_source} if self.price_source else {}),
+            **(
+                {"topLogprobs": [dict(token) for token in self.logprobs]}
+                if self.logprobs is not None
+                else {}
+            ),
         }
 
     def without_secrets(self, known: Sequence[str]) -> Exchange:
@@ -93,6 +101,11 @@ class Exchange:
             request=_cut_strings(self.request, known),
             output=cut_secrets(self.output, known) if self.output is not None else None,
             error=cut_secrets(self.error, known) if self.error is not None else None,
+            logprobs=(
+                cut_tokens(self.logprobs, lambda text: cut_secrets(text, known))
+                if self.logprobs is not None
+                else None
+            ),
         )
 
 
@@ -123,6 +136,7 @@ def _parse_line(line: str, where: str) -> Exchange:
             error=data["error"],
             attempts=data.get("attempts", 1),
             price_source=data.get("priceSource"),
+            logprobs=parse_top_logprobs(data["topLogprobs"]) if "topLogprobs" in data else None,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(where, f"corrupt cassette line: {type(exc).__name__}: {exc}") from None

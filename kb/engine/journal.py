@@ -39,6 +39,7 @@ from typing import Any
 
 from kb.engine.runs import RunResult, Usage
 from kb.errors import ConfigError, JournalUnwritable
+from kb.logprobs import cut_tokens, parse_top_logprobs
 from kb.sidefile import SideFormat
 
 JOURNAL = SideFormat("run journal", key="journal")
@@ -172,6 +173,15 @@ class RunJournal:
                 "costUsd": result.cost_usd,
                 "priceSource": result.price_source,
                 **({"batchId": result.batch_id} if result.batch_id else {}),
+                **(
+                    {
+                        "topLogprobs": [
+                            dict(token) for token in cut_tokens(result.logprobs, self._cut)
+                        ]
+                    }
+                    if result.logprobs is not None
+                    else {}
+                ),
                 "attempts": result.attempts,
                 "error": self._cut(result.error) if result.error else result.error,
                 "latencyMs": latency,
@@ -274,6 +284,7 @@ def _result(entry: Mapping[str, Any]) -> RunResult:
         attempts=int(entry["attempts"]),
         price_source=entry.get("priceSource"),
         batch_id=entry.get("batchId"),
+        logprobs=parse_top_logprobs(entry["topLogprobs"]) if "topLogprobs" in entry else None,
         reused=True,
     )
     if isinstance(latency, int | float):

@@ -16,12 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
+from kb.logprobs import TopLogprobs
+
 if TYPE_CHECKING:
     from kb.engine.requests import ModelSpec, ProviderRequest
 
 RunStatus = Literal["ok", "exhausted", "error", "cancelled", "refused"]
 RunKind = Literal["target", "judge", "canary"]
 PriceSource = Literal["litellm", "declared", "unpriced"]
+
 """Where a run's cost came from: litellm's price table, a price the spec (or kb's own
 provider) declares, or nowhere (the run's cost is unknown, reported as unpriced)."""
 
@@ -62,6 +65,9 @@ class RunResult:
     """Where ``cost_usd`` came from (``None``: the run made no call, or an old cassette)."""
     batch_id: str | None = None
     """The provider's batch the run went in (batch mode); ``None`` for a live call."""
+    logprobs: TopLogprobs | None = None
+    """The top log-probabilities of each output token, when asked for (``logprobs``) and
+    given; the canary's logprob readings (:mod:`kb.sweep.sensitive`) read the first."""
 
     @property
     def latency_ms(self) -> float | None:

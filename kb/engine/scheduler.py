@@ -520,6 +520,7 @@ def _answered(base: RunResult, reply: Reply, attempts: int, started: float) -> R
         usage=reply.usage,
         cost_usd=reply.cost_usd,
         price_source=reply.price_source,
+        logprobs=reply.logprobs,
         attempts=reply.attempts if reply.attempts is not None else attempts,
         replayed=reply.replayed,
         started_at=ended if reply.replayed else started,

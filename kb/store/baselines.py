@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
+from kb.logprobs import TopLogprobs, parse_top_logprobs
 from kb.sidefile import SideFormat
 from kb.store.canonical import js_stringify, sha256_hex
 from kb.store.merge import leave_textual_conflict
@@ -62,10 +63,21 @@ class SubjectBaselines:
     """Fingerprints that describe the current model (under any probe set)."""
     sensitive: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """The sensitive tier's baselines: probe id → answer counts (:mod:`kb.sweep.sensitive`)."""
+    logprobs: Mapping[str, TopLogprobs] = field(default_factory=dict)
+    """The sensitive tier's logprob readings: probe id → each reading's first-token top-k."""
 
-    def with_sensitive(self, sensitive: Mapping[str, Mapping[str, int]]) -> SubjectBaselines:
-        """A copy with the sensitive baselines replaced."""
-        return SubjectBaselines(self.baselines, self.current, sensitive)
+    def with_sensitive(
+        self,
+        sensitive: Mapping[str, Mapping[str, int]],
+        logprobs: Mapping[str, TopLogprobs] | None = None,
+    ) -> SubjectBaselines:
+        """A copy with the sensitive baselines replaced (the logprob readings too, if given)."""
+        readings = self.logprobs if logprobs is None else logprobs
+        return SubjectBaselines(self.baselines, self.current, sensitive, readings)
+
+    def sensitive_only(self) -> SubjectBaselines:
+        """Only the sensitive tier's baselines (what a judged fingerprint keeps)."""
+        return SubjectBaselines({}, frozenset(), self.sensitive, self.logprobs)
 
 
 @dataclass(frozen=True)
@@ -90,23 +102,25 @@ def judge(
     the old model (the caller re-bases them on tonight's samples).
     """
     claimed = frozenset(claim_fingerprints)
-    kept = known.sensitive if known is not None else {}
+    kept = known.sensitive_only() if known is not None else SubjectBaselines()
+
+    def subject(baselines: Mapping[str, str], current: frozenset[str]) -> SubjectBaselines:
+        return SubjectBaselines(baselines, current, kept.sensitive, kept.logprobs)
+
     if known is None or not known.baselines:
         if fresh in claimed or not claimed:
-            updated = SubjectBaselines({probe_set: fresh}, frozenset({fresh}), kept)
+            updated = subject({probe_set: fresh}, frozenset({fresh}))
             status: BaselineStatus = "drift" if claimed - {fresh} else "no-drift"
             return Judgement(status, updated.current, updated)
-        updated = SubjectBaselines({probe_set: fresh}, claimed | {fresh}, kept)
+        updated = subject({probe_set: fresh}, claimed | {fresh})
         return Judgement("rebaselined", updated.current, updated)
     baseline = known.baselines.get(probe_set)
     if baseline is None:
-        updated = SubjectBaselines(
-            {**known.baselines, probe_set: fresh}, known.current | {fresh}, kept
-        )
+        updated = subject({**known.baselines, probe_set: fresh}, known.current | {fresh})
         return Judgement("rebaselined", updated.current, updated)
     if baseline == fresh:
         current = known.current | {fresh}
-        return Judgement("no-drift", current, SubjectBaselines(known.baselines, current, kept))
+        return Judgement("no-drift", current, subject(known.baselines, current))
     updated = SubjectBaselines({probe_set: fresh}, frozenset({fresh}))
     return Judgement("drift", updated.current, updated)
 
@@ -144,6 +158,15 @@ class CanaryBaselines:
                     **(
                         {"sensitive": {k: dict(v) for k, v in s.sensitive.items()}}
                         if s.sensitive
+                        else {}
+                    ),
+                    **(
+                        {
+                            "sensitiveLogprobs": {
+                                k: [dict(reading) for reading in v] for k, v in s.logprobs.items()
+                            }
+                        }
+                        if s.logprobs
                         else {}
                     ),
                 }
@@ -199,6 +222,7 @@ def parse_baselines(raw: bytes | None, source: str) -> CanaryBaselines:
                 {str(pid): _string(fp) for pid, fp in entry["baselines"].items()},
                 frozenset(_strings(entry["current"])),
                 _counts(entry.get("sensitive", {})),
+                _readings(entry.get("sensitiveLogprobs", {})),
             )
             for key, entry in data["subjects"].items()
         }
@@ -218,6 +242,19 @@ def _counts(value: Any) -> dict[str, dict[str, int]]:
         ):
             raise TypeError(f"sensitive.{probe}: expected answer counts (integers >= 0)")
         found[str(probe)] = {str(answer): int(c) for answer, c in counts.items()}
+    return found
+
+
+def _readings(value: Any) -> dict[str, TopLogprobs]:
+    """Probe id → logprob readings (each ``{token: logprob}``, finite numbers)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"sensitiveLogprobs: expected an object, got {type(value).__name__}")
+    found: dict[str, TopLogprobs] = {}
+    for probe, readings in value.items():
+        try:
+            found[str(probe)] = parse_top_logprobs(readings)
+        except ValueError as exc:
+            raise TypeError(f"sensitiveLogprobs.{probe}: {exc}") from None
     return found
 
 

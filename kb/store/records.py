@@ -389,6 +389,10 @@ class ShiftProbeRecord(WireModel):
     """Tonight's first-word answers and how often each came."""
     p_value: float | None = Field(default=None, alias="pValue")
     failed: str | None = None
+    logprob_p_value: float | None = Field(default=None, alias="logprobPValue")
+    """Since the logprob readings: their test's p-value (absent: not tested)."""
+    logprob_distance: float | None = Field(default=None, alias="logprobDistance")
+    """How far tonight's mean first-token top-k moved from the baseline's (0-1)."""
 
 
 class SensitiveRecord(WireModel):

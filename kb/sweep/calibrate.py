@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kb.atomicfile import write_atomic
 from kb.engine.budget import SpendEnvelope
@@ -31,18 +31,26 @@ from kb.engine.requests import ModelSpec
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
+from kb.logprobs import TopLogprobs
 from kb.store.baselines import BaselinesFile, SubjectBaselines
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.snapshot import Snapshot
 from kb.sweep.pool import build_pool
 from kb.sweep.sensitive import (
+    CALIBRATION_READINGS,
+    LABEL_MARK,
+    READING_MARK,
     SensitiveProbes,
     entropy_bits,
+    first_token,
+    kept_readings,
     member_secrets,
     probe_id,
     probes_for,
+    reading_runs,
     sample_runs,
     short_answer,
+    takes_logprobs,
 )
 from kb.sweep.spec import SweepSpec
 
@@ -78,6 +86,8 @@ class KeptProbe:
     prompt: str
     entropy: float
     baseline: Counter[str]
+    readings: TopLogprobs = ()
+    """Its baseline logprob readings (none where the provider gives no logprobs)."""
 
 
 @dataclass(frozen=True)
@@ -101,9 +111,11 @@ class Calibration:
                 "(a deterministic model: only the exact tier watches it)"
             )
         best = ", ".join(f"{k.entropy:.2f}" for k in self.kept[:3])
+        read = sum(1 for k in self.kept if k.readings)
         return head + (
             f"kept {len(self.kept)} of {self.screened} candidates "
             f"(first-word entropy {best}{', …' if len(self.kept) > 3 else ''} bits)"
+            + (f"; logprob readings for {read}" if read else "")
         )
 
 
@@ -145,7 +157,9 @@ def calibrate(
     screen_probes = SensitiveProbes(probes.path, {m.key: tried for m in members})
     canary_usd = spec.budgets.canary_usd
     screen = sample_runs(members, screen_probes, settings, canary_usd, f"calibrate-{at}")
+    reading = sum(CALIBRATION_READINGS for m in members if takes_logprobs(m) and section.logprobs)
     baseline_size = len(members) * section.keep * BASELINE_FACTOR * settings.samples
+    baseline_size += section.keep * reading
     job = job_plan(
         [
             Phase("canary", screen),
@@ -174,11 +188,17 @@ def calibrate(
             f"calibrate-baseline-{at}",
             samples=BASELINE_FACTOR * settings.samples,
         )
-        settled = engine.run(baseline_runs, envelope)
+        readings = reading_runs(
+            members, kept_probes, settings, canary_usd, readings=CALIBRATION_READINGS
+        )
+        settled = engine.run(baseline_runs + readings, envelope)
     finally:
         engine.finish()
     per_probe = BASELINE_FACTOR * settings.samples
-    results = _results(members, tried, chosen, failures, settled, per_probe)
+    sampled = [r for r in settled if READING_MARK not in r.label]
+    read = [r for r in settled if READING_MARK in r.label]
+    results = _results(members, tried, chosen, failures, sampled, per_probe)
+    results = _with_readings(results, read)
     if commit:
         _write(results, probes, store, spec)
     return results
@@ -244,6 +264,28 @@ def _results(
     return results
 
 
+def _with_readings(results: Sequence[Calibration], read: Sequence[RunResult]) -> list[Calibration]:
+    """Each kept probe with its baseline readings (``read`` in :func:`reading_runs` order).
+
+    A reading that failed or came back without logprobs leaves that probe without
+    readings (its logprobs are not tested); the answer baseline still stands.
+    """
+    by_label = {r.label: r for r in read}
+    out = []
+    for result in results:
+        kept = []
+        for probe in result.kept:
+            prefix = f"{LABEL_MARK}{result.member.key}/{probe_id(probe.prompt)}{READING_MARK}"
+            mine = [by_label.get(f"{prefix}{k + 1}") for k in range(CALIBRATION_READINGS)]
+            secrets = member_secrets(result.member)
+            tokens = [first_token(r, secrets) if r is not None else None for r in mine]
+            if tokens and all(t is not None for t in tokens):
+                probe = replace(probe, readings=kept_readings([t for t in tokens if t]))
+            kept.append(probe)
+        out.append(replace(result, kept=tuple(kept)))
+    return out
+
+
 def _write(
     results: Sequence[Calibration], probes: SensitiveProbes, store: KnowledgeStore, spec: SweepSpec
 ) -> None:
@@ -269,7 +311,10 @@ def _write(
                 continue
             known = before.subjects.get(result.member.key) or SubjectBaselines()
             counts = {probe_id(k.prompt): dict(k.baseline) for k in result.kept}
-            after = after.with_subject_only(result.member.key, known.with_sensitive(counts))
+            readings = {probe_id(k.prompt): k.readings for k in result.kept if k.readings}
+            after = after.with_subject_only(
+                result.member.key, known.with_sensitive(counts, readings)
+            )
         rendered = after.render()
         files = {path.name: rendered} if rendered != found.data else {}
         return Change((), files, "sensitive canary baselines" if files else None)

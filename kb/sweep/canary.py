@@ -47,8 +47,10 @@ from kb.sweep.sensitive import (
     member_secrets,
     probes_for,
     rebased,
-    sample_runs,
+    rebased_readings,
+    runs_per_member,
     sensitive_record,
+    tier_runs,
 )
 from kb.sweep.spec import SweepSpec
 
@@ -204,7 +206,7 @@ def probe_phase(
 ) -> Phase:
     """Every probe for every member, declaration order, each ``repeats`` times, temperature 0.
 
-    Then the sensitive tier's samples (:func:`kb.sweep.sensitive.sample_runs`), if any.
+    Then the sensitive tier's samples and readings (:func:`kb.sweep.sensitive.tier_runs`).
     """
     exact = tuple(
         PlannedRun(
@@ -275,12 +277,12 @@ def measure_canaries(
 def _judged(
     canaries: Sequence[CanaryResult], sampled: Sequence[RunResult], tier: SensitiveTier
 ) -> list[CanaryResult]:
-    """Each result with its sensitive tier (``sampled`` in :func:`sample_runs` order)."""
+    """Each result with its sensitive tier (``sampled`` in :func:`tier_runs` order)."""
     out = []
     start = 0
     for result in canaries:
         prompts = tier.probes.models.get(result.member.key, ())
-        size = len(prompts) * tier.settings.samples
+        size = runs_per_member(result.member, len(prompts), tier.settings)
         mine = sampled[start : start + size]
         start += size
         known = tier.baselines.subjects.get(result.member.key)
@@ -290,6 +292,7 @@ def _judged(
             known.sensitive if known is not None else {},
             tier.settings,
             member_secrets(result.member),
+            known.logprobs if known is not None else {},
         )
         if result.unhealthy is not None and judged.status != "uncalibrated":
             # the exact probes saw an outage (empty answers, one error page): so did these
@@ -354,7 +357,9 @@ def canary_change(
         )
         updated = verdict.updated
         if verdict.status == "drift" and result.sensitive is not None:
-            updated = updated.with_sensitive(rebased(result.sensitive))
+            updated = updated.with_sensitive(
+                rebased(result.sensitive), rebased_readings(result.sensitive)
+            )
         after = after.with_subject(key, prompts, updated)
         flipped: tuple[str, ...] = ()
         if verdict.status != "rebaselined":
@@ -430,7 +435,7 @@ def plan_canary(
     sampled: tuple[PlannedRun, ...] = ()
     if probes is not None and spec.canary is not None and spec.canary.sensitive is not None:
         settings = spec.canary.sensitive.settings()
-        sampled = sample_runs(members, probes, settings, options.canary_usd, f"canary-{at}")
+        sampled = tier_runs(members, probes, settings, options.canary_usd, f"canary-{at}")
     phase = probe_phase(members, options.prompts, options.repeats, options.canary_usd, sampled)
     plan = CanaryPlan(members, options, job_plan([phase], spec.budgets.max_total_usd), probes)
     return plan

@@ -29,7 +29,7 @@ from kb.sweep.falsify import live_eval_claims
 from kb.sweep.pool import PoolMember, build_pool
 from kb.sweep.resume import Resume
 from kb.sweep.sampling import CellSuite, cell_suite
-from kb.sweep.sensitive import SensitiveProbes, probes_for, sample_runs
+from kb.sweep.sensitive import SensitiveProbes, probes_for, tier_runs
 from kb.sweep.spec import SweepSpec, judge_models
 
 
@@ -142,7 +142,7 @@ def sweep_phases(
         sampled: tuple[PlannedRun, ...] = ()
         if probes is not None and spec.canary.sensitive is not None:
             settings = spec.canary.sensitive.settings()
-            sampled = sample_runs(members, probes, settings, budgets.canary_usd, night)
+            sampled = tier_runs(members, probes, settings, budgets.canary_usd, night)
         phases.append(
             probe_phase(
                 members, spec.canary.prompts, spec.canary.repeats, budgets.canary_usd, sampled

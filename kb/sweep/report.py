@@ -35,6 +35,7 @@ from kb.sweep.measure import Measurement
 from kb.sweep.plan import SweepPlan
 from kb.sweep.pool import PoolMember
 from kb.sweep.sensitive import LABEL_MARK as SENSITIVE_MARK
+from kb.sweep.sensitive import READING_MARK
 from kb.textwidth import fit
 
 
@@ -218,8 +219,11 @@ def plan_text(plan: SweepPlan, *, list_runs: bool = False) -> str:
     judge_text = f", up to {judges} judge runs" if judges else ""
     worst = " (the worst case)" if plan.suites and plan.spec.sweep.sampling != "full" else ""
     canary = job.phase("canary").runs
-    sampled = sum(1 for run in canary if run.label.startswith(SENSITIVE_MARK))
-    tier = f" + {sampled} sensitive-tier samples" if sampled else ""
+    tiered = [run for run in canary if run.label.startswith(SENSITIVE_MARK)]
+    readings = sum(1 for run in tiered if READING_MARK in run.label)
+    sampled = len(tiered)
+    tier = f" + {sampled - readings} sensitive-tier samples" if sampled - readings else ""
+    tier += f" + {readings} logprob readings" if readings else ""
     lines.append(
         f"planned{worst}: {len(job.phase('targets').runs)} target runs{judge_text}, "
         f"{len(canary) - sampled} canary probes{tier}"

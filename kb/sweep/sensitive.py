@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from kb.distribution_shift import bonferroni_alarm, shift_p_value
+from kb.distribution_shift import bonferroni_alarm, logprob_shift, shift_p_value
 from kb.engine.known_params import PROVIDER_PARAMS
 from kb.engine.requests import (
     ModelSpec,
@@ -52,6 +52,7 @@ from kb.engine.requests import (
 )
 from kb.engine.runs import PlannedRun, RunResult
 from kb.errors import ConfigError
+from kb.logprobs import TopLogprobs, cut_tokens
 from kb.sidefile import SideFormat
 from kb.store.canonical import js_stringify, normalize_output, sha256_hex
 from kb.store.records import SensitiveRecord, ShiftProbeRecord
@@ -63,6 +64,11 @@ SensitiveStatus = Literal["steady", "shift", "uncalibrated", "incomplete"]
 PROBES = SideFormat("sensitive probes", key="format")
 LABEL_MARK = "canary~"
 """Sensitive-tier run labels start ``canary~`` (exact probes: ``canary:``)."""
+READING_MARK = "@lp#"
+"""A logprob reading's label: ``canary~MODEL/PROBEID@lp#K`` (a sample's: ``…/PROBEID#K``)."""
+CALIBRATION_READINGS = 16
+"""Logprob readings per kept probe in its baseline (4 a night: 1 / C(20, 4) = 1 / 4,845 is
+the smallest p-value a change can reach, under 0.01 / 16 tests)."""
 _WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*")
 _SHORT = 24
 
@@ -92,6 +98,16 @@ def sample_seed(night: str, member: str, prompt: str, k: int) -> int:
 def takes_seed(spec: ModelSpec) -> bool:
     """Whether the provider accepts a ``seed`` param (the bundled model does)."""
     return spec.provider == "local" or "seed" in PROVIDER_PARAMS.get(spec.provider, frozenset())
+
+
+def takes_logprobs(spec: ModelSpec) -> bool:
+    """Whether the provider takes ``logprobs`` and ``top_logprobs``.
+
+    OpenAI's and compatible servers do (llama.cpp's among them); kb's in-process
+    ``local:`` model does not return them.
+    """
+    known = PROVIDER_PARAMS.get(spec.provider, frozenset())
+    return "logprobs" in known and "top_logprobs" in known
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,10 @@ class SensitiveSettings:
     samples: int = 16
     alpha: float = 0.01
     max_tokens: int = 8
+    logprobs: int = 5
+    """Top-k of each logprob reading (0: no logprob readings)."""
+    readings: int = 4
+    """Logprob readings per probe a night (temperature 0, one token)."""
 
 
 def sample_runs(
@@ -178,6 +198,73 @@ def sample_runs(
     return tuple(runs)
 
 
+def reading_runs(
+    members: Sequence[ModelSpec],
+    probes: SensitiveProbes,
+    settings: SensitiveSettings,
+    canary_usd: float | None,
+    readings: int | None = None,
+) -> tuple[PlannedRun, ...]:
+    """Every logprob reading of every member that takes logprobs: temperature 0, one token."""
+    count = settings.readings if readings is None else readings
+    if settings.logprobs <= 0 or count <= 0:
+        return ()
+    overrides: dict[str, Any] = {
+        "temperature": 0,
+        "max_tokens": 1,
+        "logprobs": True,
+        "top_logprobs": settings.logprobs,
+    }
+    return tuple(
+        PlannedRun(
+            label=f"{LABEL_MARK}{member.key}/{probe_id(prompt)}{READING_MARK}{k + 1}",
+            kind="canary",
+            spec=member,
+            request=build_request(member, prompt, overrides=overrides),
+            ceiling_usd=canary_usd,
+        )
+        for member in members
+        if takes_logprobs(member)
+        for prompt in probes.models.get(member.key, ())
+        for k in range(count)
+    )
+
+
+def tier_runs(
+    members: Sequence[ModelSpec],
+    probes: SensitiveProbes,
+    settings: SensitiveSettings,
+    canary_usd: float | None,
+    night: str,
+) -> tuple[PlannedRun, ...]:
+    """A night's sensitive tier: each member's samples, then its logprob readings."""
+    return tuple(
+        run
+        for member in members
+        for run in (
+            *sample_runs([member], probes, settings, canary_usd, night),
+            *reading_runs([member], probes, settings, canary_usd),
+        )
+    )
+
+
+def runs_per_member(member: ModelSpec, prompts: int, settings: SensitiveSettings) -> int:
+    """How many runs :func:`tier_runs` plans for ``member`` with ``prompts`` probes."""
+    reads = settings.readings if settings.logprobs > 0 and takes_logprobs(member) else 0
+    return prompts * (settings.samples + max(reads, 0))
+
+
+def first_token(run: RunResult, secrets: Sequence[str] = ()) -> Mapping[str, float] | None:
+    """A reading's first-token top-k (``None``: the reply carried no logprobs).
+
+    ``secrets`` are cut from every token first: readings are committed as baselines.
+    """
+    if run.status != "ok" or not run.logprobs or not run.logprobs[0]:
+        return None
+    (token,) = cut_tokens(run.logprobs[:1], lambda text: cut_secrets(text, secrets))
+    return token
+
+
 @dataclass(frozen=True)
 class ProbeShift:
     """One probe tonight: its answers' counts against its baseline's."""
@@ -189,10 +276,20 @@ class ProbeShift:
     """``None``: no baseline, or a sample did not settle."""
     failed: str | None = None
     """The first status other than ``ok`` among its samples."""
+    readings: tuple[Mapping[str, float], ...] = ()
+    """Tonight's logprob readings (first-token top-k), when the tier takes them."""
+    logprob_p: float | None = None
+    """The readings' p-value against the baseline readings (``None``: not tested)."""
+    logprob_distance: float | None = None
+    """How far tonight's mean top-k moved (total variation, 0-1)."""
 
     @property
     def id(self) -> str:
         return probe_id(self.prompt)
+
+
+Test = tuple[int, Literal["answers", "logprobs"], float]
+"""One test of the night's Bonferroni family: probe index, what was tested, its p-value."""
 
 
 @dataclass(frozen=True)
@@ -205,28 +302,54 @@ class SensitiveResult:
     runs: tuple[RunResult, ...] = ()
 
     @property
+    def tests(self) -> tuple[Test, ...]:
+        """The night's family: each probe's answer test and logprob test that ran."""
+        found: list[Test] = []
+        for index, p in enumerate(self.probes):
+            if p.p_value is not None:
+                found.append((index, "answers", p.p_value))
+            if p.logprob_p is not None:
+                found.append((index, "logprobs", p.logprob_p))
+        return tuple(found)
+
+    @property
+    def alarm_test(self) -> Test | None:
+        """The test that alarmed (Bonferroni over the family), if any."""
+        tests = self.tests
+        found = bonferroni_alarm([t[2] for t in tests], self.alpha)
+        return tests[found] if found is not None else None
+
+    @property
     def alarm(self) -> ProbeShift | None:
         """The probe that alarmed (a shift), if any."""
-        tested = [p for p in self.probes if p.p_value is not None]
-        found = bonferroni_alarm([p.p_value for p in tested if p.p_value is not None], self.alpha)
-        return tested[found] if found is not None else None
+        test = self.alarm_test
+        return self.probes[test[0]] if test is not None else None
 
     @property
     def min_p(self) -> float | None:
-        values = [p.p_value for p in self.probes if p.p_value is not None]
+        values = [t[2] for t in self.tests]
         return min(values) if values else None
 
     def describe(self) -> str:
         """One line: what the tier saw (for the sweep output, summary and pages)."""
-        tested = sum(1 for p in self.probes if p.p_value is not None)
-        if self.status == "shift" and self.alarm is not None:
-            probe = self.alarm
-            number = self.probes.index(probe) + 1
+        tests = self.tests
+        tested = len(tests)
+        family = f"{tested} test{'s' if tested != 1 else ''}"
+        test = self.alarm_test
+        if self.status == "shift" and test is not None:
+            index, what, p_value = test
+            probe = self.probes[index]
+            moved = (
+                f"its top-{len(probe.readings[0]) if probe.readings else 0} logprobs moved "
+                f"{probe.logprob_distance:.3f}, "
+                if what == "logprobs" and probe.logprob_distance is not None
+                else "its answers moved, "
+            )
             # the probe by number and id, never its prompt: probes may be private, and this
             # line goes into the committed report and the CI summary
             return (
-                f"distribution shift: probe {number} of {len(self.probes)} (id {probe.id}), "
-                f"p = {probe.p_value:.2g} (alarm below {self.alpha:g} / {tested} probes); "
+                f"distribution shift: probe {index + 1} of {len(self.probes)} (id {probe.id}), "
+                f"{moved}p = {p_value:.2g} (alarm below {self.alpha:g} / {family}); "
                 "its cells escalate tonight"
             )
         if self.status == "uncalibrated":
@@ -235,7 +358,22 @@ class SensitiveResult:
             failed = next((p.failed for p in self.probes if p.failed), "no answer")
             return f"incomplete ({failed}): nothing judged"
         shown = f", smallest p = {self.min_p:.2g}" if self.min_p is not None else ""
-        return f"steady over {tested} probes{shown}"
+        return f"steady over {family} of {len(self.probes)} probes{shown}"
+
+
+def _readings_of(
+    runs: Sequence[RunResult], secrets: Sequence[str]
+) -> tuple[tuple[Mapping[str, float], ...], str | None]:
+    """The first-token top-k of each reading, and why a reading cannot be used (if one cannot)."""
+    found = []
+    for run in runs:
+        if run.status != "ok":
+            return (), f"a logprob reading settled {run.status}"
+        token = first_token(run, secrets)
+        if token is None:
+            return (), "a logprob reading came back without logprobs"
+        found.append(token)
+    return tuple(found), None
 
 
 def judge_member(
@@ -244,27 +382,52 @@ def judge_member(
     baselines: Mapping[str, Mapping[str, int]],
     settings: SensitiveSettings,
     secrets: Sequence[str] = (),
+    reading_baselines: Mapping[str, Sequence[Mapping[str, float]]] | None = None,
 ) -> SensitiveResult:
-    """Test each probe's counts against its baseline; ``runs`` in :func:`sample_runs` order.
+    """Test each probe against its baselines; ``runs`` as :func:`tier_runs` makes them.
 
-    ``secrets``: cut from each reply before it is counted (see :func:`short_answer`).
+    The samples' first words are counted against ``baselines`` (answer counts);
+    the logprob readings, if any ran, against ``reading_baselines`` (a probe
+    without baseline readings is not tested on logprobs). ``secrets``: cut from
+    each reply before it is counted (see :func:`short_answer`).
     """
     if not prompts:
         return SensitiveResult("uncalibrated", (), settings.alpha)
-    per = len(runs) // len(prompts)
+    samples = [r for r in runs if READING_MARK not in r.label]
+    readings = [r for r in runs if READING_MARK in r.label]
+    per = len(samples) // len(prompts)
+    per_reading = len(readings) // len(prompts)
     found = []
     for index, prompt in enumerate(prompts):
-        mine = runs[index * per : (index + 1) * per]
-        failed = next((r.status for r in mine if r.status != "ok"), None)
+        mine = samples[index * per : (index + 1) * per]
+        failed: str | None = next((r.status for r in mine if r.status != "ok"), None)
         counts = Counter(short_answer(r.output or "", secrets) for r in mine if r.status == "ok")
         baseline = baselines.get(probe_id(prompt))
         p_value = shift_p_value(baseline, counts) if baseline and failed is None else None
-        found.append(ProbeShift(prompt, dict(counts), baseline, p_value, failed))
+        tonight, unreadable = _readings_of(
+            readings[index * per_reading : (index + 1) * per_reading], secrets
+        )
+        known = (reading_baselines or {}).get(probe_id(prompt))
+        logprob_p = distance = None
+        if unreadable is not None and known:
+            failed = failed or unreadable
+        elif known and tonight and failed is None:
+            logprob_p, distance = logprob_shift(known, tonight)
+        found.append(
+            ProbeShift(
+                prompt, dict(counts), baseline, p_value, failed, tonight, logprob_p, distance
+            )
+        )
     words = {answer for p in found for answer in p.counts}
     if len(found) >= 2 and len(words) == 1 and not any(p.failed for p in found):
         # every sample of every probe gave one word: an error page or an empty provider
         found = [
-            replace(p, p_value=None, failed=f"every sample answered {next(iter(words))!r}")
+            replace(
+                p,
+                p_value=None,
+                logprob_p=None,
+                failed=f"every sample answered {next(iter(words))!r}",
+            )
             for p in found
         ]
     if any(p.failed for p in found):
@@ -294,6 +457,18 @@ def rebased(result: SensitiveResult) -> dict[str, dict[str, int]]:
     return {p.id: dict(p.counts) for p in result.probes if p.failed is None and p.counts}
 
 
+def rebased_readings(result: SensitiveResult) -> dict[str, TopLogprobs]:
+    """Baseline readings from tonight's (after an exact drift), rounded as they are kept."""
+    return {
+        p.id: kept_readings(p.readings) for p in result.probes if p.failed is None and p.readings
+    }
+
+
+def kept_readings(readings: Sequence[Mapping[str, float]]) -> TopLogprobs:
+    """Readings as the baselines file keeps them: logprobs to 4 decimals (small diffs)."""
+    return tuple({token: round(value, 4) for token, value in r.items()} for r in readings)
+
+
 def sensitive_record(result: SensitiveResult) -> SensitiveRecord:
     """The report's ``canary[].sensitive``."""
     alarm = result.alarm if result.status == "shift" else None
@@ -304,7 +479,14 @@ def sensitive_record(result: SensitiveResult) -> SensitiveRecord:
         p_value=alarm.p_value if alarm is not None else None,
         line=result.describe(),
         probes=tuple(
-            ShiftProbeRecord(probe=p.id, counts=dict(p.counts), p_value=p.p_value, failed=p.failed)
+            ShiftProbeRecord(
+                probe=p.id,
+                counts=dict(p.counts),
+                p_value=p.p_value,
+                failed=p.failed,
+                logprob_p_value=p.logprob_p,
+                logprob_distance=p.logprob_distance,
+            )
             for p in result.probes
         ),
     )

@@ -188,6 +188,10 @@ class SensitiveSection(StrictModel):
     max_tokens: int = Field(default=8, ge=1, le=256)
     keep: int = Field(default=8, ge=1, le=64)
     """Calibration: the border probes kept per model."""
+    logprobs: int = Field(default=5, ge=0, le=20)
+    """Top-k of each logprob reading, where the provider returns logprobs (0: none)."""
+    readings: int = Field(default=4, ge=2, le=64)
+    """Logprob readings per probe a night (the baseline holds 16)."""
 
     def resolved(self, base: Path) -> SensitiveSection:
         """A copy whose ``probes`` is an absolute path (relative ones from ``base``)."""
@@ -196,7 +200,14 @@ class SensitiveSection(StrictModel):
     def settings(self) -> SensitiveSettings:
         from kb.sweep.sensitive import SensitiveSettings
 
-        return SensitiveSettings(Path(self.probes), self.samples, self.alpha, self.max_tokens)
+        return SensitiveSettings(
+            Path(self.probes),
+            self.samples,
+            self.alpha,
+            self.max_tokens,
+            self.logprobs,
+            self.readings,
+        )
 
 
 class CanarySection(StrictModel):

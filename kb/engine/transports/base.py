@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kb.engine.runs import PlannedRun, PriceSource, RunResult, Usage
+from kb.logprobs import TopLogprobs
 
 if TYPE_CHECKING:
     from kb.engine.batch import BatchState
@@ -48,7 +49,7 @@ class Reply:
     price_source: PriceSource | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     """The provider's response headers, where it gave them (rate-limit pacing)."""
-    logprobs: tuple[Mapping[str, float], ...] | None = None
+    logprobs: TopLogprobs | None = None
     """Top log-probabilities per output token, when asked for and given."""
     error: str | None = None
     """A recorded failure (a replayed cassette): the run settles ``error`` with it."""

@@ -84,4 +84,6 @@ class LiveTransport:
 
 
 def _reply(found: ProviderReply) -> Reply:
-    return Reply(found.text, found.usage, found.cost_usd, found.price_source)
+    return Reply(
+        found.text, found.usage, found.cost_usd, found.price_source, logprobs=found.logprobs
+    )

@@ -40,6 +40,7 @@ class RecordingTransport(TransportWrapper):
                 error=None if answered else result.error,
                 attempts=result.attempts,
                 price_source=result.price_source,
+                logprobs=result.logprobs,
             ),
             credentials_of(run.spec.params),
         )

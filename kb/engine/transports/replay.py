@@ -38,6 +38,7 @@ class ReplayTransport:
             exchange.price_source,
             error=exchange.error if exchange.status != "ok" else None,
             attempts=exchange.attempts,
+            logprobs=exchange.logprobs,
             replayed=True,
         )
 
