@@ -118,11 +118,18 @@ MAX_SPLITS = 20_000
 
 
 def readings_matrix(readings: Sequence[Mapping[str, float]], tokens: Sequence[str]) -> np.ndarray:
-    """[readings, tokens] probabilities (``exp`` of each logprob; a token not listed: 0)."""
-    return np.array(
+    """[readings, tokens] probabilities (``exp`` of each logprob; a token not listed: 0).
+
+    A reading whose top-k claims more than probability 1 (no real one does) is
+    scaled down to 1, so a distance stays within [0, 1].
+    """
+    matrix = np.array(
         [[float(np.exp(r[t])) if t in r else 0.0 for t in tokens] for r in readings],
         dtype=np.float64,
     )
+    totals = matrix.sum(axis=1, keepdims=True)
+    scaled: np.ndarray = np.where(totals > 1.0, matrix / np.maximum(totals, 1.0), matrix)
+    return scaled
 
 
 def _readings_seed(matrix: np.ndarray) -> int:
@@ -154,7 +161,12 @@ def logprob_shift(
     if not baseline or not tonight:
         return 1.0, 0.0
     tokens = sorted({t for r in (*baseline, *tonight) for t in r})
-    pooled = readings_matrix([*baseline, *tonight], tokens)
+    # each group's rows in a canonical order: the same readings, the same sampled splits
+    base_rows, night_rows = (
+        np.array(sorted(readings_matrix(group, tokens).tolist()), dtype=np.float64)
+        for group in (baseline, tonight)
+    )
+    pooled = np.vstack([base_rows, night_rows])
     n, r = len(pooled), len(tonight)
     total = pooled.sum(axis=0)
 

@@ -116,6 +116,9 @@ def test_changed_params_are_a_miss(isolated: Path) -> None:
         '{"key": "k", "occurrence": -1, "seq": 0, "request": {}, '
         '"status": "ok", "output": "", "usage": {"promptTokens": 0, "completionTokens": 0}, '
         '"costUsd": 0, "error": null}',
+        '{"key": "k", "occurrence": 0, "seq": 0, "request": {}, '
+        '"status": "ok", "output": "", "usage": {"promptTokens": 0, "completionTokens": 0}, '
+        '"costUsd": 0, "error": null, "topLogprobs": [{"a": "-0.1"}]}',
     ],
 )
 def test_a_corrupt_line_is_a_clear_config_error(isolated: Path, line: str) -> None:

@@ -23,7 +23,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kb.distribution_shift import shift_p_value
+from kb.distribution_shift import LOGPROB_FLOOR, logprob_shift, shift_p_value
+from kb.errors import ConfigError
 from kb.sweep.calibrate import BORDER_PROMPTS
 from kb.sweep.sensitive import probe_id, short_answer
 from tests.cli_helpers import kb
@@ -136,7 +137,10 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     assert not [c for c in active if c["status"] == "stale"]  # a shift flips nothing
     (claim,) = [c["id"] for c in active if "openai:watched" in c["id"] and c["status"] == "active"]
     shown = " ".join(kb(runner, "--as-of", "2026-11-29T03:00:00Z", "show", claim).stdout.split())
-    assert "sensitive tier: 3 border probes calibrated (64 baseline answers each)" in shown
+    assert (
+        "sensitive tier: 3 border probes calibrated (64 baseline answers each; "
+        "logprob readings for 3, 16 each)" in shown
+    )
 
 
 def test_a_provider_echoing_the_key_never_puts_it_in_the_counts(
@@ -278,17 +282,35 @@ def test_sensitive_baselines_merge_with_the_subject_and_stay_byte_identical_with
 
 
 @pytest.mark.parametrize(
-    "sensitive",
-    [{"abc": {"heads": -1}}, {"abc": {"heads": 1.5}}, {"abc": ["heads"]}, ["abc"]],
-    ids=["negative", "fraction", "list of answers", "list of probes"],
+    ("field", "sensitive"),
+    [
+        ("sensitive", {"abc": {"heads": -1}}),
+        ("sensitive", {"abc": {"heads": 1.5}}),
+        ("sensitive", {"abc": ["heads"]}),
+        ("sensitive", ["abc"]),
+        ("sensitiveLogprobs", {"abc": [{"heads": "-0.7"}]}),
+        ("sensitiveLogprobs", {"abc": {"heads": -0.7}}),
+        ("sensitiveLogprobs", {"abc": [{"heads": True}]}),
+        ("sensitiveLogprobs", ["abc"]),
+    ],
+    ids=[
+        "negative",
+        "fraction",
+        "list of answers",
+        "list of probes",
+        "logprob a string",
+        "readings not a list",
+        "logprob a boolean",
+        "readings a list of probes",
+    ],
 )
 def test_malformed_sensitive_baselines_are_one_clear_line(
-    runner: CliRunner, isolated: Path, sensitive: Any
+    runner: CliRunner, isolated: Path, field: str, sensitive: Any
 ) -> None:
     path = isolated / "rulvar.models.canary.json"
     document = {
         "probeSets": {},
-        "subjects": {"openai:watched": {"baselines": {}, "current": [], "sensitive": sensitive}},
+        "subjects": {"openai:watched": {"baselines": {}, "current": [], field: sensitive}},
         "version": 1,
     }
     path.write_text(json.dumps(document))
@@ -320,3 +342,204 @@ def test_calibrate_without_a_sensitive_section_is_one_line_before_any_call(
     assert result.stderr.strip().splitlines() == [
         f'Error: {path}: no [sensitive] in the canary: add probes = "PATH" to calibrate'
     ]
+
+
+# -- logprob readings ------------------------------------------------------------------------
+
+
+def calibrated(runner: CliRunner, isolated: Path, base: str, name: str) -> Path:
+    path = spec(isolated, base, isolated.parent / "private-probes" / f"{name}.json")
+    done = kb(runner, "--as-of", "2026-11-27T12:00:00Z", "canary", "--calibrate", str(path))
+    assert done.exit_code == 0, done.stderr
+    assert all("logprob readings for 3" in line for line in done.stdout.splitlines())
+    return path
+
+
+def test_a_shift_only_the_logprobs_see_is_caught(runner: CliRunner, isolated: Path) -> None:
+    """The coin leans 60/40 instead of 50/50: 16 samples rarely show it, the readings do."""
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = calibrated(runner, isolated, base, "lean")
+        baselines = json.loads((isolated / "rulvar.models.canary.json").read_text())
+        readings = baselines["subjects"]["openai:watched"]["sensitiveLogprobs"]
+        assert len(readings[probe_id(COIN)]) == 16
+        assert readings[probe_id(COIN)][0] == {"Heads": -0.6931, "Tails.": -0.6931}
+        first, stderr = night(runner, path, 28)
+        steady = canary_of(first, "openai:watched")["sensitive"]
+        assert steady["status"] == "steady" and "distribution shift" not in stderr
+        assert all(p["logprobPValue"] == 1.0 for p in steady["probes"])  # nothing moved
+        assert "steady over 6 tests of 3 probes" in steady["line"]
+        seen.distributions[f"watched|{COIN}"] = {"Heads": 0.6, "Tails.": 0.4}
+        second, stderr = night(runner, path, 29)
+    tier = canary_of(second, "openai:watched")["sensitive"]
+    assert tier["status"] == "shift", tier
+    assert tier["probe"] == probe_id(COIN)
+    (coin,) = [p for p in tier["probes"] if p["probe"] == probe_id(COIN)]
+    assert coin["logprobPValue"] == pytest.approx(1 / 4845)  # the one split that separates them
+    assert coin["logprobDistance"] == pytest.approx(0.1, abs=1e-3)
+    assert tier["pValue"] == coin["logprobPValue"]
+    assert "its top-2 logprobs moved 0.100, p = 0.00021" in tier["line"]
+    assert "canary: distribution shift — openai:watched: probe" in stderr
+    assert canary_of(second, "openai:control")["sensitive"]["status"] == "steady"
+    assert cell_of(second, "openai:watched")["n"] == 30  # escalated, as an answer shift does
+
+
+def test_a_provider_that_stops_giving_logprobs_is_incomplete_not_a_shift(
+    runner: CliRunner, isolated: Path
+) -> None:
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = calibrated(runner, isolated, base, "dropped")
+        seen.no_logprobs = True
+        report, stderr = night(runner, path, 28)
+    tier = canary_of(report, "openai:watched")["sensitive"]
+    assert tier["status"] == "incomplete", tier
+    assert "a logprob reading came back without logprobs" in tier["line"]
+    assert "distribution shift" not in stderr
+
+
+def test_logprob_readings_replay_from_a_cassette_and_keep_no_key(
+    runner: CliRunner, isolated: Path
+) -> None:
+    key = "sk-live-9e8d7c6b5a4f3e2d1c0b"
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        seen.distributions[COIN] = {f"{key} heads": 0.5, "tails": 0.5}  # a token with the key
+        path = spec(isolated, base, isolated.parent / "private-probes" / "cassette.json", key=key)
+        done = kb(runner, "--as-of", "2026-11-27T12:00:00Z", "canary", "--calibrate", str(path))
+        assert done.exit_code == 0, done.stderr
+        recorded, _ = night(runner, path, 28, "--record", "c.jsonl", "--no-commit")
+    cassette = (isolated / "c.jsonl").read_text()
+    assert key[:8] not in cassette and '"topLogprobs"' in cassette
+    assert key[:8] not in (isolated / "rulvar.models.canary.json").read_text()
+    replayed, _ = night(runner, path, 28, "--replay", "c.jsonl", "--no-commit")
+    for model in ("openai:watched", "openai:control"):
+        assert canary_of(replayed, model)["sensitive"] == canary_of(recorded, model)["sensitive"]
+    coin = [
+        p
+        for p in canary_of(replayed, "openai:watched")["sensitive"]["probes"]
+        if p["probe"] == probe_id(COIN)
+    ]
+    assert coin[0]["logprobPValue"] == 1.0  # the cut token still matches its cut baseline
+
+
+tokens = st.sampled_from(["a", "b", " the", "7", "(empty)"])
+readings = st.lists(
+    st.dictionaries(tokens, st.floats(min_value=-12, max_value=0), min_size=1, max_size=4),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(readings, readings)
+def test_the_logprob_p_value_is_a_probability_the_order_of_readings_does_not_change(
+    baseline: list[dict[str, float]], tonight: list[dict[str, float]]
+) -> None:
+    p, distance = logprob_shift(baseline, tonight)
+    assert 0 < p <= 1 and 0 <= distance <= 1 + 1e-9
+    assert logprob_shift(list(reversed(baseline)), list(reversed(tonight))) == pytest.approx(
+        (p, distance)
+    )
+    if distance <= LOGPROB_FLOOR:
+        assert p == 1.0
+    assert logprob_shift(baseline, baseline[: len(tonight)] or baseline)[0] <= 1.0
+
+
+def test_a_deterministic_server_that_moved_gives_the_smallest_p_and_one_that_did_not_gives_1() -> (
+    None
+):
+    base = [{"The": -1.5642, "A": -2.0569, "One": -2.8513}] * 16
+    same = logprob_shift(base, [{"The": -1.5642, "A": -2.0569, "One": -2.8513}] * 4)
+    assert same == (1.0, pytest.approx(0.0, abs=1e-12))
+    p, distance = logprob_shift(base, [{"The": -1.2, "A": -2.5, "One": -2.85}] * 4)
+    assert p == pytest.approx(1 / 4845) and distance > LOGPROB_FLOOR
+    # a jitter under the floor is never a shift, however consistent
+    assert logprob_shift(base, [{"The": -1.56, "A": -2.06, "One": -2.85}] * 4)[0] == 1.0
+    # readings that jitter as much tonight as in the baseline are not a shift either
+    noisy = [{"The": -1.0 - 0.1 * (k % 5), "A": -2.0 + 0.1 * (k % 3)} for k in range(20)]
+    assert logprob_shift(noisy[:16], noisy[16:])[0] > 0.01
+    # past MAX_SPLITS the splits are sampled: still valid, never 0, the same every time
+    many = logprob_shift(base * 2, [{"The": -1.2, "A": -2.5}] * 8)
+    assert many == logprob_shift(base * 2, [{"The": -1.2, "A": -2.5}] * 8)
+    assert 0 < many[0] < 1e-3
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ({"logprobs": None}, None),
+        ({"logprobs": {"content": []}}, None),
+        (
+            {"logprobs": {"content": [{"top_logprobs": [{"token": "a", "logprob": -0.1}]}]}},
+            ({"a": -0.1},),
+        ),
+        (  # non-finite, boolean and string log-probabilities are dropped, not turned into numbers
+            {
+                "logprobs": {
+                    "content": [
+                        {
+                            "top_logprobs": [
+                                {"token": "a", "logprob": float("-inf")},
+                                {"token": "b", "logprob": True},
+                                {"token": "c", "logprob": "-1"},
+                                {"token": "d", "logprob": -2},
+                            ]
+                        }
+                    ]
+                }
+            },
+            ({"d": -2.0},),
+        ),
+    ],
+)
+def test_a_reply_s_top_logprobs_are_read_as_given_or_not_at_all(
+    choice: dict[str, Any], expected: Any
+) -> None:
+    from kb.engine.adapter import top_logprobs
+
+    assert top_logprobs(choice) == expected
+
+
+def test_a_journaled_reading_resumes_with_its_logprobs_and_without_the_key(
+    tmp_path: Path,
+) -> None:
+    """A stopped night's readings are reused on --resume exactly as read, the key cut out."""
+    from kb.engine.journal import RunJournal, read_journal
+    from kb.engine.runs import RunResult
+    from tests.engine_helpers import plan, scripted
+
+    key = "sk-live-0a1b2c3d4e5f6a7b8c9d"
+    (run,) = plan(scripted(), ["Heads or tails?"])
+    path = tmp_path / "night.journal.jsonl"
+    journal = RunJournal.open(
+        path,
+        "kb-sweep-x",
+        "2026-11-28T02:00:00.000Z",
+        spec="s.toml",
+        cut=lambda text: text.replace(key, "***"),
+    )
+    read = ({f"{key}heads": -0.5108, "tails": -0.9163}, {"!": -0.01})
+    journal.record(
+        RunResult(
+            run.label,
+            "canary",
+            "scripted:demo",
+            "ok",
+            output="heads",
+            request=run.request,
+            logprobs=read,
+        )
+    )
+    journal.close()
+    assert key[:8] not in path.read_text()
+    state = read_journal(path)
+    assert state is not None
+    (_, resumed) = state.settled[run.label]
+    assert resumed.logprobs == ({"***heads": -0.5108, "tails": -0.9163}, {"!": -0.01})
+    # a line whose logprobs are not numbers is a broken journal line, never a reading
+    lines = path.read_text().splitlines()
+    broken = lines[-1].replace("-0.9163", '"-0.9163"')
+    path.write_text("\n".join([*lines, broken]) + "\n" + lines[-1] + "\n")
+    with pytest.raises(ConfigError, match="not a journaled run: .*topLogprobs"):
+        read_journal(path)

@@ -471,12 +471,12 @@ def kept_readings(readings: Sequence[Mapping[str, float]]) -> TopLogprobs:
 
 def sensitive_record(result: SensitiveResult) -> SensitiveRecord:
     """The report's ``canary[].sensitive``."""
-    alarm = result.alarm if result.status == "shift" else None
+    test = result.alarm_test if result.status == "shift" else None
     return SensitiveRecord(
         status=result.status,
         alpha=result.alpha,
-        probe=alarm.id if alarm is not None else None,
-        p_value=alarm.p_value if alarm is not None else None,
+        probe=result.probes[test[0]].id if test is not None else None,
+        p_value=test[2] if test is not None else None,
         line=result.describe(),
         probes=tuple(
             ShiftProbeRecord(

@@ -345,8 +345,12 @@ def format_canary_baselines(claim: ModelClaim, baselines: CanaryBaselines) -> st
         shown = "/".join(str(n) for n in sizes)
         tier = (
             f"sensitive tier: {len(known.sensitive)} border probes calibrated "
-            f"({shown} baseline answers each)"
+            f"({shown} baseline answers each"
         )
+        if known.logprobs:
+            reads = "/".join(str(n) for n in sorted({len(r) for r in known.logprobs.values()}))
+            tier += f"; logprob readings for {len(known.logprobs)}, {reads} each"
+        tier += ")"
     else:
         tier = "sensitive tier: not calibrated (kb canary --calibrate SPEC)"
     return "\n".join(wrapped(f"canary baselines of {claim.subject_key}: {exact}; {tier}"))
