@@ -15,7 +15,7 @@ The reply depends on the last user message:
   draw; at temperature 0 the heaviest answer): a model sampled at temperature 1;
   asked for ``logprobs``, its first token's ``top_logprobs`` are the table's
   weights (normalized, heaviest first, ``top_logprobs`` of them) unless
-  ``seen.no_logprobs`` is set;
+  ``seen.no_logprobs`` is set (an echo's: ``echo`` at probability 1);
 * anything else — 200 with ``echo: <prompt>``, unless ``seen.outage`` is set:
   ``empty`` (200 with empty text), ``junk`` (200 with the same error page for every
   prompt) or ``no-choices`` (200 with an empty ``choices`` list) — a provider
@@ -165,6 +165,8 @@ def fake_openai_server(
                 if prompt == "hang" or prompt.startswith("hang "):
                     seen.release.wait(hang_s)
                 reply = _completion(body["model"], f"echo: {prompt}")
+                if body.get("logprobs") and not seen.no_logprobs and outage is None:
+                    reply["choices"][0]["logprobs"] = _logprobs({"echo": 1.0}, 1)
                 if outage == "empty":
                     reply["choices"][0]["message"]["content"] = ""
                 elif outage == "junk":

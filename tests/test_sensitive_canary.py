@@ -34,6 +34,7 @@ from tests.sweep_helpers import toml_value
 pytestmark = pytest.mark.usefixtures("initialized_store")
 
 COIN, COLOUR, NUMBER = BORDER_PROMPTS[0], BORDER_PROMPTS[1], BORDER_PROMPTS[2]
+LONGEST = max(BORDER_PROMPTS, key=len)  # kept for its length: a context cut shows there first
 TABLES = {
     COIN: {"Heads": 0.5, "Tails.": 0.5},
     COLOUR: {"red": 0.4, "Blue": 0.4, "green": 0.2},
@@ -96,9 +97,10 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
         )
         assert calibrated.exit_code == 0, calibrated.stderr
         lines = calibrated.stdout.splitlines()
-        assert len(lines) == 2 and all("kept 3 of" in line for line in lines), lines
+        assert len(lines) == 2 and all("kept 4 of" in line for line in lines), lines
         probes = json.loads(private.read_text())
-        assert set(probes["models"]["openai:watched"]) == {COIN, COLOUR, NUMBER}
+        # three near-ties, and the longest candidate (one answer, but read for its logprobs)
+        assert set(probes["models"]["openai:watched"]) == {COIN, COLOUR, NUMBER, LONGEST}
         baselines = (isolated / "rulvar.models.canary.json").read_text()
         assert COIN not in baselines and probe_id(COIN) in baselines  # ids, never prompts
         counts = json.loads(baselines)["subjects"]["openai:watched"]["sensitive"]
@@ -108,7 +110,7 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
         for model in ("openai:watched", "openai:control"):
             tier = canary_of(first, model)["sensitive"]
             assert tier["status"] == "steady", tier
-            assert len(tier["probes"]) == 3
+            assert len(tier["probes"]) == 4
         assert "distribution shift" not in stderr
 
         for prompt, table in SHIFTED.items():  # the provider changes one model, silently
@@ -118,9 +120,9 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     watched = canary_of(second, "openai:watched")
     assert watched["status"] == "no-drift" and watched["flipped"] == []  # exact tier: unchanged
     assert watched["sensitive"]["status"] == "shift"
-    assert watched["sensitive"]["pValue"] < 0.01 / 3
+    assert watched["sensitive"]["pValue"] < 0.01 / 8  # 4 answer tests and 4 logprob tests
     assert "canary: distribution shift — openai:watched: probe " in stderr
-    assert " of 3 (id " in stderr and COIN not in stderr  # by number and id, never the prompt
+    assert " of 4 (id " in stderr and COIN not in stderr  # by number and id, never the prompt
     assert COIN not in summary.read_text() and COIN not in json.dumps(second)
     assert "> **canary: distribution shift** — `openai:watched`: probe" in summary.read_text()
     assert "canary: distribution shift</strong> — openai:watched: probe" in html.read_text()
@@ -138,8 +140,8 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     (claim,) = [c["id"] for c in active if "openai:watched" in c["id"] and c["status"] == "active"]
     shown = " ".join(kb(runner, "--as-of", "2026-11-29T03:00:00Z", "show", claim).stdout.split())
     assert (
-        "sensitive tier: 3 border probes calibrated (64 baseline answers each; "
-        "logprob readings for 3, 16 each)" in shown
+        "sensitive tier: 4 border probes calibrated (64 baseline answers each; "
+        "logprob readings for 4, 16 each)" in shown
     )
 
 
@@ -176,8 +178,8 @@ def test_an_outage_is_never_a_shift(runner: CliRunner, isolated: Path, outage: s
         page = "<html>502 Bad Gateway</html>"
         if outage == "junk":  # the exact probes get the provider's error page (HTTP 200)
             seen.outage = "junk"
-        else:  # every sensitive sample gets it
-            for prompt in TABLES:
+        else:  # every sensitive sample gets it (with logprobs: a proxy that fakes them)
+            for prompt in [*TABLES, LONGEST]:
                 seen.distributions[prompt] = {page: 1.0}
         result = runner.invoke(
             __import__("kb.cli", fromlist=["cli"]).cli,
@@ -351,7 +353,7 @@ def calibrated(runner: CliRunner, isolated: Path, base: str, name: str) -> Path:
     path = spec(isolated, base, isolated.parent / "private-probes" / f"{name}.json")
     done = kb(runner, "--as-of", "2026-11-27T12:00:00Z", "canary", "--calibrate", str(path))
     assert done.exit_code == 0, done.stderr
-    assert all("logprob readings for 3" in line for line in done.stdout.splitlines())
+    assert all("logprob readings for 4" in line for line in done.stdout.splitlines())
     return path
 
 
@@ -368,7 +370,7 @@ def test_a_shift_only_the_logprobs_see_is_caught(runner: CliRunner, isolated: Pa
         steady = canary_of(first, "openai:watched")["sensitive"]
         assert steady["status"] == "steady" and "distribution shift" not in stderr
         assert all(p["logprobPValue"] == 1.0 for p in steady["probes"])  # nothing moved
-        assert "steady over 6 tests of 3 probes" in steady["line"]
+        assert "steady over 8 tests of 4 probes" in steady["line"]
         seen.distributions[f"watched|{COIN}"] = {"Heads": 0.6, "Tails.": 0.4}
         second, stderr = night(runner, path, 29)
     tier = canary_of(second, "openai:watched")["sensitive"]

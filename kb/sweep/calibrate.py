@@ -214,22 +214,32 @@ def _choose(
     """Per model: the ``keep`` most entropic candidates, and its screen's first failure.
 
     A candidate needs two different first words at least; ties keep the list's order.
+    Where the provider gives logprobs, the longest candidate that settled always takes
+    the last place (when ``keep`` ≥ 2 and it is not among them already), whatever its
+    entropy: a provider that cuts the context cuts that probe first, and its logprob
+    readings show it.
     """
     chosen: dict[str, list[tuple[str, float]]] = {}
     failures: dict[str, str] = {}
     per_member = len(tried) * samples
     for m_index, member in enumerate(members):
         mine = screened[m_index * per_member : (m_index + 1) * per_member]
-        scored = []
+        answered: list[tuple[str, float, int]] = []
         secrets = member_secrets(member)
         for p_index, prompt in enumerate(tried):
             counts, failed = _answers(mine[p_index * samples : (p_index + 1) * samples], secrets)
             if failed is not None:
                 failures.setdefault(member.key, failed)
-            elif len(counts) >= 2:
-                scored.append((prompt, entropy_bits(counts)))
+            else:
+                answered.append((prompt, entropy_bits(counts), len(counts)))
+        scored = [(prompt, bits) for prompt, bits, distinct in answered if distinct >= 2]
         scored.sort(key=lambda item: (-item[1], tried.index(item[0])))
-        chosen[member.key] = scored[:keep]
+        kept = scored[:keep]
+        if keep >= 2 and answered and takes_logprobs(member):
+            prompt, bits, _ = max(answered, key=lambda item: (len(item[0]), -tried.index(item[0])))
+            if prompt not in {p for p, _ in kept}:
+                kept = [*kept[: keep - 1], (prompt, bits)]
+        chosen[member.key] = kept
     return chosen, failures
 
 
