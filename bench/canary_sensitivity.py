@@ -287,6 +287,7 @@ def main() -> None:
             baselines = json.loads((workspace / "rulvar.models.canary.json").read_text())
             kept = json.loads(probes.read_text())["models"]["openai:smollm2"]
             base_counts = baselines["subjects"]["openai:smollm2"]["sensitive"]
+            base_readings = baselines["subjects"]["openai:smollm2"].get("sensitiveLogprobs", {})
             for prompt in kept:
                 samples[prompt] = Counter(base_counts[probe_id(prompt)])
             reference = None
@@ -295,7 +296,7 @@ def main() -> None:
             tick = 10
             for condition in conditions:
                 proxy.change = condition
-                exact = either = sensitive_only = 0
+                exact = either = sensitive_only = by_answers = by_logprobs = 0
                 p_values = []
                 for _trial in range(args.trials):
                     if condition == "none":
@@ -318,12 +319,15 @@ def main() -> None:
                     exact += drift
                     either += drift or shift
                     sensitive_only += shift and not drift
+                    by_logprobs += shift and "logprobs moved" in tier.get("line", "")
+                    by_answers += shift and "answers moved" in tier.get("line", "")
                     p_values.append(
                         min(
                             (
-                                p["pValue"]
+                                p[key]
                                 for p in tier.get("probes", [])
-                                if p.get("pValue") is not None
+                                for key in ("pValue", "logprobPValue")
+                                if p.get(key) is not None
                             ),
                             default=1.0,
                         )
@@ -340,6 +344,8 @@ def main() -> None:
                     "exact": exact,
                     "either": either,
                     "sensitive_only": sensitive_only,
+                    "by_answers": by_answers,
+                    "by_logprobs": by_logprobs,
                     "trials": args.trials,
                     "shift_pts": shift_pts,
                     "median_p": sorted(p_values)[len(p_values) // 2] if p_values else None,
@@ -347,15 +353,24 @@ def main() -> None:
                 print(f"{condition}: {results[condition]}", file=sys.stderr, flush=True)
         finally:
             proxy.close()
-    alarms = null_alarms(samples, args.null) if args.null else 0
+    readings = {prompt: base_readings.get(probe_id(prompt), []) for prompt in kept}
+    alarms = null_alarms(samples, readings, args.null) if args.null else 0
     report(results, alarms, args, kept, time.time() - started)
     if args.keep is None:
         shutil.rmtree(workspace, ignore_errors=True)
         probes.unlink(missing_ok=True)
 
 
-def null_alarms(truth: dict[str, Counter[str]], nights: int) -> int:
-    """No-change model-nights judged by kb's judge_member: fresh baseline 64, night 16."""
+def null_alarms(
+    truth: dict[str, Counter[str]], readings: dict[str, list[dict[str, float]]], nights: int
+) -> int:
+    """No-change model-nights judged by kb's judge_member: fresh baseline 64, night 16.
+
+    The logprob readings are the real model's baseline readings, four of them a night:
+    llama.cpp on one machine reads the same logprobs every time (the ``none`` trials,
+    server restarted, check that on the real server), so they add their tests to the
+    Bonferroni family and no alarm of their own.
+    """
     prompts = list(truth)
     settings = SensitiveSettings(Path("unused"), samples=16, alpha=0.01)
     rng = random.Random(20261202)
@@ -374,7 +389,26 @@ def null_alarms(truth: dict[str, Counter[str]], nights: int) -> int:
                 )
                 for a in rng.choices(answers, weights, k=16)
             ]
-        judged = judge_member(prompts, runs, baselines, settings)
+        reads = []
+        for prompt in prompts:
+            found = readings.get(prompt) or []
+            reads += [
+                RunResult(
+                    label=f"null@lp#{k}",
+                    kind="canary",
+                    model="openai:smollm2",
+                    status="ok",
+                    output="",
+                    logprobs=(found[k % len(found)],) if found else None,
+                )
+                for k in range(4 if found else 0)
+            ]
+        if reads and len(reads) != 4 * len(prompts):
+            reads = []  # a probe without readings: judge the answers alone
+        base_readings = {probe_id(p): readings[p] for p in prompts if readings.get(p)}
+        judged = judge_member(
+            prompts, runs + reads, baselines, settings, reading_baselines=base_readings
+        )
         alarms += judged.status == "shift"
     return alarms
 
@@ -399,9 +433,9 @@ def report(
     )
     print(
         "| change | cells moved (max, points) | exact tier alone | both tiers | "
-        "sensitive only | median smallest p |"
+        "sensitive only | by answers | by logprobs | median smallest p |"
     )
-    print("|---|---:|---|---|---:|---:|")
+    print("|---|---:|---|---|---:|---:|---:|---:|")
     for condition, found in results.items():
         n = found["trials"]
         cells = f"{found['shift_pts']:.1f}" if found["shift_pts"] is not None else "—"
@@ -409,7 +443,8 @@ def report(
         median = f"{found['median_p']:.2g}" if found["median_p"] is not None else "—"
         print(
             f"| {condition} | {cells} | {rate(found['exact'], n)} | {rate(found['either'], n)} | "
-            f"{found['sensitive_only']} | {median} |"
+            f"{found['sensitive_only']} | {found['by_answers']} | {found['by_logprobs']} | "
+            f"{median} |"
         )
     if not args.null:
         return

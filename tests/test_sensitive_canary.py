@@ -178,9 +178,10 @@ def test_an_outage_is_never_a_shift(runner: CliRunner, isolated: Path, outage: s
         page = "<html>502 Bad Gateway</html>"
         if outage == "junk":  # the exact probes get the provider's error page (HTTP 200)
             seen.outage = "junk"
-        else:  # every sensitive sample gets it (with logprobs: a proxy that fakes them)
+        else:  # every sensitive sample gets it (an error page comes without logprobs)
             for prompt in [*TABLES, LONGEST]:
                 seen.distributions[prompt] = {page: 1.0}
+            seen.no_logprobs = True
         result = runner.invoke(
             __import__("kb.cli", fromlist=["cli"]).cli,
             ["sweep", str(path), "--json", "--quiet", "--observed-at", "2026-11-28T02:00:00Z"],
@@ -545,3 +546,25 @@ def test_a_journaled_reading_resumes_with_its_logprobs_and_without_the_key(
     path.write_text("\n".join([*lines, broken]) + "\n" + lines[-1] + "\n")
     with pytest.raises(ConfigError, match="not a journaled run: .*topLogprobs"):
         read_journal(path)
+
+
+def test_a_broken_template_answering_everything_alike_is_a_shift_by_its_logprobs(
+    runner: CliRunner, isolated: Path
+) -> None:
+    """Every probe gets the same text, as an error page would — but with the model's own
+    logprobs, which moved: the exact tier cannot judge (incomplete), the readings can."""
+    garbage = "018.com/2018/10/22/101111.html"
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = calibrated(runner, isolated, base, "template")
+        seen.outage, seen.junk_text = "junk", garbage  # the exact probes: one text for all
+        for prompt in [*TABLES, LONGEST]:
+            seen.distributions[f"watched|{prompt}"] = {garbage: 1.0}
+        # (the cases get that text too: their cells are suspect, not measured)
+        report, stderr = night(runner, path, 28, "--allow-incomplete")
+    watched = canary_of(report, "openai:watched")
+    assert watched["status"] == "incomplete" and watched["flipped"] == []
+    tier = watched["sensitive"]
+    assert tier["status"] == "shift" and "logprobs moved" in tier["line"], tier
+    assert all("pValue" not in p for p in tier["probes"])  # the answers are not evidence
+    assert "canary: distribution shift — openai:watched" in stderr

@@ -45,6 +45,7 @@ from kb.sweep.sensitive import (
     SensitiveSettings,
     judge_member,
     member_secrets,
+    outage_judged,
     probes_for,
     rebased,
     rebased_readings,
@@ -296,8 +297,8 @@ def _judged(
         )
         if result.unhealthy is not None and judged.status != "uncalibrated":
             # the exact probes saw an outage (empty answers, one error page): so did these
-            probes = tuple(replace(p, p_value=None, failed=result.unhealthy) for p in judged.probes)
-            judged = SensitiveResult("incomplete", probes, judged.alpha, judged.runs)
+            # answers; only whole logprob readings can still say the model moved
+            judged = outage_judged(judged, result.unhealthy)
         out.append(replace(result, sensitive=judged))
     return out
 

@@ -421,15 +421,10 @@ def judge_member(
     words = {answer for p in found for answer in p.counts}
     if len(found) >= 2 and len(words) == 1 and not any(p.failed for p in found):
         # every sample of every probe gave one word: an error page or an empty provider
-        found = [
-            replace(
-                p,
-                p_value=None,
-                logprob_p=None,
-                failed=f"every sample answered {next(iter(words))!r}",
-            )
-            for p in found
-        ]
+        return outage_judged(
+            SensitiveResult("steady", tuple(found), settings.alpha, tuple(runs)),
+            f"every sample answered {next(iter(words))!r}",
+        )
     if any(p.failed for p in found):
         status: SensitiveStatus = "incomplete"
     elif all(p.baseline is None for p in found):
@@ -440,6 +435,26 @@ def judge_member(
     if status == "steady" and result.alarm is not None:
         result = SensitiveResult("shift", tuple(found), settings.alpha, tuple(runs))
     return result
+
+
+def outage_judged(result: SensitiveResult, outage: str) -> SensitiveResult:
+    """The tier on a night whose answers look like an outage (``outage`` says why).
+
+    Answers that look like an error page are no evidence of a change: the answer
+    tests are dropped. Logprob readings are different evidence — an error page
+    comes without them, so readings that came back whole for every probe are the
+    model's own: if they alarm, the night is a ``shift`` (a broken chat template
+    makes a model answer every prompt with the same text, and moves its logprobs);
+    otherwise ``incomplete``, nothing judged.
+    """
+    probes = tuple(replace(p, p_value=None) for p in result.probes)
+    read = bool(probes) and all(p.logprob_p is not None and p.failed is None for p in probes)
+    if read:
+        judged = SensitiveResult("steady", probes, result.alpha, result.runs)
+        if judged.alarm_test is not None:
+            return replace(judged, status="shift")
+    gone = tuple(replace(p, logprob_p=None, failed=p.failed or outage) for p in probes)
+    return SensitiveResult("incomplete", gone, result.alpha, result.runs)
 
 
 def entropy_bits(counts: Mapping[str, int]) -> float:
