@@ -1,6 +1,7 @@
 """Does the canary see a provider's silent change? Both tiers, on the bundled real model.
 
     python bench/canary_sensitivity.py --trials 20
+    python bench/canary_sensitivity.py --drill "chat template"   # the README's drill
 
 SmolLM2-135M runs as llama.cpp's OpenAI-compatible server on loopback
 (``python -m kb.engine.providers.local``), and a small proxy sits between kb
@@ -18,6 +19,9 @@ instant, so new seeds):
 * ``chat template`` — the proxy forwards to a second server started with
   llama.cpp's ``llama2`` template instead of the model's own;
 * ``shorter context`` — each message cut to its last 96 characters.
+
+``--drill CHANGE`` runs the README's drill instead: calibrate, one unchanged
+``kb canary``, then the same with CHANGE applied, printing what kb prints.
 
 Printed per condition: first-night detection by the exact tier alone and by
 either tier (with a 95 % Wilson interval over the trials), and the pass-rate
@@ -265,7 +269,11 @@ def main() -> None:
     parser.add_argument("--no-cells", action="store_true", help="skip the pass-rate shifts")
     parser.add_argument("--keep", type=Path, default=None, help="keep the workspace here")
     parser.add_argument("--max-tokens", type=int, default=4, help="of each sensitive sample")
+    parser.add_argument("--drill", choices=CONDITIONS[1:], help="the README's drill, one change")
     args = parser.parse_args()
+    if args.drill:
+        drill(args.drill, args.max_tokens)
+        return
     conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     workspace = args.keep or Path(tempfile.mkdtemp(prefix="kb-canary-bench-"))
     workspace.mkdir(parents=True, exist_ok=True)
@@ -359,6 +367,40 @@ def main() -> None:
     if args.keep is None:
         shutil.rmtree(workspace, ignore_errors=True)
         probes.unlink(missing_ok=True)
+
+
+def drill(change: str, max_tokens: int) -> None:
+    """Calibrate, a night unchanged, a night with ``change``: what kb prints, as a user sees it."""
+    workspace = Path(tempfile.mkdtemp(prefix="kb-canary-drill-"))
+    probes = workspace.parent / f"{workspace.name}-private-probes.json"
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+
+    def show(title: str, done: subprocess.CompletedProcess[str]) -> None:
+        print(f"$ {title}   # exit {done.returncode}")
+        for line in (done.stdout + done.stderr).strip().splitlines():
+            print(f"  {line}")
+        print()
+
+    with servers() as found:
+        proxy = Proxy(found)
+        try:
+            spec, _ = write_workspace(workspace, proxy.base, probes, max_tokens)
+            assert kb(workspace, "init").returncode == 0
+            show(
+                "kb canary --calibrate canary.toml",
+                kb(workspace, "--as-of", instant(0), "canary", "--calibrate", str(spec)),
+            )
+            show("kb canary canary.toml", kb(workspace, "--as-of", instant(1), "canary", str(spec)))
+            print(f"# the proxy now applies: {change} (kb is not told)\n")
+            proxy.change = change
+            show(
+                "kb canary canary.toml --no-commit",
+                kb(workspace, "--as-of", instant(2), "canary", str(spec), "--no-commit"),
+            )
+        finally:
+            proxy.close()
+    shutil.rmtree(workspace, ignore_errors=True)
+    probes.unlink(missing_ok=True)
 
 
 def null_alarms(
