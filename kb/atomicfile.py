@@ -16,6 +16,7 @@ is settled by the next writer.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -154,12 +155,18 @@ def replace_problem(path: Path) -> str | None:
         return f"{directory} is a file, not a directory"
     if path.is_dir():
         return "is a directory"
+    for stale in directory.glob(f".kb-probe.*{TEMP_SUFFIX}"):
+        # a probe a killed kb left (empty, hidden from git): another kb's live probe may go
+        # too, and its unlink below tolerates that
+        with contextlib.suppress(OSError):
+            stale.unlink()
     try:
         fd, name = tempfile.mkstemp(prefix=".kb-probe.", suffix=TEMP_SUFFIX, dir=directory)
     except OSError as exc:
         return f"cannot write in {directory}: {exc.strerror}"
     os.close(fd)
-    os.unlink(name)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name)
     if path.exists() and _inode_flags(path) & (_IMMUTABLE_FL | _APPEND_FL):
         return "is immutable or append-only (chattr +i/+a): no write can replace it"
     if path.exists() and _is_mount_point(path):

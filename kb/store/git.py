@@ -507,7 +507,9 @@ class GitStoreRepo:
         holds = {rel: self.blob_in_path(head, rel) for rel in blobs}
         whole = all(holds[r] == blobs[r] for r in blobs)  # the branch holds all of it
         if head is not None and whole and self._made_again(intent, head):
-            return Decision("finished", intent.commit, "stands")
+            # the branch tip holds it (a settle killed after it moved the ref), not the
+            # commit first built, which is on no branch: name what the branch holds
+            return Decision("finished", head, "stands", detail=" (made again on the branch)")
         parents = {rel: self.blob_in_path(intent.parent, rel) for rel in blobs}
         kept = tuple(f.path for f in intent.tracked if f.rel and holds[f.rel] == blobs[f.rel])
         if ref != intent.ref or head is None:
@@ -518,7 +520,11 @@ class GitStoreRepo:
             why = incomplete_detail(intent) if not complete else "it changed kb's files"
             return Decision("undone", keep=kept, detail=f"{moved} and {why}")
         if intent.report_id is None and whole:
-            return Decision("finished", intent.commit, "stands")  # your commit holds all of it
+            # your commit holds all of it: that commit stands for it (the one kb built
+            # first is on no branch, and naming it would send you looking for it)
+            return Decision(
+                "finished", head, "stands", detail=" (your own commit holds every file of it)"
+            )
         # A night's commit is made again even when your commit holds every file of it:
         # the night counts as committed by its Kb-Report trailer (an empty commit records it).
         return Decision("finished", intent.commit, "again")
@@ -542,7 +548,7 @@ class GitStoreRepo:
         if decision.how == "stands":
             if head == intent.commit:
                 self._point_index(blobs)
-            return intent.commit
+            return decision.commit or intent.commit
         if decision.how == "move":
             self._move_ref(ref, intent.commit, head)
             self._point_index(blobs)
