@@ -191,3 +191,44 @@ def test_weights_are_found_without_importing_their_package_and_llama_cpp_is_quie
         env={**os.environ, "KB_LLAMA_LOG": "1"},
     )
     assert loud.stdout == quiet.stdout and "print_timing" in loud.stderr
+
+
+def readings_of(spec: ModelSpec, prompts: list[str]) -> list[dict[str, float]]:
+    """One logprob reading per prompt, planned as the canary's sensitive tier plans them."""
+    from pathlib import Path
+
+    from kb.sweep.sensitive import (
+        SensitiveProbes,
+        SensitiveSettings,
+        first_token,
+        reading_runs,
+    )
+
+    probes = SensitiveProbes(Path("unused"), {spec.key: tuple(prompts)})
+    runs = reading_runs([spec], probes, SensitiveSettings(Path("unused")), None, readings=1)
+    assert len(runs) == len(prompts)  # the bundled model gives logprobs, in-process and not
+    results = Engine(EngineConfig(concurrency=1)).run(runs, SpendEnvelope(cap=None))
+    found = [first_token(r) for r in results]
+    assert all(f is not None for f in found), [r.error for r in results]
+    return [dict(f) for f in found if f is not None]
+
+
+@pytest.mark.parametrize("where", ["in-process", "http"])
+def test_the_real_model_s_logprob_readings_repeat_and_move_with_an_added_instruction(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    """What the sensitive tier's logprob test stands on, measured on SmolLM2 itself."""
+    from kb.distribution_shift import LOGPROB_FLOOR, logprob_shift
+
+    params: dict[str, object] = {}
+    key = "local:smollm2"
+    if where == "http":
+        key = "openai:smollm2"
+        params = {"api_base": request.getfixturevalue("llama_server"), "api_key": "sk-local"}
+    coin = "Heads or tails? Reply with one word."
+    spec = ModelSpec(key, params=params)
+    first, second = readings_of(spec, [coin]), readings_of(spec, [coin])
+    assert first == second and len(first[0]) == 5  # llama.cpp reads the same top-5 again
+    moved = readings_of(spec, [f"Answer like a pirate.\n{coin}"])  # an instruction added
+    p, distance = logprob_shift(first * 16, moved * 4)
+    assert distance > LOGPROB_FLOOR and p == pytest.approx(1 / 4845)

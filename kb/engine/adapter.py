@@ -197,7 +197,10 @@ async def _local_completion(litellm: Any, kwargs: Mapping[str, Any]) -> Any:
     reply = await asyncio.to_thread(
         model.complete, kwargs["messages"], params, _local_response_format(params)
     )
-    return _fill(litellm, kwargs, reply.text, reply.prompt_tokens, reply.completion_tokens)
+    response = _fill(litellm, kwargs, reply.text, reply.prompt_tokens, reply.completion_tokens)
+    if reply.logprobs is not None:
+        response.choices[0].logprobs = dict(reply.logprobs)
+    return response
 
 
 def _local_response_format(params: Mapping[str, Any]) -> dict[str, Any] | None:

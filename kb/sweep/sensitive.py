@@ -103,9 +103,11 @@ def takes_seed(spec: ModelSpec) -> bool:
 def takes_logprobs(spec: ModelSpec) -> bool:
     """Whether the provider takes ``logprobs`` and ``top_logprobs``.
 
-    OpenAI's and compatible servers do (llama.cpp's among them); kb's in-process
-    ``local:`` model does not return them.
+    OpenAI's and compatible servers do (llama.cpp's among them), and so does kb's
+    bundled ``local:`` model (llama.cpp in-process).
     """
+    if spec.provider == "local":
+        return True
     known = PROVIDER_PARAMS.get(spec.provider, frozenset())
     return "logprobs" in known and "top_logprobs" in known
 

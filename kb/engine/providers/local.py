@@ -55,6 +55,8 @@ class LocalReply:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    logprobs: Mapping[str, Any] | None = None
+    """llama.cpp's ``logprobs`` of the choice, OpenAI's shape (only when asked for)."""
 
 
 def weights_command() -> str:
@@ -161,6 +163,9 @@ class LocalModel:
         }
         if response_format is not None:
             request["response_format"] = dict(response_format)
+        if params.get("logprobs"):
+            request["logprobs"] = True
+            request["top_logprobs"] = int(params.get("top_logprobs", 1))
         with self._lock:
             result = self._server.handle_chat_completions(request)
         if not isinstance(result, dict) or "choices" not in result:
@@ -168,8 +173,12 @@ class LocalModel:
             raise ValueError(f"llama.cpp answered without a completion: {error}")
         text = result["choices"][0]["message"].get("content") or ""
         usage = result.get("usage") or {}
+        logprobs = result["choices"][0].get("logprobs") if params.get("logprobs") else None
         return LocalReply(
-            text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+            text,
+            int(usage.get("prompt_tokens", 0)),
+            int(usage.get("completion_tokens", 0)),
+            logprobs if isinstance(logprobs, dict) else None,
         )
 
 
