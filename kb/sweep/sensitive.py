@@ -8,8 +8,20 @@ per model by ``kb canary --calibrate`` — ``samples`` times (16) at
 temperature 1, reduces each reply to its first word (lowercased, NFC,
 JavaScript whitespace; ``(empty)`` for none), and tests tonight's counts
 against the model's baseline counts with an exact permutation test
-(:mod:`kb.distribution_shift`); Bonferroni over the model's probes keeps the
-false alarms per model-night at most ``alpha`` (0.01).
+(:mod:`kb.distribution_shift`). Where the provider gives logprobs (OpenAI's
+API and compatible servers, kb's bundled ``local:`` model), each probe is
+also **read** ``readings`` times (4) at temperature 0 for one token with its
+top-``logprobs`` (5) alternatives, and tonight's readings are tested against
+the 16 baseline readings (total-variation distance, exact permutation test;
+:func:`kb.distribution_shift.logprob_shift`). Every answer test and logprob
+test of a model is one Bonferroni family, which keeps the false alarms per
+model-night at most ``alpha`` (0.01).
+
+An outage is never a shift: a failed sample or reading, a reading without
+logprobs, every sample one word, or exact probes that look like an error page
+make the night ``incomplete`` — unless every probe's readings came back whole
+and moved (:func:`outage_judged`): an error page has no logprobs, a model
+answering every prompt alike under a broken chat template does.
 
 What an alarm does (``distribution shift``): the model's cells are
 suspicious tonight — the nightly rule escalates them to their pool, as a
