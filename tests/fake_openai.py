@@ -51,7 +51,8 @@ class Seen:
     outage_after: int | None = None
     """The outage starts with the request after this many (``None``: from the first)."""
     junk_text: str = "<html>502 Bad Gateway</html>"
-    """The error page a ``junk`` outage answers with."""
+    """The error page a ``junk`` outage answers with (``{n}``: the request's number, as a
+    CDN's page carries a request id)."""
     distributions: dict[str, dict[str, float]] = field(default_factory=dict)
     """Prompt (or ``model|prompt``, which wins) → answer weights: drawn per request."""
     no_logprobs: bool = False
@@ -170,7 +171,11 @@ def fake_openai_server(
                 if outage == "empty":
                     reply["choices"][0]["message"]["content"] = ""
                 elif outage == "junk":
-                    reply["choices"][0]["message"]["content"] = seen.junk_text
+                    with seen.lock:
+                        number = len(seen.requests)
+                    reply["choices"][0]["message"]["content"] = seen.junk_text.replace(
+                        "{n}", str(number)
+                    )
                 elif outage == "no-choices":
                     reply["choices"] = []
                 self._send(200, json.dumps(reply).encode())

@@ -568,3 +568,71 @@ def test_a_broken_template_answering_everything_alike_is_a_shift_by_its_logprobs
     assert tier["status"] == "shift" and "logprobs moved" in tier["line"], tier
     assert all("pValue" not in p for p in tier["probes"])  # the answers are not evidence
     assert "canary: distribution shift — openai:watched" in stderr
+
+
+CDN_PAGE = (
+    "<html><head><title>503 Service Unavailable</title></head>"
+    "<body>Service Unavailable. Request id {n}</body></html>"
+)
+
+
+def test_an_error_page_with_a_request_id_is_an_outage_not_a_drift(
+    runner: CliRunner, isolated: Path
+) -> None:
+    """Each probe gets the page with its own request id: told by its title, it is one reply."""
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = calibrated(runner, isolated, base, "cdn")
+        first, _ = night(runner, path, 28)  # the exact baseline and a claim
+        before = (isolated / "rulvar.models.canary.json").read_text()
+        seen.outage, seen.junk_text = "junk", CDN_PAGE
+        for prompt in [*TABLES, LONGEST]:  # the sensitive tier's prompts get it too
+            seen.distributions[prompt] = {CDN_PAGE.replace("{n}", "7"): 1.0}
+        seen.no_logprobs = True
+        result = kb(
+            runner,
+            "canary",
+            str(path),
+            "--json",
+            "--as-of",
+            "2026-11-29T02:00:00Z",
+        )
+    (record,) = [r for r in json.loads(result.stdout) if r["model"] == "openai:watched"]
+    assert record["status"] == "incomplete" and record["flipped"] == [], record
+    assert "error page, not drift" in record["reason"]
+    assert record["sensitive"]["status"] == "incomplete"
+    after = json.loads((isolated / "rulvar.models.canary.json").read_text())
+    assert after["subjects"]["openai:watched"] == json.loads(before)["subjects"]["openai:watched"]
+
+
+def test_a_drift_drops_the_sensitive_baselines_and_says_how_to_make_new_ones(
+    runner: CliRunner, isolated: Path
+) -> None:
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = calibrated(runner, isolated, base, "drift")
+        night(runner, path, 28)
+        seen.distributions["watched|Ping?"] = {"pong, changed": 1.0}  # the exact tier moves
+        drifted, _ = night(runner, path, 29)
+        assert canary_of(drifted, "openai:watched")["status"] == "drift"
+        subject = json.loads((isolated / "rulvar.models.canary.json").read_text())["subjects"]
+        assert "sensitive" not in subject["openai:watched"]  # not one night's 16 samples
+        assert "sensitiveLogprobs" not in subject["openai:watched"]
+        assert "sensitive" in subject["openai:control"]
+        after, _ = night(runner, path, 30)
+    tier = canary_of(after, "openai:watched")["sensitive"]
+    assert tier["status"] == "uncalibrated"
+    assert "dropped when the exact fingerprint drifted" in tier["line"]
+    assert "kb canary --calibrate SPEC" in tier["line"]
+
+
+def test_a_missing_probes_file_with_baselines_is_said_not_passed_over(
+    runner: CliRunner, isolated: Path
+) -> None:
+    with fake_openai_server() as (base, seen):
+        seen.distributions.update(TABLES)
+        path = calibrated(runner, isolated, base, "gone")
+        (isolated.parent / "private-probes" / "gone.json").unlink()  # a CI runner without it
+        report, _ = night(runner, path, 28)
+    line = canary_of(report, "openai:watched")["sensitive"]["line"]
+    assert "gone.json has no probes for it, but the baselines hold 4" in line, line

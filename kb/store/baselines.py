@@ -99,7 +99,7 @@ def judge(
     """Judge ``fresh`` (an all-ok, stable fingerprint) under ``probe_set`` (see the module).
 
     The subject's sensitive baselines are kept, except on a drift: they described
-    the old model (the caller re-bases them on tonight's samples).
+    the old model (the tier is uncalibrated until ``kb canary --calibrate``).
     """
     claimed = frozenset(claim_fingerprints)
     kept = known.sensitive_only() if known is not None else SubjectBaselines()

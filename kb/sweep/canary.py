@@ -38,6 +38,7 @@ from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
 from kb.store.records import CanaryRecord, ProbeRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
+from kb.sweep.health import reply_kind
 from kb.sweep.pool import build_pool
 from kb.sweep.sensitive import (
     SensitiveProbes,
@@ -47,8 +48,6 @@ from kb.sweep.sensitive import (
     member_secrets,
     outage_judged,
     probes_for,
-    rebased,
-    rebased_readings,
     runs_per_member,
     sensitive_record,
     tier_runs,
@@ -116,12 +115,17 @@ class CanaryResult:
 
         Every probe empty, or (with two probes or more) one answer to probes that
         ask different things: an error page or a provider answering without text.
+        Replies are compared as the cells' health check compares them
+        (:func:`kb.sweep.health.reply_kind`): a CDN's error page that differs per
+        request only in its body (a request id) is one reply, told by its title.
         """
         answers = [output for probe in self.probes for output in probe.outputs]
         if answers and all(not output for output in answers):
             return "every probe answered empty: an outage, not drift"
-        if len(self.probes) >= 2 and len(set(answers)) == 1:
-            shown = answers[0] if len(answers[0]) <= 40 else answers[0][:39] + "…"
+        kinds = {reply_kind(output) for output in answers}
+        if len(self.probes) >= 2 and len(kinds) == 1:
+            (kind,) = kinds
+            shown = kind if len(kind) <= 40 else kind[:39] + "…"
             return f"every probe answered {shown!r}: an error page, not drift"
         return None
 
@@ -287,6 +291,15 @@ def _judged(
         mine = sampled[start : start + size]
         start += size
         known = tier.baselines.subjects.get(result.member.key)
+        if not prompts and known is not None and known.sensitive:
+            # a CI runner without the private probes file would go blind without a word
+            why = (
+                f"the probes file {tier.probes.path} has no probes for it, but the baselines "
+                f"hold {len(known.sensitive)}: restore the file (or calibrate again)"
+            )
+            blind = SensitiveResult("uncalibrated", (), tier.settings.alpha, why=why)
+            out.append(replace(result, sensitive=blind))
+            continue
         judged = judge_member(
             prompts,
             mine,
@@ -356,11 +369,11 @@ def canary_change(
             result.fingerprint,
             [c.canary_fingerprint for c in claims if c.canary_fingerprint],
         )
+        # A drift drops the sensitive baselines (judge does): they described the old
+        # model, and one night's 16 samples and 4 readings would make a baseline that can
+        # never alarm (4 + 4 readings: p >= 1/70). The tier is uncalibrated until
+        # kb canary --calibrate runs again, and says so.
         updated = verdict.updated
-        if verdict.status == "drift" and result.sensitive is not None:
-            updated = updated.with_sensitive(
-                rebased(result.sensitive), rebased_readings(result.sensitive)
-            )
         after = after.with_subject(key, prompts, updated)
         flipped: tuple[str, ...] = ()
         if verdict.status != "rebaselined":

@@ -35,8 +35,9 @@ Where things live: the probes (prompts per model) in a JSON file named by
 the canary's ``[sensitive] probes`` — keep it outside the repository to keep
 probes private —, their baselines (answer counts per probe id, a hash of the
 prompt) in the canary baselines file beside the store, committed and merged
-with the exact tier's. An exact drift re-bases the sensitive baselines from
-tonight's samples (the new model's distribution).
+with the exact tier's. An exact drift drops the model's sensitive baselines
+(they describe the old model): the tier says "uncalibrated since the exact
+fingerprint drifted" until ``kb canary --calibrate`` runs again.
 
 Each sample carries its own ``seed`` where the provider takes one, derived
 from the night, the model, the probe and the sample's number: a provider
@@ -314,6 +315,8 @@ class SensitiveResult:
     probes: tuple[ProbeShift, ...]
     alpha: float
     runs: tuple[RunResult, ...] = ()
+    why: str | None = None
+    """Why the tier is uncalibrated, when kb knows better than "not yet"."""
 
     @property
     def tests(self) -> tuple[Test, ...]:
@@ -367,6 +370,13 @@ class SensitiveResult:
                 "its cells escalate tonight"
             )
         if self.status == "uncalibrated":
+            if self.why is not None:
+                return f"uncalibrated: {self.why}"
+            if self.probes:
+                return (
+                    f"no baselines for its {len(self.probes)} border probes (dropped when the "
+                    "exact fingerprint drifted, or never made): kb canary --calibrate SPEC"
+                )
             return "no border probes or baselines yet (kb canary --calibrate SPEC)"
         if self.status == "incomplete":
             failed = next((p.failed for p in self.probes if p.failed), "no answer")
@@ -479,18 +489,6 @@ def entropy_bits(counts: Mapping[str, int]) -> float:
     if total == 0:
         return 0.0
     return -sum((c / total) * math.log2(c / total) for c in counts.values() if c)
-
-
-def rebased(result: SensitiveResult) -> dict[str, dict[str, int]]:
-    """Baselines from tonight's samples: after an exact drift, the new model's distribution."""
-    return {p.id: dict(p.counts) for p in result.probes if p.failed is None and p.counts}
-
-
-def rebased_readings(result: SensitiveResult) -> dict[str, TopLogprobs]:
-    """Baseline readings from tonight's (after an exact drift), rounded as they are kept."""
-    return {
-        p.id: kept_readings(p.readings) for p in result.probes if p.failed is None and p.readings
-    }
 
 
 def kept_readings(readings: Sequence[Mapping[str, float]]) -> TopLogprobs:
