@@ -134,6 +134,10 @@ def test_calibrate_then_a_steady_night_then_a_silent_shift(
     assert canary_of(second, "openai:control")["sensitive"]["status"] == "steady"
     # the shifted model's cell is measured in full tonight; the control's settles
     assert cell_of(second, "openai:watched")["n"] == 30
+    assert (
+        "more while the canary saw its model's answers shift"
+        in (cell_of(second, "openai:watched")["epoch"]["why"])
+    )
     assert cell_of(second, "openai:control")["n"] < 30
     active = json.loads((isolated / "rulvar.models.json").read_text())["claims"]
     assert not [c for c in active if c["status"] == "stale"]  # a shift flips nothing
@@ -295,6 +299,7 @@ def test_sensitive_baselines_merge_with_the_subject_and_stay_byte_identical_with
         ("sensitiveLogprobs", {"abc": {"heads": -0.7}}),
         ("sensitiveLogprobs", {"abc": [{"heads": True}]}),
         ("sensitiveLogprobs", ["abc"]),
+        ("sensitiveLogprobs", {"abc": [{"heads": 3.0}]}),
     ],
     ids=[
         "negative",
@@ -305,6 +310,7 @@ def test_sensitive_baselines_merge_with_the_subject_and_stay_byte_identical_with
         "readings not a list",
         "logprob a boolean",
         "readings a list of probes",
+        "logprob above 0",
     ],
 )
 def test_malformed_sensitive_baselines_are_one_clear_line(

@@ -255,6 +255,8 @@ def _readings(value: Any) -> dict[str, TopLogprobs]:
             found[str(probe)] = parse_top_logprobs(readings)
         except ValueError as exc:
             raise TypeError(f"sensitiveLogprobs.{probe}: {exc}") from None
+        if any(value > 0 for reading in found[str(probe)] for value in reading.values()):
+            raise TypeError(f"sensitiveLogprobs.{probe}: a log-probability above 0")
     return found
 
 

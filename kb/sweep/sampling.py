@@ -395,7 +395,12 @@ class NightSampler:
                 why += f", then {cold} more until its interval was clear of the bands"
         escalated = int(result.ran_suspicious[row])
         if escalated:
-            why += f", then {escalated} more while its detector was suspicious"
+            cause = (
+                "the canary saw its model's answers shift"
+                if self.forced[row]
+                else "its detector was suspicious"
+            )
+            why += f", then {escalated} more while {cause}"
         if alarm is not None:
             change = "drop" if alarm == "down" else "rise"
             why += f"; the detector alarmed (a {change})"
