@@ -568,6 +568,10 @@ def test_a_broken_template_answering_everything_alike_is_a_shift_by_its_logprobs
             seen.distributions[f"watched|{prompt}"] = {garbage: 1.0}
         # (the cases get that text too: their cells are suspect, not measured)
         report, stderr = night(runner, path, 28, "--allow-incomplete")
+        said = kb(runner, "--as-of", "2026-11-28T03:00:00Z", "canary", str(path), "--no-commit")
+    # kb canary's own line says both: the exact tier cannot judge, the readings moved
+    (line,) = [x for x in said.stdout.splitlines() if x.startswith("openai:watched")]
+    assert "incomplete (every probe answered" in line and "; sensitive: distribution shift" in line
     watched = canary_of(report, "openai:watched")
     assert watched["status"] == "incomplete" and watched["flipped"] == []
     tier = watched["sensitive"]

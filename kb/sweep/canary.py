@@ -500,13 +500,16 @@ def run_canary(
 def canary_line(result: CanaryResult) -> str:
     """One human line per model."""
     head = f"{result.member.key}  {result.fingerprint[:12]}  "
+    # the sensitive tier on every line: an exact tier that cannot judge (an outage-looking
+    # night) is exactly when its logprob readings may still see the model move
+    tier = f"; sensitive: {result.sensitive.describe()}" if result.sensitive is not None else ""
     if result.status == "drift":
         count = len(result.flipped)
         where = f" (store v{result.version})" if result.version is not None else " (not committed)"
-        return head + f"DRIFT, {count} claim{'s' if count != 1 else ''} flipped stale{where}"
+        flipped = f"DRIFT, {count} claim{'s' if count != 1 else ''} flipped stale{where}"
+        return head + flipped + tier
     if result.status in ("unstable", "incomplete"):
-        return head + f"{result.status} ({result.reason})"
-    tier = f"; sensitive: {result.sensitive.describe()}" if result.sensitive is not None else ""
+        return head + f"{result.status} ({result.reason})" + tier
     if result.status == "rebaselined":
         return head + "rebaselined (a new probe set: its baseline recorded, nothing flipped)" + tier
     return head + "no drift" + tier
