@@ -19,6 +19,7 @@ The calibration replays a cassette recorded once against the loopback fake
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -132,8 +133,6 @@ def trial(template: Template, point: KillPoint, where: Path) -> None:
     (user / "private").mkdir()
     if private.exists():
         (user / "private" / "probes.json").write_bytes(private.read_bytes())
-    import shutil
-
     shutil.copytree(repo, user / "repo", symlinks=True)
     # 1. the calibration again
     for lock in stale_git_locks(repo) if killed.point.git_invocation is not None else []:

@@ -42,12 +42,12 @@ from kb.sweep.sensitive import (
     READING_MARK,
     SensitiveProbes,
     entropy_bits,
-    first_token,
     kept_readings,
     member_secrets,
     probe_id,
     probes_for,
     reading_runs,
+    readings_of,
     sample_runs,
     short_answer,
     takes_logprobs,
@@ -284,13 +284,14 @@ def _with_readings(results: Sequence[Calibration], read: Sequence[RunResult]) ->
     out = []
     for result in results:
         kept = []
+        secrets = member_secrets(result.member)
         for probe in result.kept:
             prefix = f"{LABEL_MARK}{result.member.key}/{probe_id(probe.prompt)}{READING_MARK}"
             mine = [by_label.get(f"{prefix}{k + 1}") for k in range(CALIBRATION_READINGS)]
-            secrets = member_secrets(result.member)
-            tokens = [first_token(r, secrets) if r is not None else None for r in mine]
-            if tokens and all(t is not None for t in tokens):
-                probe = replace(probe, readings=kept_readings([t for t in tokens if t]))
+            found = [r for r in mine if r is not None]
+            tokens, unreadable = readings_of(found, secrets)
+            if len(found) == len(mine) and unreadable is None:
+                probe = replace(probe, readings=kept_readings(tokens))
             kept.append(probe)
         out.append(replace(result, kept=tuple(kept)))
     return out

@@ -184,6 +184,23 @@ class SensitiveSettings:
     """Logprob readings per probe a night (temperature 0, one token)."""
 
 
+def probe_run(
+    member: ModelSpec,
+    prompt: str,
+    mark: str,
+    overrides: Mapping[str, Any],
+    canary_usd: float | None,
+) -> PlannedRun:
+    """One call of the tier: ``canary~MODEL/PROBEID`` + ``mark`` (``#K`` or ``@lp#K``)."""
+    return PlannedRun(
+        label=f"{LABEL_MARK}{member.key}/{probe_id(prompt)}{mark}",
+        kind="canary",
+        spec=member,
+        request=build_request(member, prompt, overrides=overrides),
+        ceiling_usd=canary_usd,
+    )
+
+
 def sample_runs(
     members: Sequence[ModelSpec],
     probes: SensitiveProbes,
@@ -201,15 +218,7 @@ def sample_runs(
                 overrides: dict[str, Any] = {"temperature": 1.0, "max_tokens": settings.max_tokens}
                 if takes_seed(member):
                     overrides["seed"] = sample_seed(night, member.key, prompt, k)
-                runs.append(
-                    PlannedRun(
-                        label=f"{LABEL_MARK}{member.key}/{probe_id(prompt)}#{k + 1}",
-                        kind="canary",
-                        spec=member,
-                        request=build_request(member, prompt, overrides=overrides),
-                        ceiling_usd=canary_usd,
-                    )
-                )
+                runs.append(probe_run(member, prompt, f"#{k + 1}", overrides, canary_usd))
     return tuple(runs)
 
 
@@ -231,13 +240,7 @@ def reading_runs(
         "top_logprobs": settings.logprobs,
     }
     return tuple(
-        PlannedRun(
-            label=f"{LABEL_MARK}{member.key}/{probe_id(prompt)}{READING_MARK}{k + 1}",
-            kind="canary",
-            spec=member,
-            request=build_request(member, prompt, overrides=overrides),
-            ceiling_usd=canary_usd,
-        )
+        probe_run(member, prompt, f"{READING_MARK}{k + 1}", overrides, canary_usd)
         for member in members
         if takes_logprobs(member)
         for prompt in probes.models.get(member.key, ())
@@ -385,7 +388,7 @@ class SensitiveResult:
         return f"steady over {family} of {len(self.probes)} probes{shown}"
 
 
-def _readings_of(
+def readings_of(
     runs: Sequence[RunResult], secrets: Sequence[str]
 ) -> tuple[tuple[Mapping[str, float], ...], str | None]:
     """The first-token top-k of each reading, and why a reading cannot be used (if one cannot)."""
@@ -428,7 +431,7 @@ def judge_member(
         counts = Counter(short_answer(r.output or "", secrets) for r in mine if r.status == "ok")
         baseline = baselines.get(probe_id(prompt))
         p_value = shift_p_value(baseline, counts) if baseline and failed is None else None
-        tonight, unreadable = _readings_of(
+        tonight, unreadable = readings_of(
             readings[index * per_reading : (index + 1) * per_reading], secrets
         )
         known = (reading_baselines or {}).get(probe_id(prompt))
