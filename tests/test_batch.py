@@ -439,12 +439,12 @@ def test_the_batch_line_of_a_resumed_night_counts_what_is_still_to_send() -> Non
     line = BatchForecast(asked=1, batched=1, reused=1, judged=True).text
     assert line == (
         "batch mode: the 1 target run still to send goes through the provider's batch API "
-        "at the batch price (OpenAI models) (1 more served from the journal); judges of "
-        "OpenAI models likewise"
+        "at the batch price (OpenAI and Anthropic models) (1 more served from the journal); "
+        "judges of those models likewise"
     )
     assert BatchForecast(3, 1, 0).text == (
         "batch mode: 1 of the 3 target runs go through the provider's batch API at the batch "
-        "price (OpenAI models), the others run live"
+        "price (OpenAI and Anthropic models), the others run live"
     )
     assert BatchForecast(2, 0, 0).text.endswith("every run is live")
 

@@ -39,9 +39,10 @@ from typing import Any
 from kb.engine.requests import ModelSpec, ProviderRequest, response_format
 from kb.engine.runs import Usage
 
-BATCH_PROVIDERS = frozenset({"openai"})
-"""kb providers whose batches litellm's files and batches API reaches (OpenAI and any
-OpenAI-compatible endpoint given by ``api_base``)."""
+BATCH_PROVIDERS = frozenset({"openai", "anthropic"})
+"""kb providers with a batch transport: OpenAI (and any OpenAI-compatible endpoint given by
+``api_base``) through litellm's files and batches API, Anthropic's Message Batches over
+its HTTP API (:mod:`kb.engine.transports.anthropic_batch`)."""
 
 BATCH_PRICE_FACTOR = 0.5
 """A declared price is a list price; a batched run is debited this share of it (OpenAI's
@@ -99,10 +100,11 @@ class BatchForecast:
         runs = "target run" if self.asked == 1 else "target runs"
         sent = f"{self.asked} {runs}" + (" still to send" if self.reused else "")
         again = f" ({self.reused} more served from the journal)" if self.reused else ""
-        judges = "; judges of OpenAI models likewise" if self.judged else ""
+        judges = "; judges of those models likewise" if self.judged else ""
         if not self.batched:
             return (
-                "batch mode: no model here has a batch API kb reaches (OpenAI); every run is live"
+                "batch mode: no model here has a batch API kb reaches (OpenAI, Anthropic); "
+                "every run is live"
             )
         which = (
             f"the {sent} goes"
@@ -114,7 +116,7 @@ class BatchForecast:
         live = "" if self.batched == self.asked else ", the others run live"
         return (
             f"batch mode: {which} through the provider's batch API at the batch price "
-            f"(OpenAI models){live}{again}{judges}"
+            f"(OpenAI and Anthropic models){live}{again}{judges}"
         )
 
 

@@ -25,7 +25,13 @@ def _openai(live: LiveTransport, poll_s: float, poll_max_s: float) -> BatchTrans
     return OpenAIBatchTransport(live, poll_s, poll_max_s)
 
 
-BATCH_APIS: list[Callable[[LiveTransport, float, float], BatchTransport]] = [_openai]
+def _anthropic(live: LiveTransport, poll_s: float, poll_max_s: float) -> BatchTransport:
+    from kb.engine.transports.anthropic_batch import AnthropicBatchTransport
+
+    return AnthropicBatchTransport(live, poll_s, poll_max_s)
+
+
+BATCH_APIS: list[Callable[[LiveTransport, float, float], BatchTransport]] = [_openai, _anthropic]
 """Each batch API kb knows, made from the live transport and the polling intervals."""
 
 

@@ -21,7 +21,6 @@ from kb.engine.batch import (
     BatchMembers,
     BatchState,
     batch_state,
-    batchable,
     group_key,
     input_file,
     missing_reason,
@@ -45,8 +44,8 @@ class OpenAIBatchTransport:
         self.poll_max_s = poll_max_s
 
     def accepts(self, run: PlannedRun) -> bool:
-        """A target or judge run of a model with a batch API."""
-        return run.kind != "canary" and batchable(run.spec)
+        """A target or judge run of an OpenAI (or OpenAI-compatible) model."""
+        return run.kind != "canary" and run.spec.provider == "openai"
 
     def group(self, run: PlannedRun) -> Hashable:
         """One batch per provider endpoint, key and model."""
