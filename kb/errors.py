@@ -44,7 +44,7 @@ so the user sees all of them at once instead of fixing one per run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -158,12 +158,15 @@ class ProviderFailure(KbError):
         retryable: bool,
         retry_after: float | None = None,
         status_code: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.retry_after = retry_after
         self.status_code = status_code
+        self.headers = headers
+        """The failed reply's headers, where it had any (a 429's rate-limit headers)."""
 
 
 class JobFailedError(KbError):

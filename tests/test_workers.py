@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 from pathlib import Path
@@ -265,3 +266,41 @@ def test_a_broken_model_fails_the_same_through_a_worker() -> None:
     finally:
         pool.stop()
     assert there == here
+
+
+def test_logprobs_and_rate_limit_headers_cross_from_the_workers() -> None:
+    # a canary's logprob reading and the provider's rate-limit headers, made in a worker,
+    # reach the engine as they would in-process (a reading lost here reads as an outage)
+    from kb.engine.requests import build_request
+    from kb.engine.runs import PlannedRun
+    from tests.fake_ratelimit import rate_limited_server
+
+    def night(pool: WorkerPool | None) -> tuple[list, Engine]:  # type: ignore[type-arg]
+        with fake_openai_server() as (base, seen):
+            seen.distributions["Pick one"] = {"red": 3.0, "blue": 1.0}
+            spec = openai(base)
+            request = build_request(
+                spec, "Pick one", overrides={"logprobs": True, "top_logprobs": 2, "temperature": 0}
+            )
+            engine = pooled(pool)
+            runs = [PlannedRun("canary:x/0", "canary", spec, request)]
+            return engine.run(runs, SpendEnvelope(cap=None)), engine
+
+    def limited(pool: WorkerPool | None) -> Engine:
+        with rate_limited_server(600, 10**6) as (base, _):
+            engine = pooled(pool)
+            engine.run(plan(openai(f"{base}/v1"), ["a", "b"]), SpendEnvelope(cap=None))
+            return engine
+
+    (here,), _ = night(None)
+    pool = WorkerPool(1)
+    pool.start()
+    try:
+        (there,), _ = night(pool)
+        paced = limited(pool)
+    finally:
+        pool.stop()
+    assert there.logprobs is not None and there.logprobs == here.logprobs
+    assert there.logprobs[0]["red"] == pytest.approx(math.log(0.75))
+    (bucket,) = paced.rate_limits.buckets.values()
+    assert bucket.requests.limit == 600 and bucket.tokens.limit == 10**6

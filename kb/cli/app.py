@@ -47,6 +47,7 @@ def install_signal_handlers() -> None:
 
 if TYPE_CHECKING:
     from kb.engine.batch import BatchState
+    from kb.engine.pacing import PaceNote
     from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import Engine, EngineConfig
     from kb.engine.workers import WorkerPool
@@ -347,18 +348,20 @@ def progress_bar(
     enabled: bool,
     planned: Mapping[RunKind, int] | None = None,
     grade: Callable[[RunResult], tuple[str, bool] | None] | None = None,
-) -> Iterator[Callable[[RunResult | BatchState], None]]:
+) -> Iterator[Callable[[RunResult | BatchState | PaceNote], None]]:
     """A progress bar on stderr, only for a terminal; yields the callback.
 
-    It takes each settled run, and each poll of a batch (batch mode). Beside
-    the bar: the phase, done/planned per kind, errors, the spend so far, and
-    each open batch's status and counts.
+    It takes each settled run, each poll of a batch (batch mode) and each
+    pacing note. Beside the bar: the phase, done/planned per kind, errors,
+    the spend so far, the call rate and the 429s (once a provider spoke of
+    its rate limits), and each open batch's status and counts.
     """
     if not enabled or total == 0 or not sys.stderr.isatty():
         yield lambda _result: None
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from kb.engine.pacing import PaceNote
     from kb.engine.progress import RunTally
     from kb.engine.runs import RunResult
 
@@ -369,10 +372,13 @@ def progress_bar(
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(tally.describe(), total=total)
 
-        def advance(result: RunResult | BatchState) -> None:
+        def advance(result: RunResult | BatchState | PaceNote) -> None:
             if isinstance(result, RunResult):
                 tally.add(result)
                 progress.update(task, advance=1, description=tally.describe())
+            elif isinstance(result, PaceNote):  # a call came back: the rate, the 429s
+                tally.add_pace(result)
+                progress.update(task, description=tally.describe())
             else:  # a batch was polled: what it has done so far, no run settled yet
                 tally.add_batch(result)
                 progress.update(task, description=tally.describe())

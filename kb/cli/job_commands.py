@@ -280,7 +280,7 @@ class SweepShown:
             planned=planned_runs,
             grade=running_grade(planned.plan),
         )
-        engine.on_settled = engine.on_batch = bars.enter_context(bar)
+        engine.on_settled = engine.on_batch = engine.on_pace = bars.enter_context(bar)
 
 
 def show_sweep(

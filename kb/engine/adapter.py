@@ -30,7 +30,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kb.engine.prices import declared_cost
@@ -73,6 +73,8 @@ class ProviderReply:
     price_source: PriceSource
     logprobs: TopLogprobs | None = None
     """The top log-probabilities per output token (only when the request asked for them)."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The provider's rate-limit headers (what pacing reads; nothing else is kept)."""
 
 
 @contextmanager
@@ -256,11 +258,37 @@ def _secrets(spec: ModelSpec) -> list[str]:
     return [_api_key(spec) or "", *secret_values(spec.params)]
 
 
-def _retry_after(error: BaseException) -> float | None:
+def rate_headers(headers: Any) -> dict[str, str]:
+    """The rate-limit headers among a reply's (litellm's ``llm_provider-`` prefix taken off).
+
+    Only these are kept: a reply's other headers (cookies, request ids) have no
+    use in kb and some carry what a log should not.
+    """
+    found: dict[str, str] = {}
+    try:
+        items = list(headers.items()) if headers else []
+    except (AttributeError, TypeError):
+        return found
+    for name, value in items:
+        key = str(name).lower().removeprefix("llm_provider-")
+        if key.startswith(_RATE_HEADERS) and isinstance(value, str | int | float):
+            found.setdefault(key, str(value))
+    return found
+
+
+_RATE_HEADERS = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after")
+
+
+def _error_headers(error: BaseException) -> Any:
     headers: Any = getattr(error, "litellm_response_headers", None)
     response = getattr(error, "response", None)
     if headers is None and response is not None:
         headers = getattr(response, "headers", None)
+    return headers
+
+
+def _retry_after(error: BaseException) -> float | None:
+    headers = _error_headers(error)
     if not headers:
         return None
     value = headers.get("retry-after") or headers.get("Retry-After")
@@ -294,6 +322,7 @@ def classify(error: BaseException, secrets: list[str]) -> ProviderFailure:
             retryable=status in _RETRYABLE_STATUS,
             retry_after=_retry_after(error),
             status_code=status,
+            headers=rate_headers(_error_headers(error)),
         )
     # A reply that could not be parsed (malformed JSON, a truncated body) is
     # usually a glitch on the provider's side: worth another try.
@@ -375,12 +404,14 @@ class LiteLLMAdapter:
         logprobs = (
             top_logprobs(response.choices[0]) if request.call_params.get("logprobs") else None
         )
+        hidden = getattr(response, "_hidden_params", None) or {}
         return ProviderReply(
             text=str(text),
             usage=usage,
             cost_usd=cost or 0.0,
             price_source=source,
             logprobs=logprobs,
+            headers=rate_headers(hidden.get("additional_headers")),
         )
 
     def _price_table_cost(self, request: ProviderRequest, response: Any) -> float | None:

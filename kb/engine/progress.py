@@ -21,6 +21,7 @@ from kb.money import usd
 
 if TYPE_CHECKING:
     from kb.engine.batch import BatchState
+    from kb.engine.pacing import PaceNote
 
 _PHASE_WORDS: dict[RunKind, str] = {"canary": "canary", "target": "targets", "judge": "judges"}
 
@@ -42,6 +43,12 @@ class RunTally:
     """Cell → [passed, graded] so far."""
     batches: dict[str, str] = field(default_factory=dict)
     """Batch id → what its last poll said (``in_progress 3/10``), while it is open."""
+    pace: PaceNote | None = None
+    """The call rate and the 429s so far, once a provider spoke of its rate limits."""
+
+    def add_pace(self, note: PaceNote) -> None:
+        """Note what pacing says now."""
+        self.pace = note
 
     def add_batch(self, state: BatchState) -> None:
         """Note one poll of a batch (a finished batch leaves the line)."""
@@ -69,7 +76,7 @@ class RunTally:
             self.spent_usd += result.cost_usd
 
     def describe(self) -> str:
-        """``targets 40/120 · canary 4/4 · 2 errors · $0.0123``."""
+        """``targets 40/120 · canary 4/4 · 2 errors · $0.0123 · 590 calls/min · 3 × 429``."""
         parts = []
         order: tuple[RunKind, ...] = ("canary", "target", "judge")
         current = [self.phase] if self.phase else []
@@ -84,6 +91,8 @@ class RunTally:
         if self.unpriced:
             money += f" + {self.unpriced} unpriced"
         parts.append(money)
+        if self.pace is not None:
+            parts.append(self.pace.text)
         parts += [f"batch {bid} {said}" for bid, said in sorted(self.batches.items())]
         if self.cells:  # the lowest running pass rates: where a night is going wrong
             lowest = sorted(self.cells.items(), key=lambda item: (item[1][0] / item[1][1], item[0]))

@@ -15,7 +15,10 @@ batch API); the engine keeps what holds whatever the transport:
   fields (``started_at``, ``ended_at``);
 * calls run under a global and a per-provider limit, with kb's own retries
   (429, 5xx, timeouts, connection failures; jittered exponential back-off,
-  honouring ``retry-after``) for a transport that retries;
+  honouring ``retry-after``) for a transport that retries; within those
+  limits each rate-limit bucket is paced from the provider's own headers
+  and 429s (:mod:`kb.engine.pacing`), which changes when a call is sent,
+  never what is sent;
 * every settled run is handed to the transport in the step that settles it,
   before its slot lets another call start (a journal that cannot write stops
   the phase before another call is sent);
@@ -30,12 +33,13 @@ import random
 import signal
 import time
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
+from kb.engine.pacing import BucketPace, PaceNote, RateLimits, estimated_tokens, read_rate_headers
 from kb.engine.providers import local
 from kb.engine.requests import parse_ref
 from kb.engine.runs import PlannedRun, RunResult
@@ -93,6 +97,10 @@ class Engine:
     """Called once per settled run (progress bars); never changes a result."""
     on_batch: Callable[[BatchState], None] | None = None
     """Called after each poll of a batch (progress); never changes a result."""
+    on_pace: Callable[[PaceNote], None] | None = None
+    """Called after each answer once a provider has spoken of its rate limits (progress)."""
+    rate_limits: RateLimits = field(init=False)
+    """Each rate-limit bucket's pacing, and the 429s met so far (:mod:`kb.engine.pacing`)."""
     open_batches: set[str] = field(default_factory=set, init=False)
     """Batches created and not yet finished (an interruption says they are still billed)."""
     interrupted_by: str | None = field(default=None, init=False)
@@ -107,6 +115,11 @@ class Engine:
     _journal_failure: JournalUnwritable | None = field(default=None, init=False)
     _unjournaled_batches: list[str] = field(default_factory=list, init=False)
     _phase_tasks: list[asyncio.Task[Any]] = field(default_factory=list, init=False)
+    _paced: asyncio.Event | None = field(default=None, init=False)
+    """Set (and replaced) whenever a call comes back: a paced call may go now."""
+
+    def __post_init__(self) -> None:
+        self.rate_limits = RateLimits(min(self.config.concurrency, self.config.per_provider))
 
     @classmethod
     def build(
@@ -151,6 +164,7 @@ class Engine:
         self, runs: Sequence[PlannedRun], envelope: SpendEnvelope
     ) -> list[RunResult]:
         self._envelope = envelope
+        self._paced = asyncio.Event()
         prepaid = [self.transport.prepaid(run) for run in runs]
         _local_preflight(run for run, earlier in zip(runs, prepaid, strict=True) if earlier is None)
         reservations = _authorize(runs, prepaid, envelope)
@@ -298,25 +312,37 @@ class Engine:
         )
         started = None
         attempts = 0
+        bucket = self.rate_limits.bucket(_bucket_key(run))
+        tokens = estimated_tokens(run.request.messages, run.request.call_params.get("max_tokens"))
         while True:
             if self._cancelled:
                 return _ended(base, started, status="cancelled", attempts=attempts)
-            # The provider's slot first: a task queued on one busy provider must not
+            # The bucket's pace first (waiting on it holds no slot another bucket could
+            # use), then the provider's slot: a task queued on one busy provider must not
             # sit on a global slot that another provider's run could use.
-            async with provider_limit, limit:
-                if started is None:
-                    await self.transport.ready(run)  # not the provider's time: not latency
-                    started = time.monotonic()
-                if self._cancelled:  # stopped while this run waited: it sends nothing
-                    continue
-                attempts += 1
-                timeout_s = float(run.spec.params.get("timeout_s", self.config.timeout_s))
-                try:
-                    reply = await self._attempt(run, occurrence, timeout_s)
-                except ProviderFailure as failure:
-                    error = failure
-                else:
-                    return _answered(base, reply, attempts, started)
+            await self._pace(bucket, tokens)
+            sent = bucket.send(tokens, time.monotonic())
+            heard: tuple[Mapping[str, str] | None, bool] = (None, False)
+            try:
+                async with provider_limit, limit:
+                    if started is None:
+                        await self.transport.ready(run)  # not the provider's time: not latency
+                        started = time.monotonic()
+                    if self._cancelled:  # stopped while this run waited: it sends nothing
+                        continue
+                    attempts += 1
+                    timeout_s = float(run.spec.params.get("timeout_s", self.config.timeout_s))
+                    self.rate_limits.sent(time.monotonic())
+                    try:
+                        reply = await self._attempt(run, occurrence, timeout_s)
+                    except ProviderFailure as failure:
+                        error = failure
+                        heard = (failure.headers, failure.status_code == 429)
+                    else:
+                        heard = (reply.headers, False)
+                        return _answered(base, reply, attempts, started)
+            finally:
+                self._answered_pace(bucket, sent, *heard)
             if (
                 not self.transport.retries
                 or not error.retryable
@@ -324,6 +350,38 @@ class Engine:
             ):
                 return _ended(base, started, status="error", error=error.message, attempts=attempts)
             await asyncio.sleep(backoff_s(self.config, attempts, error.retry_after))
+
+    async def _pace(self, bucket: BucketPace, tokens: float) -> None:
+        """Until ``bucket`` may send a call of ``tokens`` (at once for an unlimited one)."""
+        while True:
+            wait = bucket.wait_s(tokens, time.monotonic())
+            if wait is not None and wait <= 0:
+                return
+            changed = self._paced
+            assert changed is not None
+            try:
+                # woken early when a call of any bucket comes back (a slot or a reading)
+                await asyncio.wait_for(changed.wait(), timeout=wait)
+            except TimeoutError:
+                pass
+
+    def _answered_pace(
+        self, bucket: BucketPace, sent: int, headers: Mapping[str, str] | None, limited: bool
+    ) -> None:
+        """A call of ``bucket`` came back (or was never sent): what it said, for the pace."""
+        limits = self.rate_limits
+        reading = read_rate_headers(headers, time.time()) if headers else None
+        bucket.answered(sent, reading, limited, time.monotonic())
+        if limited:
+            limits.limited += 1
+        if reading is not None or limited:
+            limits.heard = True
+        if limits.heard and self.on_pace is not None:
+            now = time.monotonic()
+            self.on_pace(PaceNote(limits.per_minute(now), limits.limited))
+        if self._paced is not None:
+            self._paced.set()
+            self._paced = asyncio.Event()
 
     async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Reply:
         """One attempt at the call, counted in flight from when it is sent until it ends."""
@@ -345,6 +403,14 @@ def journaled(engine: Engine, journal: RunJournal, state: JournalState | None) -
         yield
     finally:
         engine.transport = inner
+
+
+def _bucket_key(run: PlannedRun) -> tuple[str, str, str, str]:
+    """The provider's rate-limit unit: endpoint, key (its variable's name) and model."""
+    from kb.engine.batch import endpoint
+
+    key = run.spec.params.get("api_key_env")
+    return (run.spec.provider, endpoint(run.request) or "", str(key or ""), run.request.model)
 
 
 def _stopped(engine: Engine) -> KbError | None:

@@ -45,6 +45,7 @@ from typing import Any, BinaryIO
 from kb.engine.requests import ModelSpec, ProviderRequest
 from kb.engine.runs import Usage
 from kb.errors import ConfigError, ProviderFailure
+from kb.logprobs import parse_top_logprobs
 
 IN_PROCESS_PROVIDERS = frozenset({"local"})
 """Providers the main process calls itself (the local model's weights are loaded once)."""
@@ -285,13 +286,17 @@ class WorkerPool:
                 retryable=bool(failure.get("retryable", True)),
                 retry_after=failure.get("retry_after"),
                 status_code=failure.get("status_code"),
+                headers=failure.get("headers"),
             )
         reply = message["reply"]
+        logprobs = reply.get("logprobs")
         return ProviderReply(
             text=reply["text"],
             usage=Usage(*reply["usage"]),
             cost_usd=float(reply["cost_usd"]),
             price_source=reply["price_source"],
+            logprobs=parse_top_logprobs(logprobs) if logprobs is not None else None,
+            headers=dict(reply.get("headers") or {}),
         )
 
     def pids(self) -> list[int]:
@@ -382,6 +387,7 @@ async def _serve(calls: int, replies: int) -> None:
                         "retryable": failure.retryable,
                         "retry_after": failure.retry_after,
                         "status_code": failure.status_code,
+                        "headers": dict(failure.headers or {}),
                     },
                 }
             )
@@ -403,6 +409,12 @@ async def _serve(calls: int, replies: int) -> None:
                         "usage": [reply.usage.prompt_tokens, reply.usage.completion_tokens],
                         "cost_usd": reply.cost_usd,
                         "price_source": reply.price_source,
+                        "logprobs": (
+                            [dict(token) for token in reply.logprobs]
+                            if reply.logprobs is not None
+                            else None
+                        ),
+                        "headers": dict(reply.headers),
                     },
                 }
             )

@@ -85,5 +85,10 @@ class LiveTransport:
 
 def _reply(found: ProviderReply) -> Reply:
     return Reply(
-        found.text, found.usage, found.cost_usd, found.price_source, logprobs=found.logprobs
+        found.text,
+        found.usage,
+        found.cost_usd,
+        found.price_source,
+        headers=found.headers,
+        logprobs=found.logprobs,
     )

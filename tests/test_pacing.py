@@ -1,0 +1,389 @@
+"""Pacing under rate limits (SPEC 13.5): the headers, the rule, and the real engine.
+
+The rule is judged in virtual time against a provider whose buckets are known
+(the loopback server's own :class:`~tests.fake_ratelimit.Limits` arithmetic):
+no clock, no sleeps, the same answer on any machine. The engine is then run
+through real litellm against the real loopback server.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kb.engine.budget import SpendEnvelope
+from kb.engine.pacing import (
+    BucketPace,
+    PaceNote,
+    RateLimits,
+    duration_s,
+    estimated_tokens,
+    read_rate_headers,
+    retry_after_s,
+)
+from kb.engine.progress import RunTally
+from kb.engine.requests import ModelSpec
+from kb.engine.runs import RunResult
+from kb.engine.scheduler import Engine, EngineConfig
+from tests.engine_helpers import plan
+from tests.fake_ratelimit import Bucket, anthropic_headers, openai_headers, rate_limited_server
+
+WALL = 1_764_633_600.0  # 2025-12-02T00:00:00Z, the wall clock the readings are taken at
+
+
+# -- what the headers say ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1s", 1.0), ("6m0s", 360.0), ("20ms", 0.02), ("1h2m3.5s", 3723.5), ("0.5", 0.5)],
+)
+def test_openai_reset_durations_are_read(text: str, seconds: float) -> None:
+    assert duration_s(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "soon", "1x", "s1", "1s garbage"])
+def test_a_duration_that_is_not_one_is_no_reading(text: str) -> None:
+    assert duration_s(text) is None
+
+
+@given(st.integers(0, 5), st.integers(0, 59), st.integers(0, 59_999))
+def test_durations_in_any_mix_of_units_add_up(hours: int, minutes: int, millis: int) -> None:
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    text += f"{millis / 1000:g}s" if millis >= 1000 or not text else f"{millis}ms"
+    expected = hours * 3600 + minutes * 60 + millis / 1000
+    assert duration_s(text) == pytest.approx(expected)
+
+
+def test_openai_headers_as_litellm_hands_them_over() -> None:
+    reading = read_rate_headers(
+        {
+            "llm_provider-x-ratelimit-limit-requests": "600",
+            "x-ratelimit-remaining-requests": "599",
+            "x-ratelimit-reset-requests": "100ms",
+            "X-RateLimit-Limit-Tokens": "200000",
+            "x-ratelimit-remaining-tokens": "199000",
+            "x-ratelimit-reset-tokens": "300ms",
+        },
+        WALL,
+    )
+    assert reading is not None and reading.requests is not None and reading.tokens is not None
+    assert (reading.requests.limit, reading.requests.remaining) == (600, 599)
+    assert reading.requests.rate_per_s == pytest.approx(10.0)  # 1 request back in 100 ms
+    assert reading.tokens.rate_per_s == pytest.approx(1000 / 0.3)
+    assert reading.retry_after_s is None
+
+
+def test_anthropic_headers_reset_at_an_instant() -> None:
+    reading = read_rate_headers(
+        {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": "2025-12-02T00:01:00Z",
+            "anthropic-ratelimit-input-tokens-limit": "40000",
+            "anthropic-ratelimit-input-tokens-remaining": "39000",
+            "anthropic-ratelimit-input-tokens-reset": "2025-12-02T00:00:01.5Z",
+            "retry-after": "3",
+        },
+        WALL,
+    )
+    assert reading is not None and reading.requests is not None and reading.tokens is not None
+    assert reading.requests.reset_s == pytest.approx(60.0)
+    assert reading.tokens.reset_s == pytest.approx(1.5)
+    assert reading.retry_after_s == 3.0
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after-ms": "250", "retry-after": "1"}, 0.25),
+        ({"Retry-After": "Tue, 02 Dec 2025 00:00:30 GMT"}, 30.0),
+        ({"retry-after": "-5"}, 0.0),
+        ({"retry-after": "later"}, None),
+        ({"retry-after": "nan"}, None),
+    ],
+)
+def test_retry_after_in_each_form(headers: dict[str, str], seconds: float | None) -> None:
+    assert retry_after_s(headers, WALL) == seconds
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"x-ratelimit-limit-requests": "0", "x-ratelimit-remaining-requests": "0"},
+        {"x-ratelimit-limit-requests": "many", "x-ratelimit-remaining-requests": "1"},
+        {"x-ratelimit-limit-requests": "10"},  # no remaining: no bucket to mirror
+        {"x-ratelimit-limit-requests": "inf", "x-ratelimit-remaining-requests": "1"},
+        {"content-type": "application/json"},
+    ],
+)
+def test_headers_that_say_nothing_usable_are_no_reading(headers: dict[str, str]) -> None:
+    assert read_rate_headers(headers, WALL) is None
+
+
+def test_a_prompts_tokens_are_estimated_as_openai_counts_them() -> None:
+    messages = ({"role": "system", "content": "abcd"}, {"role": "user", "content": "abcdefg"})
+    assert estimated_tokens(messages, 100) == 3 + 100
+    assert estimated_tokens(messages, None) == 3
+    assert estimated_tokens(messages, True) == 3  # a boolean is not a count
+
+
+# -- the rule, in virtual time against a known provider ---------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What a simulated night did."""
+
+    calls: int
+    limited: int
+    wall_s: float
+    ideal_s: float
+
+
+def simulate(
+    calls: int,
+    rpm: float,
+    tpm: float,
+    *,
+    latency_s: float,
+    ceiling: int,
+    full: bool = True,
+    cost: int = 100,
+    declared: int | None = None,
+    anthropic: bool = False,
+) -> Outcome:
+    """``calls`` calls through one paced bucket to a provider with known buckets.
+
+    Each call costs the provider ``cost`` tokens; kb estimates ``declared``
+    (``cost`` when ``None``). A refused call goes back to the queue (the scheduler
+    retries it); the provider's replies carry its headers as the loopback server's.
+    """
+    pace = BucketPace(ceiling)
+    share = 1.0 if full else 0.0
+    requests, tokens = Bucket(rpm, rpm * share, 0.0), Bucket(tpm, tpm * share, 0.0)
+    estimate = float(cost if declared is None else declared)
+    waiting, now, limited, done = calls, 0.0, 0, 0
+    replies: list[tuple[float, int, bool, dict[str, str]]] = []
+    while done < calls:
+        while waiting:
+            wait = pace.wait_s(estimate, now)
+            if wait is None or wait > 0:
+                break
+            seq = pace.send(estimate, now)
+            waiting -= 1
+            need = max(requests.wait_s(1, now), tokens.wait_s(cost, now))
+            admitted = need <= 0
+            if admitted:
+                requests.level -= 1
+                tokens.level -= cost
+            state = {
+                "requests": (rpm, requests.now(now), requests.reset_s(now)),
+                "tokens": (tpm, tokens.now(now), tokens.reset_s(now)),
+            }
+            headers = anthropic_headers(state, WALL + now) if anthropic else openai_headers(state)
+            if not admitted:
+                headers["retry-after-ms"] = str(max(1, math.ceil(need * 1000)))
+            heapq.heappush(replies, (now + latency_s, seq, not admitted, headers))
+        wait = pace.wait_s(estimate, now) if waiting else None
+        next_reply = replies[0][0] if replies else math.inf
+        if wait is not None and 0 < wait and now + wait < next_reply:
+            now += wait
+            continue
+        now, seq, refused, headers = heapq.heappop(replies)
+        pace.answered(seq, read_rate_headers(headers, WALL + now), refused, now)
+        if refused:
+            limited += 1
+            waiting += 1  # retried
+        else:
+            done += 1
+    ideal = max(calls / rpm, calls * cost / tpm) * 60.0
+    return Outcome(calls + limited, limited, now, ideal)
+
+
+def test_the_specs_sweep_runs_at_the_limit_without_a_429() -> None:
+    # SPEC 13.5's bench: 2,000 calls under 600 RPM / 200k TPM; the bucket starts full
+    found = simulate(2000, 600, 200_000, latency_s=0.5, ceiling=16)
+    assert found.limited == 0
+    assert found.wall_s <= 1.1 * found.ideal_s  # the ideal is calls / R: 200 s
+    # the first minute's burst is spent at once, then one call per 0.1 s
+    assert found.wall_s == pytest.approx((2000 - 600) / 10 + 0.5, abs=1.0)
+
+
+def test_when_tokens_bind_the_pace_follows_the_tokens() -> None:
+    found = simulate(400, 600, 20_000, latency_s=0.2, ceiling=16, full=False, cost=500)
+    assert found.limited <= 16 + 2  # the first blind wave, then none to speak of
+    assert found.wall_s <= 1.1 * found.ideal_s
+
+
+def test_a_provider_counting_far_more_tokens_than_kb_estimates_is_learned() -> None:
+    # litellm sends a default max_tokens kb never asked for: the provider counts 50x more
+    found = simulate(
+        200, 6000, 100_000, latency_s=0.05, ceiling=8, full=False, cost=2000, declared=40
+    )
+    assert found.limited <= 8 + 4
+    assert found.wall_s <= 1.1 * found.ideal_s
+
+
+def test_anthropic_readings_pace_as_openai_ones() -> None:
+    found = simulate(300, 600, 10**9, latency_s=0.3, ceiling=16, full=False, anthropic=True)
+    assert found.limited <= 16 + 2
+    assert found.wall_s <= 1.1 * found.ideal_s
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    calls=st.integers(50, 400),
+    rpm=st.sampled_from([60, 300, 600, 3000]),
+    latency_s=st.floats(0.01, 2.0),
+    ceiling=st.integers(1, 32),
+    full=st.booleans(),
+)
+def test_any_limit_latency_and_ceiling_stay_near_the_ideal_with_few_429s(
+    calls: int, rpm: int, latency_s: float, ceiling: int, full: bool
+) -> None:
+    found = simulate(calls, rpm, 10**9, latency_s=latency_s, ceiling=ceiling, full=full)
+    # the blind first wave (before any reading) may be refused; nothing after it
+    assert found.limited <= (0 if full else ceiling)
+    # a call every 60/rpm s once the burst is spent, and a latency at the end; kb takes
+    # a reading as current when it is one latency old (erring toward waiting: one
+    # latency's refill at most); a bucket starting empty adds the blind wave's retries
+    slack = 2 * latency_s + (0 if full else latency_s + 60.0 / rpm * 2)
+    floor_s = max(0.0, calls - (rpm if full else 0)) * 60.0 / rpm
+    # an empty bucket's first wave of 429s halves the window (AIMD): it grows back slowly
+    window = ceiling if full else max(1, ceiling // 2)
+    concurrency_s = math.ceil(calls / window) * latency_s
+    assert found.wall_s <= max(floor_s * 1.02 + slack, concurrency_s * 1.02 + slack) + 0.01
+
+
+def test_a_429_holds_the_whole_bucket_for_its_retry_after() -> None:
+    pace = BucketPace(8)
+    first, second = pace.send(1, 0.0), pace.send(1, 0.0)
+    limited = read_rate_headers({"retry-after": "2"}, WALL)
+    pace.answered(first, limited, True, 0.1)
+    assert pace.wait_s(1, 0.1) == pytest.approx(2.0)  # no other call goes either
+    assert pace.wait_s(1, 2.1) == 0
+    assert second in pace.in_flight
+
+
+def test_the_window_halves_once_per_burst_and_grows_back_one_call_a_window() -> None:
+    pace = BucketPace(16)
+    burst = [pace.send(1, 0.0) for _ in range(8)]
+    for seq in burst:  # eight 429s of one burst: one signal
+        pace.answered(seq, None, True, 0.1)
+    assert pace.window == 8.0
+    later = pace.send(1, 1.2)
+    pace.answered(later, None, True, 1.3)  # a call sent after the halving: a new signal
+    assert pace.window == 4.0
+    for _ in range(4):
+        pace.answered(pace.send(1, 2.0), None, False, 2.1)
+    assert 4.9 < pace.window < 5.0  # +1/window per success: one call per window of them
+    assert pace.hold_until == pytest.approx(2.3)  # no retry-after: a second's hold
+
+
+def test_a_provider_that_says_nothing_is_never_held() -> None:
+    pace = BucketPace(4)
+    for _ in range(100):
+        seqs = [pace.send(1, 0.0) for _ in range(4)]
+        assert pace.wait_s(1, 0.0) is None  # the ceiling, as without pacing
+        for seq in seqs:
+            pace.answered(seq, None, False, 0.0)
+        assert pace.wait_s(1, 0.0) == 0
+
+
+def test_the_progress_line_shows_the_rate_and_the_429s_once_heard() -> None:
+    tally = RunTally({"target": 10})
+    tally.add(RunResult("t", "target", "m", "ok"))
+    assert "calls/min" not in tally.describe()
+    tally.add_pace(PaceNote(588.4, 3))
+    assert tally.describe().endswith("588 calls/min · 3 × 429")
+    limits = RateLimits(8)
+    for at in (0.0, 10.0, 20.0, 30.0):
+        limits.sent(at)
+    assert limits.per_minute(30.0) == pytest.approx(8.0)  # 4 calls in 30 s
+    limits.sent(95.0)
+    assert limits.per_minute(95.0) == pytest.approx(60.0)  # the last minute's only
+
+
+# -- the engine, through real litellm, against the loopback rate-limited server ---------------
+
+
+@contextmanager
+def keyed() -> Iterator[None]:
+    before = os.environ.get("KB_TEST_KEY")
+    os.environ["KB_TEST_KEY"] = "sk-test-ratelimit-key"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KB_TEST_KEY", None)
+        else:
+            os.environ["KB_TEST_KEY"] = before
+
+
+def _model(provider: str, base: str) -> ModelSpec:
+    params = {
+        "api_base": base if provider == "anthropic" else f"{base}/v1",
+        "api_key_env": "KB_TEST_KEY",
+        "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+    }
+    name = "anthropic:claude-test" if provider == "anthropic" else "openai:gpt-4o-mini"
+    return ModelSpec(name, params=params)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_the_engine_paces_itself_from_the_providers_headers(provider: str) -> None:
+    config = EngineConfig(concurrency=8, per_provider=8, timeout_s=30.0)
+    prompts = [f"p{i}" for i in range(40)]
+    with keyed(), rate_limited_server(1200, 10**9, full=False) as (base, limits):
+        engine = Engine.build(config)
+        results = engine.run(plan(_model(provider, base), prompts), SpendEnvelope(cap=None))
+        served = limits.stats()
+    assert [r.output for r in results] == [f"echo: {p}" for p in prompts]  # in plan order
+    assert {r.status for r in results} == {"ok"}
+    (bucket,) = engine.rate_limits.buckets.values()
+    assert bucket.requests.limit == 1200  # litellm handed the headers over, and kb read them
+    # the buckets start empty: the first blind wave (8) meets 429s, then the pace holds
+    assert engine.rate_limits.limited == served["limited"] <= 8 + 2
+
+
+def test_pacing_changes_when_calls_go_never_what_comes_back() -> None:
+    config = EngineConfig(concurrency=8, per_provider=8, timeout_s=30.0)
+    prompts = [f"p{i % 7}" for i in range(30)]  # repeats: occurrences must match too
+    found = []
+    limited = []
+    with keyed(), rate_limited_server(10**6, 10**9, full=False) as (base, limits):
+        for rpm in (10**6, 1200):  # no limit to speak of, then one that binds
+            limits.rpm, limits.full = rpm, rpm > 1200
+            limits.reset()
+            engine = Engine.build(config)
+            results = engine.run(plan(_model("openai", base), prompts), SpendEnvelope(cap=None))
+            found.append(
+                [(r.label, r.status, r.output, r.cost_usd, r.request.key) for r in results]
+            )
+            limited.append(engine.rate_limits.limited)
+    assert limited[0] == 0 and limited[1] > 0  # the second night was paced
+    assert found[0] == found[1]
+
+
+def test_a_429_storm_past_the_retries_settles_errors_not_a_crash() -> None:
+    # 30 calls a minute, empty at the start, 3 retries: some calls run out of tries
+    config = EngineConfig(
+        concurrency=8, per_provider=8, timeout_s=30.0, max_retries=0, backoff_base_s=0.01
+    )
+    with keyed(), rate_limited_server(30, 10**9, full=False) as (base, _):
+        engine = Engine.build(config)
+        results = engine.run(plan(_model("openai", base), ["a", "b"]), SpendEnvelope(cap=None))
+    assert {r.status for r in results} == {"error"}
+    assert all("RateLimitError" in (r.error or "") for r in results)
+    assert engine.rate_limits.limited == 2
