@@ -73,6 +73,8 @@ class Limits:
     buckets: dict[str, tuple[Bucket, Bucket]] = field(default_factory=dict)
     served: int = 0
     limited: int = 0
+    tokens: float = 0.0
+    """Tokens the admitted requests were counted at."""
     first: float | None = None
     last: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -102,6 +104,7 @@ class Limits:
                 requests.level -= 1.0
                 budget.level -= tokens
                 self.served += 1
+                self.tokens += tokens
             else:
                 self.limited += 1
             state = {
@@ -119,6 +122,7 @@ class Limits:
                 "served": self.served,
                 "limited": self.limited,
                 "requests": self.served + self.limited,
+                "tokens": self.tokens,
                 "span_s": span,
             }
 
@@ -127,6 +131,7 @@ class Limits:
         with self.lock:
             self.buckets.clear()
             self.served = self.limited = 0
+            self.tokens = 0.0
             self.first = self.last = None
 
 

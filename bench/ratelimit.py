@@ -1,0 +1,252 @@
+"""Rate-limit benchmark (not a test): one sweep under a provider's limits, through kb and peers.
+
+The work (SPEC 13.5): 2,000 calls (one model × 2,000 cases, each graded by
+an exact match) against the loopback rate-limited server
+(``tests/fake_ratelimit.py``, its own process): 600 requests and 200,000
+tokens per minute per key, token buckets refilled continuously and full at
+the start (OpenAI's documented semantics), OpenAI-style ``x-ratelimit-*``
+headers on every reply, 429 with ``retry-after`` when a bucket cannot pay.
+Each tool runs it from a fresh process with its own answer to rate limits:
+kb (pacing per bucket from the headers, AIMD on 429; ``concurrency`` 16),
+promptfoo (its adaptive scheduler, ``--max-concurrency`` 16) and inspect_ai
+(its adaptive connections, on by default; no fixed ``max_connections``),
+in alternating rounds; the buckets are refilled between runs.
+
+Printed per tool: wall time (median over rounds), the ideal, their ratio,
+the requests the server saw and the share it answered 429. The ideal is
+SPEC 13.5's: calls ÷ R or tokens ÷ T, whichever binds, with the tokens
+each tool's requests were counted at (a tool that sends a large
+``max_tokens`` pays for it against the tokens limit, as at OpenAI). Because
+the bucket starts full, a tool that spends the first minute's burst at once
+can finish below the ideal: the floor with the burst is
+``(calls − R) ÷ R`` minutes, also printed.
+
+The peers are optional, as in ``bench/peers.py`` (``--inspect-python``,
+``--promptfoo``); a missing one is skipped with a line saying how to install it.
+
+Usage: python bench/ratelimit.py [--rounds 1] [--calls 2000] [--rpm 600] [--tpm 200000]
+       [--latency-ms 300] [--inspect-python PY] [--promptfoo PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.peers import (  # noqa: E402
+    MISSING,
+    OFFLINE,
+    between,
+    find_promptfoo,
+    has_inspect_ai,
+    kb_setup,
+    milliseconds,
+    promptfoo_setup,
+)
+
+INSPECT_TASK = """
+from inspect_ai import Task, task, eval
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import exact
+from inspect_ai.solver import generate
+
+@task
+def bench():
+    return Task(
+        dataset=[Sample(input=f"question {{i}}", target=f"echo: question {{i}}")
+                 for i in range({calls})],
+        solver=generate(),
+        scorer=exact(),
+    )
+
+if __name__ == "__main__":
+    logs = eval(
+        bench(),
+        model="openai/bench-0",
+        model_args={{"responses_api": False}},
+        display="none",
+        log_level="error",
+        log_dir="logs",
+    )
+    assert all(log.status == "success" for log in logs), [log.status for log in logs]
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One tool's run as the server saw it."""
+
+    wall_s: float
+    requests: int
+    limited: int
+    tokens: float
+    ok: bool
+
+
+@contextmanager
+def limited_server(rpm: float, tpm: float, latency_s: float) -> Iterator[str]:
+    """The rate-limited server in its own process; yields its base URL."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fake_ratelimit",
+            "--rpm",
+            str(rpm),
+            "--tpm",
+            str(tpm),
+            "--latency",
+            str(latency_s),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def _server(base: str, method: str, path: str) -> dict[str, float]:
+    request = urllib.request.Request(
+        f"{base}{path}", method=method, data=b"" if method == "POST" else None
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        found: dict[str, float] = json.loads(reply.read())
+        return found
+
+
+def one_run(base: str, command: list[str], cwd: Path, env: dict[str, str]) -> Run:
+    """Refill the buckets, run the tool once, and read what the server saw."""
+    _server(base, "POST", "/reset")
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    seen = _server(base, "GET", "/stats")
+    if done.returncode not in (0, 1):
+        print(f"  {command[:3]} exited {done.returncode}: {done.stderr[-600:]}", file=sys.stderr)
+    return Run(
+        wall,
+        int(seen["requests"]),
+        int(seen["limited"]),
+        float(seen["tokens"]),
+        done.returncode == 0,
+    )
+
+
+def inspect_setup(work: Path, calls: int, python: str) -> list[str] | None:
+    if not has_inspect_ai(python):
+        return None
+    work.mkdir(parents=True)
+    (work / "task.py").write_text(INSPECT_TASK.format(calls=calls))
+    return [python, "task.py"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=between(1, 20), default=1, help="alternating rounds (1)")
+    parser.add_argument("--calls", type=between(1, 100_000), default=2000, help="calls (2000)")
+    parser.add_argument("--rpm", type=between(1, 10**7), default=600, help="requests/min (600)")
+    parser.add_argument("--tpm", type=between(1, 10**9), default=200_000, help="tokens/min")
+    parser.add_argument(
+        "--latency-ms", type=milliseconds, default=300.0, help="the server's latency (300)"
+    )
+    parser.add_argument("--concurrency", type=between(1, 1000), default=16)
+    parser.add_argument("--inspect-python", default=None)
+    parser.add_argument("--promptfoo", default=None)
+    args = parser.parse_args()
+    if args.inspect_python is not None and not has_inspect_ai(args.inspect_python):
+        parser.error(f"--inspect-python {args.inspect_python}: not a Python with inspect_ai")
+    if args.promptfoo is not None and find_promptfoo(args.promptfoo) is None:
+        parser.error(f"--promptfoo {args.promptfoo}: no such executable")
+    env = {**os.environ, **OFFLINE, "PYTHONPATH": str(ROOT)}
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+    print(f"command: python bench/ratelimit.py {' '.join(sys.argv[1:])}".rstrip())
+    with (
+        limited_server(args.rpm, args.tpm, args.latency_ms / 1000) as base,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        where = Path(tmp)
+        env["OPENAI_BASE_URL"] = f"{base}/v1"
+        tools: dict[str, tuple[list[str], Path] | None] = {}
+        kb_dir = where / "kb"
+        tools["kb"] = (
+            kb_setup(kb_dir, f"{base}/v1", 1, args.calls, args.concurrency),
+            kb_dir,
+        )
+        pf = promptfoo_setup(
+            where / "promptfoo",
+            f"{base}/v1",
+            1,
+            args.calls,
+            args.concurrency,
+            find_promptfoo(args.promptfoo),
+        )
+        tools["promptfoo"] = (pf, where / "promptfoo") if pf else None
+        py = args.inspect_python or sys.executable
+        ins = inspect_setup(where / "inspect_ai", args.calls, py)
+        tools["inspect_ai"] = (ins, where / "inspect_ai") if ins else None
+        for name, tool in tools.items():
+            if tool is None:
+                print(f"skipped {name}: not installed here; {MISSING[name]}")
+        ready = {name: tool for name, tool in tools.items() if tool is not None}
+        found: dict[str, list[Run]] = {name: [] for name in ready}
+        for round_number in range(args.rounds):
+            for name, (command, cwd) in ready.items():
+                run = one_run(base, command, cwd, env)
+                found[name].append(run)
+                print(
+                    f"round {round_number + 1} {name}: {run.wall_s:.1f} s, "
+                    f"{run.requests} requests, {run.limited} answered 429"
+                    + ("" if run.ok else " (the tool reported failures)"),
+                    flush=True,
+                )
+    calls_ideal = args.calls / args.rpm * 60.0
+    burst_floor = max(0.0, args.calls - args.rpm) / args.rpm * 60.0
+    print()
+    print(
+        f"{args.calls} calls under {args.rpm} RPM / {args.tpm:,} TPM, "
+        f"{args.latency_ms:.0f} ms a call; ideal by requests {calls_ideal:.1f} s "
+        f"(with the first minute's burst: {burst_floor:.1f} s)"
+    )
+    print()
+    print("| tool | wall s | ideal s | wall / ideal | requests | 429s | 429 share | kb vs |")
+    print("|---|---|---|---|---|---|---|---|")
+    kb_wall = statistics.median(r.wall_s for r in found["kb"]) if "kb" in found else None
+    for name, runs in found.items():
+        wall = statistics.median(r.wall_s for r in runs)
+        requests = statistics.median(r.requests for r in runs)
+        limited = statistics.median(r.limited for r in runs)
+        tokens = statistics.median(r.tokens for r in runs)
+        ideal = max(calls_ideal, tokens / args.tpm * 60.0)
+        versus = f"{kb_wall / wall:.2f}x" if kb_wall is not None and name != "kb" else ""
+        print(
+            f"| {name} | {wall:.1f} | {ideal:.1f} | {wall / ideal:.2f} | {requests:.0f} | "
+            f"{limited:.0f} | {limited / max(requests, 1):.2%} | {versus} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
