@@ -387,3 +387,24 @@ def test_a_429_storm_past_the_retries_settles_errors_not_a_crash() -> None:
     assert {r.status for r in results} == {"error"}
     assert all("RateLimitError" in (r.error or "") for r in results)
     assert engine.rate_limits.limited == 2
+
+
+def test_a_call_that_was_never_sent_gives_its_share_back() -> None:
+    pace = BucketPace(4)
+    first = pace.send(10, 0.0)
+    reading = read_rate_headers(
+        {
+            "x-ratelimit-limit-requests": "60",
+            "x-ratelimit-remaining-requests": "5",
+            "x-ratelimit-limit-tokens": "1000",
+            "x-ratelimit-remaining-tokens": "500",
+        },
+        WALL,
+    )
+    pace.answered(first, reading, False, 0.0)
+    window = pace.window
+    second = pace.send(10, 0.0)
+    assert (pace.requests.level, pace.tokens.level) == (4, 490)
+    pace.unsent(second)  # the phase stopped before it went out
+    assert (pace.requests.level, pace.tokens.level) == (5, 500)
+    assert pace.in_flight == {} and pace.window == window  # no success counted either

@@ -284,6 +284,15 @@ class BucketPace:
         self.tokens.take(cost, now)
         return self.sent
 
+    def unsent(self, seq: int) -> None:
+        """The call ``seq`` was never sent after all (the phase stopped): give its share back."""
+        cost = self.in_flight.pop(seq, None)
+        if cost is not None:
+            if self.requests.limit is not None:
+                self.requests.level += 1.0
+            if self.tokens.limit is not None:
+                self.tokens.level += cost
+
     def _learn_from_refusal(self, reading: RateReading) -> None:
         """A 429 for want of tokens says what the call needs: what remains plus the wait.
 

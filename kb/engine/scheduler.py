@@ -322,7 +322,7 @@ class Engine:
             # sit on a global slot that another provider's run could use.
             await self._pace(bucket, tokens)
             sent = bucket.send(tokens, time.monotonic())
-            heard: tuple[Mapping[str, str] | None, bool] = (None, False)
+            heard: tuple[Mapping[str, str] | None, bool] | None = None  # None: never sent
             try:
                 async with provider_limit, limit:
                     if started is None:
@@ -342,7 +342,10 @@ class Engine:
                         heard = (reply.headers, False)
                         return _answered(base, reply, attempts, started)
             finally:
-                self._answered_pace(bucket, sent, *heard)
+                if heard is None:
+                    bucket.unsent(sent)
+                else:
+                    self._answered_pace(bucket, sent, *heard)
             if (
                 not self.transport.retries
                 or not error.retryable
