@@ -16,7 +16,9 @@ Printed per tool: wall time (median over rounds), the ideal, their ratio,
 the requests the server saw and the share it answered 429. The ideal is
 SPEC 13.5's: calls ÷ R or tokens ÷ T, whichever binds, with the tokens
 each tool's requests were counted at (a tool that sends a large
-``max_tokens`` pays for it against the tokens limit, as at OpenAI). Because
+``max_tokens`` pays for it against the tokens limit, as at OpenAI; the peers
+are told ``max_tokens`` 16, what the server counts for kb's requests, so
+all three send the same work). Because
 the bucket starts full, a tool that spends the first minute's burst at once
 can finish below the ideal: the floor with the burst is
 ``(calls − R) ÷ R`` minutes, also printed.
@@ -79,12 +81,18 @@ if __name__ == "__main__":
         bench(),
         model="openai/bench-0",
         model_args={{"responses_api": False}},
+        max_tokens={max_tokens},
         display="none",
         log_level="error",
         log_dir="logs",
     )
     assert all(log.status == "success" for log in logs), [log.status for log in logs]
 """
+
+
+MAX_TOKENS = 16
+"""What the peers are told to ask for (promptfoo asks 1,024 unless told): the server counts
+16 for a request that names none, as kb's do, so every tool's calls cost the same tokens."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +165,7 @@ def inspect_setup(work: Path, calls: int, python: str) -> list[str] | None:
     if not has_inspect_ai(python):
         return None
     work.mkdir(parents=True)
-    (work / "task.py").write_text(INSPECT_TASK.format(calls=calls))
+    (work / "task.py").write_text(INSPECT_TASK.format(calls=calls, max_tokens=MAX_TOKENS))
     return [python, "task.py"]
 
 
@@ -204,6 +212,12 @@ def main() -> None:
             args.concurrency,
             find_promptfoo(args.promptfoo),
         )
+        if pf:  # promptfoo asks max_tokens 1024 by default: the limiter would count it
+            config_file = where / "promptfoo" / "promptfooconfig.json"
+            config = json.loads(config_file.read_text())
+            for provider in config["providers"]:
+                provider["config"]["max_tokens"] = MAX_TOKENS
+            config_file.write_text(json.dumps(config))
         tools["promptfoo"] = (pf, where / "promptfoo") if pf else None
         py = args.inspect_python or sys.executable
         ins = inspect_setup(where / "inspect_ai", args.calls, py)

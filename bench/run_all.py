@@ -23,6 +23,7 @@ BENCHES = [
     ["dataset_bench.py"],
     ["truth_sim.py", "--seeds", "1000", "--real-seeds", "10"],  # about 30 minutes
     ["peers.py"],  # inspect_ai and promptfoo when installed (skipped with a line when not)
+    ["ratelimit.py"],  # the 2,000-call sweep under 600 RPM, kb and the peers (10+ minutes)
     ["kill_points.py"],  # a fresh night killed at every write of its commit (minutes)
     ["canary_sensitivity.py", "--trials", "20"],  # the real model behind a proxy (an hour+)
 ]

@@ -58,10 +58,16 @@ class BucketReading:
 
     @property
     def rate_per_s(self) -> float:
-        """How fast the bucket refills: what ``reset`` implies, else ``limit`` per minute."""
+        """How fast the bucket refills: ``limit`` per minute, or slower when ``reset`` says so.
+
+        A reset never speeds the refill up: providers round ``remaining`` down, so the
+        rate it implies runs a little fast; a limit per hour or day refills slower.
+        """
+        per_minute = self.limit / 60.0
         if self.reset_s is not None and self.reset_s > 0 and self.remaining < self.limit:
-            return max((self.limit - self.remaining) / self.reset_s, self.limit / 3600.0)
-        return self.limit / 60.0
+            implied = (self.limit - self.remaining) / self.reset_s
+            return max(min(per_minute, implied), self.limit / 86_400.0)
+        return per_minute
 
 
 @dataclass(frozen=True)
@@ -201,14 +207,19 @@ class BucketMirror:
     seq: int = -1
     """The send number of the request whose reply set the level."""
 
-    def observe(self, reading: BucketReading, seq: int, sent_after: float, now: float) -> None:
-        """A reply's reading, when it is newer than the one held (by send order)."""
+    def observe(self, reading: BucketReading, seq: int, sent_after: float, at: float) -> None:
+        """A reply's reading, when it is newer than the one held (by send order).
+
+        ``at`` is when its request was sent: providers count a request when it
+        arrives, so that is the instant the reading describes (taking it as of
+        the reply would lose a latency's refill on every reading).
+        """
         if seq < self.seq:
             return
         self.limit = reading.limit
         self.rate_per_s = reading.rate_per_s
         self.level = reading.remaining - sent_after
-        self.at = now
+        self.at = at
         self.seq = seq
 
     def level_at(self, now: float) -> float:
@@ -234,14 +245,14 @@ class BucketMirror:
             self.at = now
 
 
-@dataclass
+@dataclass(eq=False)
 class BucketPace:
     """One rate-limit bucket: its mirrors, its concurrency window and its hold."""
 
     ceiling: int
     window: float = 0.0
-    in_flight: dict[int, float] = field(default_factory=dict)
-    """Send number → estimated tokens, of the calls sent and not yet answered."""
+    in_flight: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Send number → (tokens it costs, when it was sent), of the calls not yet answered."""
     sent: int = 0
     hold_until: float = 0.0
     shrunk_at: int = -1
@@ -279,19 +290,19 @@ class BucketPace:
         """A call goes out now: its send number."""
         cost = self.cost(tokens)
         self.sent += 1
-        self.in_flight[self.sent] = cost
+        self.in_flight[self.sent] = (cost, now)
         self.requests.take(1.0, now)
         self.tokens.take(cost, now)
         return self.sent
 
     def unsent(self, seq: int) -> None:
         """The call ``seq`` was never sent after all (the phase stopped): give its share back."""
-        cost = self.in_flight.pop(seq, None)
-        if cost is not None:
+        found = self.in_flight.pop(seq, None)
+        if found is not None:
             if self.requests.limit is not None:
                 self.requests.level += 1.0
             if self.tokens.limit is not None:
-                self.tokens.level += cost
+                self.tokens.level += found[0]
 
     def _learn_from_refusal(self, reading: RateReading) -> None:
         """A 429 for want of tokens says what the call needs: what remains plus the wait.
@@ -332,18 +343,24 @@ class BucketPace:
 
     def answered(self, seq: int, reading: RateReading | None, limited: bool, now: float) -> None:
         """The call ``seq`` came back: what it said, and whether it was a 429."""
-        self.in_flight.pop(seq, None)
+        found = self.in_flight.pop(seq, None)
+        if found is None:
+            return  # not a call of this bucket's, or answered already
+        # Providers count a request when it arrives, near when it was sent; a quarter of
+        # the round trip later is where the reading is taken to describe, erring toward
+        # waiting (a network delay in front of the count) by a fraction of a latency.
+        sent_at = min(found[1] + (now - found[1]) / 4, now)
         if limited:
             self.limited_seqs.add(seq)
         if reading is not None:
-            later = [t for s, t in self.in_flight.items() if s > seq]
+            later = [cost for s, (cost, _) in self.in_flight.items() if s > seq]
             if reading.requests is not None:
-                self.requests.observe(reading.requests, seq, float(len(later)), now)
+                self.requests.observe(reading.requests, seq, float(len(later)), sent_at)
             if reading.tokens is not None and seq >= self.tokens.seq:
-                self._learn_cost(reading.tokens, seq, now)
+                self._learn_cost(reading.tokens, seq, sent_at)
                 self.reading_level = reading.tokens.remaining
-                self.reading_at = now
-                self.tokens.observe(reading.tokens, seq, float(sum(later)), now)
+                self.reading_at = sent_at
+                self.tokens.observe(reading.tokens, seq, float(sum(later)), sent_at)
                 self.limited_seqs = {s for s in self.limited_seqs if s > seq}
         if limited and reading is not None:
             self._learn_from_refusal(reading)

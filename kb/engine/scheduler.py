@@ -117,6 +117,9 @@ class Engine:
     _phase_tasks: list[asyncio.Task[Any]] = field(default_factory=list, init=False)
     _paced: asyncio.Event | None = field(default=None, init=False)
     """Set (and replaced) whenever a call comes back: a paced call may go now."""
+    _gates: dict[BucketPace, asyncio.Lock] = field(default_factory=dict, init=False)
+    """Each bucket's queue of calls waiting on its pace (made anew each phase: each
+    phase runs in its own event loop)."""
 
     def __post_init__(self) -> None:
         self.rate_limits = RateLimits(min(self.config.concurrency, self.config.per_provider))
@@ -165,6 +168,7 @@ class Engine:
     ) -> list[RunResult]:
         self._envelope = envelope
         self._paced = asyncio.Event()
+        self._gates = {}
         prepaid = [self.transport.prepaid(run) for run in runs]
         _local_preflight(run for run, earlier in zip(runs, prepaid, strict=True) if earlier is None)
         reservations = _authorize(runs, prepaid, envelope)
@@ -320,8 +324,7 @@ class Engine:
             # The bucket's pace first (waiting on it holds no slot another bucket could
             # use), then the provider's slot: a task queued on one busy provider must not
             # sit on a global slot that another provider's run could use.
-            await self._pace(bucket, tokens)
-            sent = bucket.send(tokens, time.monotonic())
+            sent = await self._pace(bucket, tokens)
             heard: tuple[Mapping[str, str] | None, bool] | None = None  # None: never sent
             try:
                 async with provider_limit, limit:
@@ -354,19 +357,28 @@ class Engine:
                 return _ended(base, started, status="error", error=error.message, attempts=attempts)
             await asyncio.sleep(backoff_s(self.config, attempts, error.retry_after))
 
-    async def _pace(self, bucket: BucketPace, tokens: float) -> None:
-        """Until ``bucket`` may send a call of ``tokens`` (at once for an unlimited one)."""
-        while True:
-            wait = bucket.wait_s(tokens, time.monotonic())
-            if wait is not None and wait <= 0:
-                return
-            changed = self._paced
-            assert changed is not None
-            try:
-                # woken early when a call of any bucket comes back (a slot or a reading)
-                await asyncio.wait_for(changed.wait(), timeout=wait)
-            except TimeoutError:
-                pass
+    async def _pace(self, bucket: BucketPace, tokens: float) -> int:
+        """Until ``bucket`` may send a call of ``tokens``; the call's send number.
+
+        The bucket's calls queue on its gate in order, and only the first waits on
+        the pace: when a call comes back one waiter per bucket wakes, not every
+        queued run of a large phase (which would make each answer cost O(runs)).
+        """
+        gate = self._gates.get(bucket)
+        if gate is None:
+            gate = self._gates[bucket] = asyncio.Lock()
+        async with gate:
+            while True:
+                wait = bucket.wait_s(tokens, time.monotonic())
+                if wait is not None and wait <= 0:
+                    return bucket.send(tokens, time.monotonic())
+                changed = self._paced
+                assert changed is not None
+                try:
+                    # woken early when a call of any bucket comes back (a slot or a reading)
+                    await asyncio.wait_for(changed.wait(), timeout=wait)
+                except TimeoutError:
+                    pass
 
     def _answered_pace(
         self, bucket: BucketPace, sent: int, headers: Mapping[str, str] | None, limited: bool
