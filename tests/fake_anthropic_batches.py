@@ -47,6 +47,12 @@ class AnthropicSeen:
     """The first this many polls answer HTTP 529 (overloaded)."""
     refused_key: str = "sk-ant-refused-key"
     """Requests with this key get a 401 that quotes it (as some providers do)."""
+    batch_id: str | None = None
+    """The id a new batch is given (``None``: ``msgbatch_`` and a count)."""
+    poll_reply: Callable[[dict[str, Any]], Any] | None = None
+    """What a poll answers instead of the batch (given the batch): a hostile provider."""
+    result_rows: Callable[[list[dict[str, Any]]], list[Any]] | None = None
+    """Rewrites the results file's rows before it is written."""
     requests: list[tuple[str, str, bytes]] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -106,7 +112,11 @@ def _end(seen: AnthropicSeen, batch: dict[str, Any], cancelled: bool) -> None:
             }
         counts[kind["type"]] += 1
         rows.append({"custom_id": request["custom_id"], "result": kind})
-    seen.results[batch["id"]] = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    if seen.result_rows is not None:
+        rows = seen.result_rows(rows)
+    seen.results[batch["id"]] = "".join(
+        (r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows
+    ).encode()
     batch.update(processing_status="ended", ended_at="2026-12-02T00:00:00Z")
     batch["request_counts"] = {"processing": 0, **counts}
 
@@ -160,7 +170,7 @@ def fake_anthropic_server(
                     )
                 elif self.path == "/v1/messages/batches":
                     requests = json.loads(body)["requests"]
-                    batch_id = f"msgbatch_{len(state.batches) + 1}"
+                    batch_id = state.batch_id or f"msgbatch_{len(state.batches) + 1}"
                     state.inputs[batch_id] = requests
                     state.batches[batch_id] = {
                         "id": batch_id,
@@ -220,7 +230,10 @@ def fake_anthropic_server(
                         batch["results_url"] = (
                             f"{self._base()}/v1/messages/batches/{batch['id']}/results"
                         )
-                    self._send(200, batch)
+                    if state.poll_reply is not None:
+                        self._send(200, state.poll_reply(batch))
+                    else:
+                        self._send(200, batch)
                 elif m := re.fullmatch(r"/v1/messages/batches/([^/]+)/results", self.path):
                     blob = state.results.get(m.group(1))
                     if blob is None:

@@ -304,3 +304,122 @@ def test_a_batched_sweep_claims_what_a_live_sweep_does(runner: CliRunner, isolat
     assert "10 of the 20 target runs go through the provider's batch API" in " ".join(
         dry.stdout.split()
     )
+
+
+# -- a hostile or broken provider (found by an attack on this transport) -----------------------
+
+
+def test_a_key_quoted_in_an_errored_result_never_reaches_the_runs_error() -> None:
+    def quote_key(rows: list[dict[str, Any]]) -> list[Any]:
+        rows[0]["result"] = {
+            "type": "errored",
+            "error": {
+                "type": "error",
+                "error": {"type": "authentication_error", "message": f"key {KEY} rejected"},
+            },
+        }
+        return rows
+
+    with fake_anthropic_server(AnthropicSeen(result_rows=quote_key)) as (base, _):
+        results = Engine.build(BATCH).run(plan(claude(base), PROMPTS[:2]), SpendEnvelope(cap=None))
+    assert results[0].status == "error" and KEY not in (results[0].error or "")
+    assert "authentication_error: key *** rejected" in (results[0].error or "")
+    assert results[1].status == "ok"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        lambda batch: {"processing_status": "ended"},  # no id: a proxy's page
+        lambda batch: {**batch, "request_counts": {"succeeded": "many"}},
+        lambda batch: ["not", "an", "object"],
+    ],
+)
+def test_a_poll_reply_that_is_not_a_batch_is_an_error_and_the_batch_is_kept(
+    reply: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "night.journal.jsonl"
+    with fake_anthropic_server(AnthropicSeen(poll_reply=reply)) as (base, seen):
+        journal = RunJournal.open(path, "r1", "2026-11-01T02:00:00.000Z", spec="s.toml")
+        results = engine_for(BATCH, journal=journal).run(
+            plan(claude(base), PROMPTS[:2]), SpendEnvelope(cap=None)
+        )
+        journal.close()
+    assert {r.status for r in results} == {"error"}
+    assert all((r.error or "").startswith("polling the batch") for r in results)
+    assert seen.calls("GET", "/v1/messages/batches/msgbatch_1") == 4  # tried again, then said
+    state = read_journal(path)
+    assert state is not None and list(state.batches.values()) == ["msgbatch_1"]  # resumable
+
+
+def test_a_poll_that_describes_another_batch_is_not_believed() -> None:
+    other = AnthropicSeen(poll_reply=lambda batch: {**batch, "id": "msgbatch_OTHER"})
+    with fake_anthropic_server(other) as (base, seen):
+        results = Engine.build(BATCH).run(plan(claude(base), PROMPTS[:1]), SpendEnvelope(cap=None))
+    assert results[0].error == "polling the batch msgbatch_1: the reply describes another batch"
+    assert seen.calls("GET", r".*/results") == 0
+
+
+@pytest.mark.parametrize("batch_id", ["../../v1/other?x=1", "msgbatch_[/x]", "msg batch", "a/b"])
+def test_a_batch_id_kb_cannot_put_in_a_url_is_refused(batch_id: str) -> None:
+    with fake_anthropic_server(AnthropicSeen(batch_id=batch_id)) as (base, seen):
+        (result,) = Engine.build(BATCH).run(plan(claude(base), ["one"]), SpendEnvelope(cap=None))
+    assert result.error == "creating the batch: the reply names no batch id kb can use"
+    assert [(m, p) for m, p, _ in seen.requests] == [("POST", "/v1/messages/batches")]
+
+
+def test_a_status_anthropic_never_documented_is_polled_again_not_taken_as_the_end(
+    tmp_path: Path,
+) -> None:
+    said = iter(["validating", "validating"])
+
+    def unknown_then_real(batch: dict[str, Any]) -> dict[str, Any]:
+        return {**batch, "processing_status": next(said, batch["processing_status"])}
+
+    seen = AnthropicSeen(poll_reply=unknown_then_real, polls_to_finish=2)
+    with fake_anthropic_server(seen) as (base, _):
+        results = Engine.build(BATCH).run(plan(claude(base), PROMPTS), SpendEnvelope(cap=None))
+    assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS]
+
+
+def test_result_lines_with_impossible_usage_or_twice_the_same_id() -> None:
+    def hostile(rows: list[dict[str, Any]]) -> list[Any]:
+        rows[0]["result"]["message"]["usage"]["input_tokens"] = -3000
+        rows[1]["result"]["message"]["usage"]["input_tokens"] = "Infinity"
+        infinite = json.dumps(rows[1]).replace('"Infinity"', "Infinity")
+        duplicate = {**rows[2], "result": {"type": "canceled"}}
+        return [rows[0], infinite, rows[2], duplicate, rows[3]]
+
+    with fake_anthropic_server(AnthropicSeen(result_rows=hostile)) as (base, _):
+        results = Engine.build(BATCH).run(plan(claude(base), PROMPTS), SpendEnvelope(cap=None))
+    assert results[0].status == "ok" and results[0].cost_usd >= 0  # no negative debit
+    assert results[0].usage.prompt_tokens == 0
+    assert results[1].status == "error"  # an unreadable line: no answer, never a crash
+    assert results[2].output == "echo: three"  # the first line of an id is the one kept
+
+
+def test_an_effort_model_stays_live_its_thinking_a_batch_would_drop() -> None:
+    with fake_anthropic_server() as (base, seen):
+        spec = ModelSpec("anthropic:claude-sonnet-test", effort="high", params=claude(base).params)
+        runs = [PlannedRun("target:x/0", "target", spec, build_request(spec, "one"))]
+        transport = AnthropicBatchTransport(LiveTransport(), 0.01, 0.02)
+        assert not transport.accepts(runs[0])
+        assert not transport.accepts(
+            PlannedRun("t", "target", claude(base, tools=[]), build_request(claude(base), "x"))
+        )
+    assert seen.requests == []
+
+
+def test_models_on_two_keys_never_share_a_batch() -> None:
+    with fake_anthropic_server() as (base, seen):
+        first = claude(base)
+        second = claude(base, api_key_env="KB_OTHER_KEY")
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("KB_OTHER_KEY", "sk-ant-other-key-0000")
+            runs = plan(first, ["one"]) + [
+                PlannedRun("target:second/0", "target", second, build_request(second, "two"))
+            ]
+            results = Engine.build(BATCH).run(runs, SpendEnvelope(cap=None))
+    assert [r.output for r in results] == ["echo: one", "echo: two"]
+    assert seen.calls("POST", "/v1/messages/batches") == 2
+    assert {k for k in seen.keys} == {KEY, "sk-ant-other-key-0000"}

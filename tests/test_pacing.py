@@ -440,3 +440,40 @@ def test_a_call_that_was_never_sent_gives_its_share_back() -> None:
     pace.unsent(second)  # the phase stopped before it went out
     assert (pace.requests.level, pace.tokens.level) == (5, 500)
     assert pace.in_flight == {} and pace.window == window  # no success counted either
+
+
+# -- a hostile provider's headers (found by an attack on pacing) ------------------------------
+
+
+def test_a_retry_after_that_is_not_finite_is_no_retry_after() -> None:
+    assert retry_after_s({"retry-after-ms": "inf"}, WALL) is None
+    assert retry_after_s({"retry-after-ms": "1e999", "retry-after": "2"}, WALL) == 2.0
+
+
+def test_a_days_quota_refusal_does_not_teach_a_calls_cost() -> None:
+    pace = BucketPace(8)
+    healthy = {
+        "x-ratelimit-limit-requests": "600",
+        "x-ratelimit-remaining-requests": "590",
+        "x-ratelimit-limit-tokens": "200000",
+        "x-ratelimit-remaining-tokens": "199000",
+    }
+    refused = read_rate_headers({**healthy, "retry-after": "7200"}, WALL)
+    pace.answered(pace.send(17, 0.0), refused, True, 0.3)
+    assert pace.tokens_per_call is None  # not 199,000 + 3,333 x 7,200 tokens a call
+    assert pace.wait_s(17, 0.3) == 120.0  # held, at most the cap
+    assert pace.wait_s(17, 120.4) == 0
+
+
+def test_headers_that_claim_an_empty_bucket_for_hours_slow_a_call_never_stop_it() -> None:
+    pace = BucketPace(4)
+    forever = read_rate_headers(
+        {
+            "x-ratelimit-limit-requests": "1",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "277777h",
+        },
+        WALL,
+    )
+    pace.answered(pace.send(1, 0.0), forever, False, 0.1)
+    assert pace.wait_s(1, 0.1) == 120.0

@@ -359,6 +359,7 @@ def progress_bar(
     if not enabled or total == 0 or not sys.stderr.isatty():
         yield lambda _result: None
         return
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from kb.engine.pacing import PaceNote
@@ -370,18 +371,18 @@ def progress_bar(
 
     columns = (BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(tally.describe(), total=total)
+        task = progress.add_task(escape(tally.describe()), total=total)
 
         def advance(result: RunResult | BatchState | PaceNote) -> None:
             if isinstance(result, RunResult):
                 tally.add(result)
-                progress.update(task, advance=1, description=tally.describe())
+                progress.update(task, advance=1, description=escape(tally.describe()))
             elif isinstance(result, PaceNote):  # a call came back: the rate, the 429s
                 tally.add_pace(result)
-                progress.update(task, description=tally.describe())
+                progress.update(task, description=escape(tally.describe()))
             else:  # a batch was polled: what it has done so far, no run settled yet
                 tally.add_batch(result)
-                progress.update(task, description=tally.describe())
+                progress.update(task, description=escape(tally.describe()))
 
         yield advance
 

@@ -67,8 +67,18 @@ _TRANSPORT = frozenset(
 """Call params that say where and how to send, not what to ask: never in a batch line."""
 
 
+LIVE_ONLY_ANTHROPIC = frozenset(
+    {"reasoning_effort", "response_format", "tools", "tool_choice", "functions", "user"}
+)
+"""Params litellm turns into something else for Anthropic (extended thinking, a tool call,
+metadata): a Message Batch would not send them as a live call does, so those runs stay live."""
+
+
 def batchable(spec: ModelSpec) -> bool:
-    """The model's provider has a batch API kb can reach."""
+    """The model's runs can go as batches exactly as they would go live."""
+    if spec.provider == "anthropic":
+        asked = set(spec.params) | set(spec.params.get("extra") or {})
+        return spec.effort is None and not (asked & LIVE_ONLY_ANTHROPIC)
     return spec.provider in BATCH_PROVIDERS
 
 
@@ -139,9 +149,14 @@ def endpoint(request: ProviderRequest) -> str | None:
     return str(where) if where else None
 
 
-def group_key(spec: ModelSpec, request: ProviderRequest) -> tuple[str, str, str]:
-    """Runs that may share one batch: the same provider, endpoint and model."""
-    return spec.provider, endpoint(request) or "", request.model
+def group_key(spec: ModelSpec, request: ProviderRequest) -> tuple[str, str, str, str]:
+    """Runs that may share one batch: the same provider, endpoint, key and model.
+
+    The key is told by its variable's name (``api_key_env``) or the model's ref when a
+    literal key is given: a batch is sent with one key, its first run's.
+    """
+    key = spec.params.get("api_key_env")
+    return spec.provider, endpoint(request) or "", str(key or spec.ref), request.model
 
 
 @dataclass(frozen=True)

@@ -109,9 +109,11 @@ def retry_after_s(headers: Mapping[str, str], wall_now: float) -> float | None:
     millis = found.get("retry-after-ms")
     if millis is not None:
         try:
-            return max(0.0, float(millis) / 1000.0)
+            seconds = float(millis) / 1000.0
         except ValueError:
-            pass
+            seconds = math.nan
+        if math.isfinite(seconds):
+            return max(0.0, seconds)
     value = found.get("retry-after")
     if value is None:
         return None
@@ -277,14 +279,19 @@ class BucketPace:
         return self.tokens_per_call if self.tokens_per_call is not None else tokens
 
     def wait_s(self, tokens: float, now: float) -> float | None:
-        """Seconds until a call may be sent (0: now; ``None``: when a call in flight ends)."""
+        """Seconds until a call may be sent (0: now; ``None``: when a call in flight ends).
+
+        Never more than :data:`RETRY_AFTER_MAX_S` from ``now``: headers that claim a
+        bucket empty for hours slow a night, they never stop it.
+        """
         if len(self.in_flight) >= max(1, math.floor(self.window)):
             return None
-        return max(
+        wait = max(
             self.hold_until - now,
             self.requests.wait_s(1.0, now),
             self.tokens.wait_s(self.cost(tokens), now),
         )
+        return min(wait, RETRY_AFTER_MAX_S) if math.isfinite(wait) else RETRY_AFTER_MAX_S
 
     def send(self, tokens: float, now: float) -> int:
         """A call goes out now: its send number."""
@@ -311,13 +318,13 @@ class BucketPace:
         retry-after instead); never lowers what was learned.
         """
         tokens, wait = reading.tokens, reading.retry_after_s
-        if tokens is None or wait is None or wait <= 0:
-            return
+        if tokens is None or wait is None or not 0 < wait <= 60.0:
+            return  # a longer wait is a quota's refusal (a day's), not a minute's tokens
         requests = reading.requests
         if requests is not None and requests.remaining < 1:
             if wait <= (1 - requests.remaining) / requests.rate_per_s + 0.05:
                 return  # the requests bucket's wait: nothing said about tokens
-        needed = tokens.remaining + tokens.rate_per_s * wait
+        needed = min(tokens.remaining + tokens.rate_per_s * wait, tokens.limit)
         self.tokens_per_call = max(self.tokens_per_call or 0.0, needed)
 
     def _learn_cost(self, reading: BucketReading, seq: int, now: float) -> None:
@@ -334,7 +341,7 @@ class BucketPace:
         counted = (seq - earlier) - sum(1 for s in self.limited_seqs if earlier < s <= seq)
         if counted <= 0:
             return
-        per_call = max(0.0, (refilled - reading.remaining) / counted)
+        per_call = min(max(0.0, (refilled - reading.remaining) / counted), reading.limit)
         self.tokens_per_call = (
             per_call
             if self.tokens_per_call is None

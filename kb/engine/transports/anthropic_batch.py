@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import re
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -42,7 +44,15 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from kb.engine.batch import BatchAnswer, BatchMembers, BatchState, endpoint, poll_delays
+from kb.engine.batch import (
+    BatchAnswer,
+    BatchMembers,
+    BatchState,
+    batchable,
+    endpoint,
+    group_key,
+    poll_delays,
+)
 from kb.engine.requests import ProviderRequest, scrub_secrets, secret_values
 from kb.engine.runs import PlannedRun, RunResult, Usage
 from kb.engine.transports.base import BatchPhase
@@ -63,6 +73,8 @@ POLL_TRIES = 4
 """Consecutive polls that may fail on a retryable status before the batch's runs settle
 ``error`` (the batch stays journaled: ``kb sweep --resume`` polls it again)."""
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+_BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+"""What a batch id may look like: it goes into the URLs the key is sent to."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +131,17 @@ def message_params(custom_id: str, request: ProviderRequest) -> dict[str, Any]:
 
 
 def batch_state(raw: Mapping[str, Any]) -> BatchState:
-    """A Message Batch object as a :class:`BatchState` (``ended`` read as how it ended)."""
+    """A Message Batch object as a :class:`BatchState` (``ended`` read as how it ended).
+
+    Raises :class:`ProviderFailure` (retryable: a proxy's page may pass) for a reply
+    that is not one: no id, or counts that are not counts.
+    """
+    batch_id = raw.get("id")
+    if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id):
+        raise ProviderFailure("polling the batch: the reply names no batch", retryable=True)
     counts = raw.get("request_counts") or {}
     counts = counts if isinstance(counts, Mapping) else {}
-    number = {name: int(counts.get(name) or 0) for name in _COUNTS}
+    number = {name: _count(counts.get(name)) for name in _COUNTS}
     processing = str(raw.get("processing_status") or "unknown")
     status = processing
     if processing == "ended":
@@ -133,7 +152,7 @@ def batch_state(raw: Mapping[str, Any]) -> BatchState:
         else:
             status = "completed"
     return BatchState(
-        batch_id=str(raw["id"]),
+        batch_id=batch_id,
         status=status,
         total=sum(number.values()),
         completed=number["succeeded"],
@@ -147,15 +166,34 @@ def batch_state(raw: Mapping[str, Any]) -> BatchState:
 _COUNTS = ("processing", "succeeded", "errored", "canceled", "expired")
 
 
-def read_results(blob: bytes) -> dict[str, BatchAnswer]:
-    """The results file, by custom id (a line that cannot be read is skipped: no answer)."""
+def _count(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if value is None:
+        return 0
+    raise ProviderFailure(
+        f"polling the batch: a count that is not one ({value!r:.40})", retryable=True
+    )
+
+
+def read_results(blob: bytes, secrets: tuple[str, ...] = ()) -> dict[str, BatchAnswer]:
+    """The results file, by custom id.
+
+    A line that cannot be read is skipped (its run has no answer); of two lines with
+    one custom id the first is kept; the provider's words in an error are cut of
+    ``secrets`` (a provider may quote the key it refused).
+    """
     found: dict[str, BatchAnswer] = {}
     for line in blob.decode("utf-8", "replace").split("\n"):
         try:
             entry = json.loads(line)
-            found[str(entry["custom_id"])] = _answer(entry["result"])
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            custom_id = str(entry["custom_id"])
+            answer = _answer(entry["result"])
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
             continue
+        if answer.error is not None:
+            answer = BatchAnswer(None, answer.usage, scrub_secrets(answer.error, secrets))
+        found.setdefault(custom_id, answer)
     return found
 
 
@@ -182,9 +220,10 @@ def _answer(result: Mapping[str, Any]) -> BatchAnswer:
         if isinstance(block, Mapping) and block.get("type") == "text"
     )
     usage = message.get("usage") or {}
-    return BatchAnswer(
-        text, Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
-    )
+    counted = [usage.get("input_tokens") or 0, usage.get("output_tokens") or 0]
+    if not all(isinstance(n, int | float) and math.isfinite(n) for n in counted):
+        raise ValueError("usage that is not a count")
+    return BatchAnswer(text, Usage(*(max(0, int(n)) for n in counted)))
 
 
 class AnthropicBatchTransport:
@@ -196,16 +235,17 @@ class AnthropicBatchTransport:
         self.poll_max_s = poll_max_s
 
     def accepts(self, run: PlannedRun) -> bool:
-        """A target or judge run of an Anthropic model without a response schema."""
+        """A target or judge run of an Anthropic model that a batch sends as live would."""
         return (
             run.kind != "canary"
             and run.spec.provider == "anthropic"
+            and batchable(run.spec)
             and run.request.response_schema is None
         )
 
     def group(self, run: PlannedRun) -> Hashable:
         """One batch per endpoint, key and model."""
-        return ("anthropic", endpoint(run.request) or "", run.request.model)
+        return group_key(run.spec, run.request)
 
     async def settle(
         self,
@@ -235,7 +275,8 @@ class AnthropicBatchTransport:
                 if state is None:  # stopped while waiting: journaled, --resume polls it
                     cut = [_failed(run, "cancelled", started, "cancelled") for run in runs]
                     return [replace(result, batch_id=batch_id) for result in cut]
-                answers = read_results(await api.results(state)) if state.output_file_id else {}
+                blob = await api.results(state) if state.output_file_id else b""
+                answers = read_results(blob, target.secrets)
             except ProviderFailure as failure:
                 cut = [_failed(run, failure.message, started) for run in runs]
                 return [replace(result, batch_id=batch_id) for result in cut]
@@ -270,9 +311,15 @@ class AnthropicBatchTransport:
                     raise
             else:
                 failures = 0
+                if state.batch_id != batch_id:
+                    raise ProviderFailure(
+                        f"polling the batch {batch_id}: the reply describes another batch",
+                        retryable=False,
+                    )
                 if on_batch is not None:
                     on_batch(state)
-                if state.status not in ("in_progress", "canceling"):
+                # only "ended" ends it: a status Anthropic has not documented is polled again
+                if state.status in ("completed", "cancelled", "expired"):
                     phase.closed(batch_id)
                     return state
             if phase.stopped:
@@ -325,9 +372,9 @@ class _Api:
             "creating the batch", "POST", "/v1/messages/batches", {"requests": requests}
         )
         batch_id = made.get("id")
-        if not isinstance(batch_id, str) or not batch_id:
+        if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id):
             raise ProviderFailure(
-                "creating the batch: the reply names no batch id", retryable=False
+                "creating the batch: the reply names no batch id kb can use", retryable=False
             )
         return batch_id
 
