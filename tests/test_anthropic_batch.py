@@ -423,3 +423,11 @@ def test_models_on_two_keys_never_share_a_batch() -> None:
     assert [r.output for r in results] == ["echo: one", "echo: two"]
     assert seen.calls("POST", "/v1/messages/batches") == 2
     assert {k for k in seen.keys} == {KEY, "sk-ant-other-key-0000"}
+
+
+def test_an_ended_batch_without_a_results_url_is_read_at_its_documented_path() -> None:
+    seen = AnthropicSeen(poll_reply=lambda batch: {**batch, "results_url": None})
+    with fake_anthropic_server(seen) as (base, _):
+        results = Engine.build(BATCH).run(plan(claude(base), PROMPTS), SpendEnvelope(cap=None))
+    assert [r.output for r in results] == [f"echo: {p}" for p in PROMPTS]
+    assert seen.calls("GET", "/v1/messages/batches/msgbatch_1/results") == 1

@@ -275,8 +275,7 @@ class AnthropicBatchTransport:
                 if state is None:  # stopped while waiting: journaled, --resume polls it
                     cut = [_failed(run, "cancelled", started, "cancelled") for run in runs]
                     return [replace(result, batch_id=batch_id) for result in cut]
-                blob = await api.results(state) if state.output_file_id else b""
-                answers = read_results(blob, target.secrets)
+                answers = read_results(await api.results(state), target.secrets)
             except ProviderFailure as failure:
                 cut = [_failed(run, failure.message, started) for run in runs]
                 return [replace(result, batch_id=batch_id) for result in cut]
@@ -383,16 +382,16 @@ class _Api:
         return await self._call("polling the batch", "GET", f"/v1/messages/batches/{batch_id}")
 
     async def results(self, state: BatchState) -> bytes:
-        """The results file (JSONL)."""
-        assert state.output_file_id is not None
-        url = httpx.URL(state.output_file_id)
+        """The results file (JSONL): where the batch says, else its documented path."""
+        own = f"/v1/messages/batches/{state.batch_id}/results"
+        url = httpx.URL(state.output_file_id or own)
         if url.is_absolute_url and (url.scheme, url.host, url.port) != (
             self.client.base_url.scheme,
             self.client.base_url.host,
             self.client.base_url.port,
         ):
             # the key goes with the request: never to a host other than the endpoint's own
-            url = httpx.URL(f"/v1/messages/batches/{state.batch_id}/results")
+            url = httpx.URL(own)
         response = await self._send("reading the batch's results", "GET", str(url))
         return response.content
 
