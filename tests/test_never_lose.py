@@ -142,6 +142,30 @@ def test_a_canary_of_empty_probes_is_incomplete_not_drift(
     assert "incomplete (every probe answered empty: an outage, not drift)" in text
 
 
+@pytest.mark.parametrize("outage", ["empty", "junk"])
+def test_an_outage_that_begins_mid_canary_is_incomplete_not_drift(
+    runner: CliRunner, repo: Path, server: tuple[str, Seen], outage: str
+) -> None:
+    """The first probe answers as ever, the next meets the outage: no claim flips."""
+    base, seen = server
+    assert kb(runner, "init").exit_code == 0
+    spec = loopback_spec(repo / "s.toml", base, canary=True)
+    assert kb(runner, "sweep", str(spec), "--quiet", "--observed-at", NIGHT_1).exit_code == 0
+    before = state(repo)
+    baselines = (repo / "rulvar.models.canary.json").read_bytes()
+    seen.outage, seen.outage_after = outage, len(seen.requests) + 1
+    seen.junk_text = "<html><head><title>502 Bad Gateway</title></head>request {n}</html>"
+    probed = kb(runner, "canary", str(spec), "--json", "--as-of", NIGHT_2)
+    assert probed.exit_code == 0, probed.stderr
+    (entry,) = json.loads(probed.stdout)
+    assert entry["status"] == "incomplete" and entry["flipped"] == [], entry
+    said = {"empty": "answered empty", "junk": "answered '<html> titled 502 Bad Gateway'"}
+    assert said[outage] in entry["reason"] and "not drift" in entry["reason"]
+    assert active(repo) == [("strength", "active")]  # nothing flipped stale
+    assert state(repo) == before
+    assert (repo / "rulvar.models.canary.json").read_bytes() == baselines  # not re-based
+
+
 def test_a_case_that_expects_an_empty_answer_is_exempt(
     runner: CliRunner, repo: Path, server: tuple[str, Seen]
 ) -> None:

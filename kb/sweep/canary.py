@@ -38,7 +38,7 @@ from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
 from kb.store.records import CanaryRecord, ProbeRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
-from kb.sweep.health import reply_kind
+from kb.sweep.health import ERROR_PAGE, reply_kind
 from kb.sweep.pool import build_pool
 from kb.sweep.sensitive import (
     SensitiveProbes,
@@ -127,6 +127,15 @@ class CanaryResult:
             (kind,) = kinds
             shown = kind if len(kind) <= 40 else kind[:39] + "…"
             return f"every probe answered {shown!r}: an error page, not drift"
+        # an outage that began mid-canary: one probe's answer is a page or nothing at all
+        for number, probe in enumerate(self.probes, start=1):
+            for output in probe.outputs:
+                kind = reply_kind(output)
+                if not output or not output.strip():
+                    return f"probe {number} answered empty: an outage, not drift"
+                if kind.startswith(ERROR_PAGE):
+                    shown = kind if len(kind) <= 40 else kind[:39] + "…"
+                    return f"probe {number} answered {shown!r}: an error page, not drift"
         return None
 
     @property

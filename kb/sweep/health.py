@@ -117,6 +117,10 @@ _ERROR_TITLE = re.compile(
 """What an error page's title says (a model's own pages are told apart by their text)."""
 
 
+ERROR_PAGE = "<html> titled "
+"""How :func:`reply_kind` names an HTML page whose title reads like an error."""
+
+
 def reply_kind(text: str | None) -> str:
     """What makes replies "the same reply": the flattened text, or an HTML page's title.
 
@@ -129,7 +133,7 @@ def reply_kind(text: str | None) -> str:
     if lowered.startswith(("<!doctype html", "<html")):  # the reply is a page, not about one
         found = _TITLE.search(flat)
         if found is not None and _ERROR_TITLE.search(found.group(1)):
-            return f"<html> titled {_flat(found.group(1))}"
+            return f"{ERROR_PAGE}{_flat(found.group(1))}"
     return flat
 
 
