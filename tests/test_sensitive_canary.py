@@ -338,6 +338,29 @@ def test_malformed_sensitive_baselines_are_one_clear_line(
     assert (isolated / "rulvar.models.json").read_bytes() == before
 
 
+@pytest.mark.parametrize("commit", [True, False])
+def test_calibrate_refuses_a_malformed_baselines_file_before_any_call(
+    runner: CliRunner, isolated: Path, commit: bool
+) -> None:
+    path = isolated / "rulvar.models.canary.json"
+    document = {
+        "probeSets": {},
+        "subjects": {"openai:watched": {"baselines": {}, "current": [], "sensitive": ["x"]}},
+        "version": 1,
+    }
+    path.write_text(json.dumps(document))
+    before = (isolated / "rulvar.models.json").read_bytes(), path.read_bytes()
+    with fake_openai_server() as (base, seen):
+        calibrate = ["canary", "--calibrate", str(spec(isolated, base, isolated / "p.json"))]
+        result = kb(runner, *calibrate, *([] if commit else ["--no-commit"]))
+        asked = len(seen.requests)
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a canary baselines file" in lines[0], lines
+    assert asked == 0  # nothing paid for
+    assert ((isolated / "rulvar.models.json").read_bytes(), path.read_bytes()) == before
+
+
 def test_calibrate_without_a_sensitive_section_is_one_line_before_any_call(
     runner: CliRunner, isolated: Path
 ) -> None:
@@ -625,6 +648,9 @@ def test_a_drift_drops_the_sensitive_baselines_and_says_how_to_make_new_ones(
         seen.distributions["watched|Ping?"] = {"pong, changed": 1.0}  # the exact tier moves
         drifted, _ = night(runner, path, 29)
         assert canary_of(drifted, "openai:watched")["status"] == "drift"
+        # the drift night's report itself says the tier must be calibrated again
+        said = kb(runner, "report", "kb-sweep-2026-11-29T02:00:00.000Z").stdout
+        assert "dropped with the drift: kb canary --calibrate SPEC" in " ".join(said.split())
         subject = json.loads((isolated / "rulvar.models.canary.json").read_text())["subjects"]
         assert "sensitive" not in subject["openai:watched"]  # not one night's 16 samples
         assert "sensitiveLogprobs" not in subject["openai:watched"]
@@ -645,4 +671,4 @@ def test_a_missing_probes_file_with_baselines_is_said_not_passed_over(
         (isolated.parent / "private-probes" / "gone.json").unlink()  # a CI runner without it
         report, _ = night(runner, path, 28)
     line = canary_of(report, "openai:watched")["sensitive"]["line"]
-    assert "gone.json has no probes for it, but the baselines hold 4" in line, line
+    assert "gone.json is missing, but the baselines hold 4" in line, line

@@ -152,6 +152,9 @@ def calibrate(
     probes = probes_for(spec)
     assert probes is not None
     snapshot = store.read()
+    # a baselines file that cannot be read is refused before anything is paid for,
+    # not after every call when the commit reads it
+    BaselinesFile.read(store.home.canary_baselines).parsed  # noqa: B018 - read to check
     members = _members(spec, snapshot, at)
     tried = candidates(spec)
     screen_probes = SensitiveProbes(probes.path, {m.key: tried for m in members})

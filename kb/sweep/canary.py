@@ -302,8 +302,9 @@ def _judged(
         known = tier.baselines.subjects.get(result.member.key)
         if not prompts and known is not None and known.sensitive:
             # a CI runner without the private probes file would go blind without a word
+            missing = "is missing" if not tier.probes.path.exists() else "has no probes for it"
             why = (
-                f"the probes file {tier.probes.path} has no probes for it, but the baselines "
+                f"the probes file {tier.probes.path} {missing}, but the baselines "
                 f"hold {len(known.sensitive)}: restore the file (or calibrate again)"
             )
             blind = SensitiveResult("uncalibrated", (), tier.settings.alpha, why=why)
@@ -512,6 +513,9 @@ def canary_line(result: CanaryResult) -> str:
     # the sensitive tier on every line: an exact tier that cannot judge (an outage-looking
     # night) is exactly when its logprob readings may still see the model move
     tier = f"; sensitive: {result.sensitive.describe()}" if result.sensitive is not None else ""
+    if result.status == "drift" and result.sensitive is not None and result.sensitive.probes:
+        # the drift drops the tier's baselines (they described the old model): say so tonight
+        tier += "; its baselines are dropped with the drift: kb canary --calibrate SPEC"
     if result.status == "drift":
         count = len(result.flipped)
         where = f" (store v{result.version})" if result.version is not None else " (not committed)"

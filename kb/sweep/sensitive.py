@@ -370,7 +370,7 @@ class SensitiveResult:
             return (
                 f"distribution shift: probe {index + 1} of {len(self.probes)} (id {probe.id}), "
                 f"{moved}p = {p_value:.2g} (alarm below {self.alpha:g} / {family}); "
-                "its cells escalate tonight"
+                "a sweep escalates its cells that night"
             )
         if self.status == "uncalibrated":
             if self.why is not None:

@@ -202,7 +202,12 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         why = f" ({canary.reason})" if canary.reason else ""
         lines.append(f"canary {canary.subject_key}: {words}{why}{flipped}")
         if canary.sensitive is not None:
-            lines += wrapped(f"sensitive: {canary.sensitive.line}", "  ", "    ")
+            dropped = (
+                "; its baselines are dropped with the drift: kb canary --calibrate SPEC"
+                if canary.status == "drift" and canary.sensitive.probes
+                else ""
+            )
+            lines += wrapped(f"sensitive: {canary.sensitive.line}{dropped}", "  ", "    ")
     if report.committed_version is not None:
         git = f" [git {git_commit[:12]}]" if git_commit else ""
         lines.append(f"committed: store v{report.committed_version}{git}")
