@@ -83,13 +83,16 @@ def test_the_batch_request_is_the_messages_api_body_and_the_key_only_a_header() 
             "target:x/0", "target", spec, build_request(spec, "hello", system="be brief")
         )
         (result,) = Engine.build(BATCH).run([run], SpendEnvelope(cap=None))
+        Engine(EngineConfig()).run([run], SpendEnvelope(cap=None))  # the same run, live
     assert result.output == "echo: hello"
+    live = json.loads(next(body for m, p, body in seen.requests if p == "/v1/messages"))
     (request,) = seen.inputs["msgbatch_1"]
+    assert request["params"]["max_tokens"] == live["max_tokens"]  # litellm's default, as live
     assert request == {
         "custom_id": "kb-0",
         "params": {
             "model": "claude-sonnet-test",
-            "max_tokens": 4096,
+            "max_tokens": live["max_tokens"],
             "messages": [{"role": "user", "content": "hello"}],
             "system": "be brief",
             "temperature": 0.2,
@@ -268,7 +271,7 @@ def test_how_a_batch_ended_is_read_from_its_counts(raw: dict[str, Any], status: 
 def test_a_stop_param_list_and_system_messages_map_to_the_messages_api() -> None:
     spec = ModelSpec("anthropic:claude-x", params={"stop": ["a", "b"], "max_tokens": 64})
     request = build_request(spec, "q", system="s")
-    params = message_params("kb-3", request)["params"]
+    params = message_params("kb-3", request, 4096)["params"]
     assert params["stop_sequences"] == ["a", "b"] and params["max_tokens"] == 64
     assert params["system"] == "s" and params["messages"] == [{"role": "user", "content": "q"}]
 

@@ -511,6 +511,17 @@ class LiteLLMAdapter:
         content = getattr(found, "content", found)
         return content if isinstance(content, bytes) else str(content).encode("utf-8")
 
+    def anthropic_max_tokens(self, model: str) -> int:
+        """The ``max_tokens`` a live call to Anthropic's ``model`` sends when none is given.
+
+        litellm's default: the model's output limit from its table, else its constant.
+        A Message Batch sends the same, so a batched request is the live one.
+        """
+        from litellm.llms.anthropic.chat.transformation import AnthropicConfig
+
+        name = model.split("/", 1)[1] if "/" in model else model
+        return int(AnthropicConfig.get_max_tokens_for_model(name))
+
     def batch_cost(
         self, spec: ModelSpec, request: ProviderRequest, usage: Usage
     ) -> tuple[float, PriceSource]:

@@ -22,8 +22,9 @@ batch's reason when its request errored, expired or was cancelled; the sweep
 treats it as any failed run.
 
 What goes in a request: the conversation (system messages become the
-``system`` field), ``max_tokens`` (:data:`DEFAULT_MAX_TOKENS` when the spec
-gives none: the Messages API requires it), and the sampling params the
+``system`` field), ``max_tokens`` (when the spec gives none, what litellm
+sends live: the model's output limit from its table, else 128,000; the
+Messages API requires one), and the sampling params the
 Messages API knows (:data:`MESSAGE_PARAMS`; ``stop`` becomes
 ``stop_sequences``); any other param is left out, as litellm drops params a
 provider does not take. Runs with a response schema stay live (litellm turns
@@ -63,8 +64,6 @@ if TYPE_CHECKING:
 
 API_VERSION = "2023-06-01"
 DEFAULT_BASE = "https://api.anthropic.com"
-DEFAULT_MAX_TOKENS = 4096
-"""``max_tokens`` of a request whose spec names none (litellm's default for Anthropic)."""
 MESSAGE_PARAMS = frozenset(
     {"temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking", "service_tier"}
 )
@@ -111,13 +110,19 @@ def where(run: PlannedRun) -> Where:
     return Where(base, key, tuple(s for s in (key, *secret_values(run.spec.params)) if s))
 
 
-def message_params(custom_id: str, request: ProviderRequest) -> dict[str, Any]:
-    """One request of the batch: the Messages API body of ``request``."""
+def message_params(
+    custom_id: str, request: ProviderRequest, default_max_tokens: int
+) -> dict[str, Any]:
+    """One request of the batch: the Messages API body of ``request``.
+
+    ``default_max_tokens`` is what a live call sends when the spec names none (litellm's
+    default for the model), so the batched request is the live one.
+    """
     call = request.call_params
     system = [m["content"] for m in request.messages if m.get("role") == "system"]
     body: dict[str, Any] = {
         "model": request.model.split("/", 1)[1] if "/" in request.model else request.model,
-        "max_tokens": int(call.get("max_tokens") or DEFAULT_MAX_TOKENS),
+        "max_tokens": int(call.get("max_tokens") or default_max_tokens),
         "messages": [dict(m) for m in request.messages if m.get("role") != "system"],
     }
     if system:
@@ -263,8 +268,9 @@ class AnthropicBatchTransport:
                 if batch_id is None:
                     if phase.stopped:
                         return [_failed(run, "cancelled", started, "cancelled") for run in runs]
+                    most = self.live.adapter().anthropic_max_tokens(runs[0].request.model)
                     requests = [
-                        message_params(names.custom_id(i), run.request)
+                        message_params(names.custom_id(i), run.request, most)
                         for i, run in enumerate(runs)
                     ]
                     batch_id = await api.create(requests)
