@@ -276,6 +276,13 @@ def test_an_interrupted_batched_sweep_resumes_the_same_batch(repo: Path) -> None
             [*night, "--dry-run"], cwd=repo, env=env, capture_output=True, text=True
         )
         assert "left batch batch_1 open at the provider" in " ".join(dry.stderr.split())
+        # the next night, run without --resume, is told too: its plain sweep would pay a
+        # second batch while the first is billed
+        later = [*night[:-1], "2026-11-29T02:00:00Z", "--dry-run"]
+        told = subprocess.run(later, cwd=repo, env=env, capture_output=True, text=True)
+        assert f"the stopped night {REPORT} left batch batch_1 open at the provider" in " ".join(
+            told.stderr.split()
+        ), told.stderr
         seen.polls_to_finish = 0  # the provider finished it while kb was stopped
         resumed = subprocess.run(
             [*night, "--resume"], cwd=repo, env=env, capture_output=True, text=True

@@ -344,7 +344,11 @@ def test_the_progress_line_shows_the_rate_and_the_429s_once_heard() -> None:
         limits.sent(at)
     assert limits.per_minute(30.0) == pytest.approx(8.0)  # 4 calls in 30 s
     limits.sent(95.0)
-    assert limits.per_minute(95.0) == pytest.approx(60.0)  # the last minute's only
+    assert limits.per_minute(95.0) == pytest.approx(6.0)  # the last minute's one, over 10 s
+    burst = RateLimits(8)
+    for _ in range(16):
+        burst.sent(100.0)
+    assert burst.per_minute(100.5) == pytest.approx(96.0)  # a first burst is not 1,920/min
 
 
 # -- the engine, through real litellm, against the loopback rate-limited server ---------------

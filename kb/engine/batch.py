@@ -113,8 +113,8 @@ class BatchForecast:
         judges = "; judges of those models likewise" if self.judged else ""
         if not self.batched:
             return (
-                "batch mode: no model here has a batch API kb reaches (OpenAI, Anthropic); "
-                "every run is live"
+                "batch mode: no run here can go in a batch (kb reaches OpenAI's, and "
+                "Anthropic's for models without an effort or tools); every run is live"
             )
         which = (
             f"the {sent} goes"

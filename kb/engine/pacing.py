@@ -408,7 +408,7 @@ class RateLimits:
     limited: int = 0
     """Replies answered 429 so far."""
     sends: list[float] = field(default_factory=list)
-    """When each call was sent (monotonic), the last minute's."""
+    """When each call was answered (monotonic, a 429 not counted), the last minute's."""
     heard: bool = False
     """Some provider said something about its limits (headers or a 429)."""
 
@@ -420,7 +420,7 @@ class RateLimits:
         return found
 
     def sent(self, now: float) -> None:
-        """Count a call sent at ``now`` (the rate shown)."""
+        """Count a call answered at ``now`` (the rate shown; a 429 is not counted)."""
         self.sends.append(now)
         cut = 0
         while cut < len(self.sends) and self.sends[cut] < now - 60.0:
@@ -428,11 +428,15 @@ class RateLimits:
         del self.sends[:cut]
 
     def per_minute(self, now: float) -> float:
-        """Calls sent over the last minute (over the time so far, when less than a minute)."""
+        """Calls answered over the last minute.
+
+        Under a minute in, over the time so far but at least 10 s: a first burst is
+        not shown as a rate.
+        """
         recent = [t for t in self.sends if t >= now - 60.0]
         if not recent:
             return 0.0
-        span = min(60.0, max(now - recent[0], 1.0))
+        span = min(60.0, max(now - recent[0], 10.0))
         return len(recent) * 60.0 / span
 
 

@@ -335,7 +335,6 @@ class Engine:
                         continue
                     attempts += 1
                     timeout_s = float(run.spec.params.get("timeout_s", self.config.timeout_s))
-                    self.rate_limits.sent(time.monotonic())
                     try:
                         reply = await self._attempt(run, occurrence, timeout_s)
                     except ProviderFailure as failure:
@@ -389,6 +388,8 @@ class Engine:
         bucket.answered(sent, reading, limited, time.monotonic())
         if limited:
             limits.limited += 1
+        else:
+            limits.sent(time.monotonic())  # the rate shown: calls the provider answered
         if reading is not None or limited:
             limits.heard = True
         if limits.heard and self.on_pace is not None:

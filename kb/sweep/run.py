@@ -468,13 +468,20 @@ def stopped_nights(plan: SweepPlan, store: KnowledgeStore) -> list[str]:
             continue  # told by the resume that reads it
         if journal is None or journal.report_id == plan.report_id:
             continue
-        if not swept.swept(journal.spec) or not journal.settled:
+        if not swept.swept(journal.spec) or not (journal.settled or journal.batches):
             continue
-        found.append(
-            f"the stopped night {journal.report_id} has {len(journal.settled)} paid runs in its "
-            f"journal: kb sweep {plan.spec.path.name} --resume --report-id {journal.report_id} "
-            "commits it"
-        )
+        resume = f"kb sweep {plan.spec.path.name} --resume --report-id {journal.report_id}"
+        if journal.settled:
+            found.append(
+                f"the stopped night {journal.report_id} has {len(journal.settled)} paid runs "
+                f"in its journal: {resume} commits it"
+            )
+        if journal.batches:  # stopped while it waited: no run settled, the batch still billed
+            open_ids = ", ".join(sorted(set(journal.batches.values())))
+            found.append(
+                f"the stopped night {journal.report_id} left batch {open_ids} open at the "
+                f"provider (billed whether or not it is read): {resume} collects it"
+            )
     return found
 
 
