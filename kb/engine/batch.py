@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kb.engine.requests import ModelSpec, ProviderRequest, response_format
-from kb.engine.runs import Usage
+from kb.engine.runs import PlannedRun, PriceSource, RunResult, Usage
 
 BATCH_PROVIDERS = frozenset({"openai", "anthropic"})
 """kb providers with a batch transport: OpenAI (and any OpenAI-compatible endpoint given by
@@ -321,6 +322,50 @@ def missing_reason(state: BatchState) -> str:
     if state.status == "cancelled":
         return f"the batch {state.batch_id} was cancelled before this request ran"
     return f"the batch {state.batch_id} ended ({state.status}) without an answer for it"
+
+
+def failed_run(
+    run: PlannedRun, message: str, started: float, *, cancelled: bool = False
+) -> RunResult:
+    """A batched run the batch did not answer (``cancelled``: the phase stopped first)."""
+    return RunResult(
+        label=run.label,
+        kind=run.kind,
+        model=run.spec.key,
+        status="cancelled" if cancelled else "error",
+        request=run.request,
+        error=message,
+        attempts=1,
+        started_at=started,
+        ended_at=time.monotonic(),
+    )
+
+
+def answered_run(
+    run: PlannedRun,
+    found: BatchAnswer | None,
+    missing: str,
+    state: BatchState,
+    price: Callable[[Usage], tuple[float, PriceSource]],
+    started: float,
+    ended: float,
+) -> RunResult:
+    """A batched run as the batch's answer for it settles it (``missing``: why it has none)."""
+    if found is None:
+        return failed_run(run, missing, started)
+    if found.text is None:
+        return failed_run(run, f"batch {state.batch_id}: {found.error}", started)
+    cost, source = price(found.usage)
+    return replace(
+        failed_run(run, "", started),
+        status="ok",
+        error=None,
+        output=found.text,
+        usage=found.usage,
+        cost_usd=cost,
+        price_source=source,
+        ended_at=ended,
+    )
 
 
 def poll_delays(first_s: float, most_s: float) -> Iterator[float]:

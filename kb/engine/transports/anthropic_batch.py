@@ -49,13 +49,15 @@ from kb.engine.batch import (
     BatchAnswer,
     BatchMembers,
     BatchState,
+    answered_run,
     batchable,
     endpoint,
+    failed_run,
     group_key,
     poll_delays,
 )
 from kb.engine.requests import ProviderRequest, scrub_secrets, secret_values
-from kb.engine.runs import PlannedRun, RunResult, Usage
+from kb.engine.runs import PlannedRun, PriceSource, RunResult, Usage
 from kb.engine.transports.base import BatchPhase
 from kb.errors import ConfigError, ProviderFailure
 
@@ -267,7 +269,9 @@ class AnthropicBatchTransport:
             try:
                 if batch_id is None:
                     if phase.stopped:
-                        return [_failed(run, "cancelled", started, "cancelled") for run in runs]
+                        return [
+                            failed_run(run, "cancelled", started, cancelled=True) for run in runs
+                        ]
                     most = self.live.adapter().anthropic_max_tokens(runs[0].request.model)
                     requests = [
                         message_params(names.custom_id(i), run.request, most)
@@ -276,14 +280,16 @@ class AnthropicBatchTransport:
                     batch_id = await api.create(requests)
                     if not phase.note_batch(names.key, batch_id):
                         await api.cancel_quietly(batch_id)  # no resume could collect it
-                        return [_failed(run, "cancelled", started, "cancelled") for run in runs]
+                        return [
+                            failed_run(run, "cancelled", started, cancelled=True) for run in runs
+                        ]
                 state = await self._wait(api, batch_id, phase, on_batch)
                 if state is None:  # stopped while waiting: journaled, --resume polls it
-                    cut = [_failed(run, "cancelled", started, "cancelled") for run in runs]
+                    cut = [failed_run(run, "cancelled", started, cancelled=True) for run in runs]
                     return [replace(result, batch_id=batch_id) for result in cut]
                 answers = read_results(await api.results(state), target.secrets)
             except ProviderFailure as failure:
-                cut = [_failed(run, failure.message, started) for run in runs]
+                cut = [failed_run(run, failure.message, started) for run in runs]
                 return [replace(result, batch_id=batch_id) for result in cut]
         if state.status != "completed":
             phase.note_batch_end(batch_id, state.status)
@@ -339,21 +345,11 @@ class AnthropicBatchTransport:
         started: float,
         ended: float,
     ) -> RunResult:
-        if found is None:
-            return _failed(run, f"the batch {state.batch_id} has no result for it", started)
-        if found.text is None:
-            return _failed(run, f"batch {state.batch_id}: {found.error}", started)
-        cost, source = self.live.adapter().batch_cost(run.spec, run.request, found.usage)
-        return replace(
-            _failed(run, "", started),
-            status="ok",
-            error=None,
-            output=found.text,
-            usage=found.usage,
-            cost_usd=cost,
-            price_source=source,
-            ended_at=ended,
-        )
+        def price(usage: Usage) -> tuple[float, PriceSource]:
+            return self.live.adapter().batch_cost(run.spec, run.request, usage)
+
+        missing = f"the batch {state.batch_id} has no result for it"
+        return answered_run(run, found, missing, state, price, started, ended)
 
 
 class _Api:
@@ -446,17 +442,3 @@ def _error_message(response: httpx.Response) -> str:
     except ValueError:
         pass
     return response.text[:300] or "(no body)"
-
-
-def _failed(run: PlannedRun, message: str, started: float, status: str = "error") -> RunResult:
-    return RunResult(
-        label=run.label,
-        kind=run.kind,
-        model=run.spec.key,
-        status="cancelled" if status == "cancelled" else "error",
-        request=run.request,
-        error=message,
-        attempts=1,
-        started_at=started,
-        ended_at=time.monotonic(),
-    )

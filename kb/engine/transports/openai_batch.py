@@ -18,16 +18,19 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kb.engine.batch import (
+    BatchAnswer,
     BatchMembers,
     BatchState,
+    answered_run,
     batch_state,
+    failed_run,
     group_key,
     input_file,
     missing_reason,
     poll_delays,
     read_results,
 )
-from kb.engine.runs import PlannedRun, RunResult
+from kb.engine.runs import PlannedRun, PriceSource, RunResult, Usage
 from kb.engine.transports.base import BatchPhase
 from kb.errors import ProviderFailure
 
@@ -64,18 +67,19 @@ class OpenAIBatchTransport:
         try:
             if batch_id is None:
                 if phase.stopped:
-                    return [_failed(run, "cancelled", started, status="cancelled") for run in runs]
+                    return [failed_run(run, "cancelled", started, cancelled=True) for run in runs]
                 batch_id = await self._submit(runs, names)
                 if not phase.note_batch(names.key, batch_id):
-                    return [_failed(run, "cancelled", started, status="cancelled") for run in runs]
+                    return [failed_run(run, "cancelled", started, cancelled=True) for run in runs]
             state = await self._wait(runs[0], batch_id, phase, on_batch)
             if state is None:  # stopped while waiting: the batch stays journaled for --resume
-                cut = [_failed(run, "cancelled", started, status="cancelled") for run in runs]
+                cut = [failed_run(run, "cancelled", started, cancelled=True) for run in runs]
                 return [replace(result, batch_id=batch_id) for result in cut]
             answers = await self._answers(runs[0], state)
         except ProviderFailure as failure:
             return [
-                replace(_failed(run, failure.message, started), batch_id=batch_id) for run in runs
+                replace(failed_run(run, failure.message, started), batch_id=batch_id)
+                for run in runs
             ]
         if state.status != "completed":
             phase.note_batch_end(batch_id, state.status)
@@ -114,7 +118,7 @@ class OpenAIBatchTransport:
                 return None
             await asyncio.sleep(next(delays))
 
-    async def _answers(self, run: PlannedRun, state: BatchState) -> dict[str, object]:
+    async def _answers(self, run: PlannedRun, state: BatchState) -> dict[str, BatchAnswer]:
         adapter = self.live.adapter()
         output = (
             await adapter.batch_file(run.spec, run.request, state.output_file_id)
@@ -133,40 +137,13 @@ class OpenAIBatchTransport:
         run: PlannedRun,
         index: int,
         names: BatchMembers,
-        answers: dict[str, object],
+        answers: dict[str, BatchAnswer],
         state: BatchState,
         started: float,
         ended: float,
     ) -> RunResult:
-        from kb.engine.batch import BatchAnswer
+        def price(usage: Usage) -> tuple[float, PriceSource]:
+            return self.live.adapter().batch_cost(run.spec, run.request, usage)
 
         found = answers.get(names.custom_id(index))
-        if not isinstance(found, BatchAnswer):
-            return _failed(run, missing_reason(state), started)
-        if found.text is None:
-            return _failed(run, f"batch {state.batch_id}: {found.error}", started)
-        cost, source = self.live.adapter().batch_cost(run.spec, run.request, found.usage)
-        return replace(
-            _failed(run, "", started),
-            status="ok",
-            error=None,
-            output=found.text,
-            usage=found.usage,
-            cost_usd=cost,
-            price_source=source,
-            ended_at=ended,
-        )
-
-
-def _failed(run: PlannedRun, message: str, started: float, status: str = "error") -> RunResult:
-    return RunResult(
-        label=run.label,
-        kind=run.kind,
-        model=run.spec.key,
-        status="cancelled" if status == "cancelled" else "error",
-        request=run.request,
-        error=message,
-        attempts=1,
-        started_at=started,
-        ended_at=time.monotonic(),
-    )
+        return answered_run(run, found, missing_reason(state), state, price, started, ended)
