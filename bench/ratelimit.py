@@ -42,8 +42,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +59,7 @@ from bench.peers import (  # noqa: E402
     milliseconds,
     promptfoo_setup,
 )
+from tests.fake_openai_main import child_server  # noqa: E402
 
 INSPECT_TASK = """
 from inspect_ai import Task, task, eval
@@ -106,32 +106,11 @@ class Run:
     ok: bool
 
 
-@contextmanager
-def limited_server(rpm: float, tpm: float, latency_s: float) -> Iterator[str]:
+def limited_server(rpm: float, tpm: float, latency_s: float) -> AbstractContextManager[str]:
     """The rate-limited server in its own process; yields its base URL."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.fake_ratelimit",
-            "--rpm",
-            str(rpm),
-            "--tpm",
-            str(tpm),
-            "--latency",
-            str(latency_s),
-        ],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    return child_server(
+        "tests.fake_ratelimit", "--rpm", str(rpm), "--tpm", str(tpm), "--latency", str(latency_s)
     )
-    assert proc.stdout is not None and proc.stdin is not None
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
 
 
 def _server(base: str, method: str, path: str) -> dict[str, float]:

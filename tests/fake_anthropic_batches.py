@@ -25,8 +25,10 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fake_openai import serving
 
 
 def echo(model: str, prompt: str) -> str:
@@ -243,13 +245,5 @@ def fake_anthropic_server(
                 else:
                     self._send(404, {"type": "error", "error": {"message": "not found"}})
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(Handler) as port:
+        yield f"http://127.0.0.1:{port}", state

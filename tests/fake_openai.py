@@ -180,23 +180,33 @@ def fake_openai_server(
                     reply["choices"] = []
                 self._send(200, json.dumps(reply).encode())
 
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 256  # the default 5 drops bursts of connects into SYN retries
+    with serving(Handler) as port:
+        try:
+            yield f"http://127.0.0.1:{port}/v1", seen
+        finally:
+            seen.release.set()  # before the server stops: the held requests are answered
 
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            # A client that hangs up (a stopped sweep cuts its calls short) is not news;
-            # printed, it would land in the stderr of an in-process kb under test.
-            if not isinstance(sys.exc_info()[1], ConnectionError):
-                super().handle_error(request, client_address)
 
-    server = Server(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the default 5 drops bursts of connects into SYN retries
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (a stopped sweep cuts its calls short) is not news;
+        # printed, it would land in the stderr of an in-process kb under test.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """``handler`` served on a free loopback port in a thread; yields the port."""
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+        yield server.server_address[1]
     finally:
-        seen.release.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)

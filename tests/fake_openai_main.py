@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from tests.fake_openai import fake_openai_server
@@ -16,11 +16,17 @@ from tests.fake_openai import fake_openai_server
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@contextmanager
-def server_process(latency_s: float) -> Iterator[str]:
+def server_process(latency_s: float) -> AbstractContextManager[str]:
     """The fake server in a child process (no GIL shared with a client being measured)."""
+    return child_server("tests.fake_openai_main", str(latency_s))
+
+
+@contextmanager
+def child_server(module: str, *args: str) -> Iterator[str]:
+    """A server module run as ``python -m module args`` that prints its base URL first and
+    serves until its stdin closes; yields the URL."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_openai_main", str(latency_s)],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

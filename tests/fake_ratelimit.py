@@ -33,8 +33,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fake_openai import serving
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -274,23 +276,8 @@ def rate_limited_server(
                 }
             self._send(200, reply, headers)
 
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 256
-
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            if not isinstance(sys.exc_info()[1], ConnectionError):
-                super().handle_error(request, client_address)
-
-    server = Server(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", limits
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(Handler) as port:
+        yield f"http://127.0.0.1:{port}", limits
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from kb.engine.batch import endpoint
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
 from kb.engine.pacing import BucketPace, PaceNote, RateLimits, estimated_tokens, read_rate_headers
 from kb.engine.providers import local
@@ -423,8 +424,6 @@ def journaled(engine: Engine, journal: RunJournal, state: JournalState | None) -
 
 def _bucket_key(run: PlannedRun) -> tuple[str, str, str, str]:
     """The provider's rate-limit unit: endpoint, key (its variable's name) and model."""
-    from kb.engine.batch import endpoint
-
     key = run.spec.params.get("api_key_env")
     return (run.spec.provider, endpoint(run.request) or "", str(key or ""), run.request.model)
 
