@@ -22,7 +22,9 @@ exit code, in one place (``kb.cli.app.exit_code_for``)::
     │                               inconclusive checkpoint (exit 4)
     ├── JournalUnwritable           a settled run could not be journaled (a full disk): the
     │                               job stopped before another call; nothing committed (exit 1)
-    └── JobInterrupted              SIGINT/SIGTERM stopped the job; nothing committed (exit 130)
+    ├── JobInterrupted              SIGINT/SIGTERM stopped the job; nothing committed (exit 130)
+    └── DeadlinePassed              ``--deadline`` passed mid-job: stopped like an interrupt,
+                                    its runs journaled, nothing committed (exit 1)
 
 Signals between kb's own modules, never shown as errors (each is caught a
 step away and turned into one of the above, or into a settled run)::
@@ -234,6 +236,34 @@ class JobInterrupted(KbError):
             f"interrupted by {signal_name}: {what}; "
             f"{usd(spent_usd)} spent on the runs that finished"
             f"{calls}{_open_batches_phrase(self.open_batches)}"
+        )
+
+
+class DeadlinePassed(KbError):
+    """``--deadline`` passed while the job ran: it stopped as an interrupt stops it.
+
+    No call starts after it; the calls in flight are cut short (``in_flight``);
+    what settled is journaled, so ``kb sweep --resume`` finishes the night.
+    """
+
+    def __init__(
+        self,
+        deadline: str,
+        spent_usd: float,
+        open_batches: Sequence[str] = (),
+        *,
+        in_flight: int = 0,
+        resumable: bool = False,
+    ) -> None:
+        self.deadline = deadline
+        self.in_flight = in_flight
+        self.open_batches = tuple(open_batches)
+        finish = "; kb sweep --resume finishes the night" if resumable else ""
+        super().__init__(
+            f"the deadline {deadline} passed: the job stopped, nothing committed, the store is "
+            f"unchanged; {usd(spent_usd)} spent on the runs that finished; "
+            f"{in_flight_phrase(in_flight, resumable)}{_open_batches_phrase(self.open_batches)}"
+            f"{finish}"
         )
 
 

@@ -8,6 +8,7 @@ longer than the line stays whole, so it can still be copied and searched.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 
@@ -68,3 +69,25 @@ def fit(text: str, width: int = WIDTH) -> str:
         indent = line[: len(line) - len(body)]
         lines += wrapped(body, indent, width=width) if len(line) > width else [line]
     return "\n".join(lines)
+
+
+_BOUNDARY = re.compile(r"[\s\"'`,;:()\[\]{}<>=]")
+"""Where a shortened quote may end: no key, token or id has one of these inside it."""
+
+
+def shorten(text: str, limit: int, mark: str = "…") -> str:
+    """``text`` in at most ``limit`` characters, ending in ``mark`` when shortened.
+
+    It never ends inside a token (a run without spaces, quotes, brackets or
+    ``=,;:``): a key cut in half would show half a key, which no later cut of
+    the whole key could find. A first token longer than ``limit`` is dropped
+    whole.
+    """
+    if len(text) <= limit:
+        return text
+    room = max(0, limit - len(mark))
+    kept = text[:room]
+    if not _BOUNDARY.match(text[room : room + 1]):
+        ends = [m.end() for m in _BOUNDARY.finditer(kept)]
+        kept = kept[: ends[-1]] if ends else ""
+    return kept.rstrip() + mark

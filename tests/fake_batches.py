@@ -55,6 +55,8 @@ class BatchSeen:
     polled: threading.Event = field(default_factory=threading.Event)
     """Set at the first poll of any batch."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    reject_message: str = "this prompt was rejected"
+    """``partial``: the error a rejected request's line carries."""
 
     def calls(self, method: str, path: str) -> int:
         """How many requests matched ``method`` and the path pattern."""
@@ -112,7 +114,7 @@ def _finish(seen: BatchSeen, batch: dict[str, Any]) -> None:
                     "response": {
                         "status_code": 400,
                         "request_id": f"req_{index}",
-                        "body": {"error": {"message": "this prompt was rejected"}},
+                        "body": {"error": {"message": seen.reject_message}},
                     },
                     "error": None,
                 }

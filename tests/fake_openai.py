@@ -4,6 +4,8 @@ The reply depends on the last user message:
 * ``rate-limit-once`` — 429 with ``retry-after: 0.3`` the first time, then ok;
 * ``server-error`` — always 500;
 * ``malformed`` — 200 with a body that is not JSON;
+* ``quote-500``, ``quote-401``, ``quote-429`` (once, then ok) — that status, the error
+  body quoting ``seen.quoted``;
 * ``echo-auth`` — 401 whose message quotes the API key it was sent;
 * ``echo-key`` — 200 whose reply quotes the API key it was sent (a model repeating
   what it was given);
@@ -59,6 +61,18 @@ class Seen:
     """Answer requests for ``logprobs`` without them (a provider that dropped the field)."""
     release: threading.Event = field(default_factory=threading.Event)
     """Set to answer the ``hang`` requests still held (always set when the server stops)."""
+    echo_key: set[str] = field(default_factory=set)
+    """Models (the request's ``model``) whose every ordinary reply quotes the key they were
+    sent (``sure: env key <key>``): a provider echoing what it was given."""
+    refuse: dict[str, int] = field(default_factory=dict)
+    """Model (the request's ``model``) → the status every request for it is answered with
+    (401: a wrong key, 403: no access, 404: a model the endpoint does not know)."""
+    changed: str | None = None
+    """Set: the provider changed the model (a hidden system prompt): every ordinary reply is
+    ``<changed>: <prompt>`` instead of the echo."""
+    quoted: str = ""
+    """What the error bodies of ``quote-500``, ``quote-429`` (once) and ``quote-401``
+    quote (another model's key, say)."""
 
 
 def _completion(model: str, text: str) -> dict[str, Any]:
@@ -130,7 +144,12 @@ def fake_openai_server(
                     outage = None
             if latency_s:
                 time.sleep(latency_s)
-            if body.get("model") in seen.failing:
+            refused = seen.refuse.get(str(body.get("model")))
+            if refused is not None:
+                said = {401: "Incorrect API key provided", 403: "no access", 404: "model_not_found"}
+                message = {"error": {"message": said.get(refused, "refused"), "code": refused}}
+                self._send(refused, json.dumps(message).encode())
+            elif body.get("model") in seen.failing:
                 self._send(503, b'{"error": {"message": "overloaded", "type": "server_error"}}')
             elif prompt == "rate-limit-once" and count == 0:
                 error = {"error": {"message": "slow down", "type": "rate_limit"}}
@@ -145,6 +164,13 @@ def fake_openai_server(
                 auth = self.headers.get("Authorization", "")
                 reply = _completion(body["model"], f"you sent {auth.removeprefix('Bearer ')}")
                 self._send(200, json.dumps(reply).encode())
+            elif prompt.startswith("quote-") and prompt[6:] in ("500", "401", "429"):
+                status = int(prompt[6:])
+                message = {"error": {"message": f"failed ({status}) for key {seen.quoted}"}}
+                if status != 429 or count == 0:
+                    self._send(status, json.dumps(message).encode(), {"retry-after": "0"})
+                else:
+                    self._send(200, json.dumps(_completion(body["model"], "answered")).encode())
             elif prompt == "malformed":
                 self._send(200, b"{this is not json")
             elif f"{body.get('model')}|{prompt}" in seen.distributions or (
@@ -166,6 +192,11 @@ def fake_openai_server(
                 if prompt == "hang" or prompt.startswith("hang "):
                     seen.release.wait(hang_s)
                 reply = _completion(body["model"], f"echo: {prompt}")
+                if seen.changed is not None:
+                    reply = _completion(body["model"], f"{seen.changed}: {prompt}")
+                if body["model"] in seen.echo_key:
+                    key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    reply = _completion(body["model"], f"sure: env key {key} at your service")
                 if body.get("logprobs") and not seen.no_logprobs and outage is None:
                     reply["choices"][0]["logprobs"] = _logprobs({"echo": 1.0}, 1)
                 if outage == "empty":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from kb.engine.budget import SpendEnvelope
 from kb.engine.pacing import (
+    PROBE_EVERY_S,
     BucketPace,
     PaceNote,
     RateLimits,
@@ -31,7 +32,7 @@ from kb.engine.pacing import (
 )
 from kb.engine.progress import RunTally
 from kb.engine.requests import ModelSpec
-from kb.engine.runs import RunResult
+from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.scheduler import Engine, EngineConfig
 from tests.engine_helpers import plan
 from tests.fake_ratelimit import Bucket, anthropic_headers, openai_headers, rate_limited_server
@@ -465,7 +466,8 @@ def test_a_days_quota_refusal_does_not_teach_a_calls_cost() -> None:
     refused = read_rate_headers({**healthy, "retry-after": "7200"}, WALL)
     pace.answered(pace.send(17, 0.0), refused, True, 0.3)
     assert pace.tokens_per_call is None  # not 199,000 + 3,333 x 7,200 tokens a call
-    assert pace.wait_s(17, 0.3) == 120.0  # held, at most the cap
+    # held, at most until a probe 120 s after the last call sent
+    assert pace.wait_s(17, 0.3) == pytest.approx(119.7)
     assert pace.wait_s(17, 120.4) == 0
 
 
@@ -480,4 +482,177 @@ def test_headers_that_claim_an_empty_bucket_for_hours_slow_a_call_never_stop_it(
         WALL,
     )
     pace.answered(pace.send(1, 0.0), forever, False, 0.1)
-    assert pace.wait_s(1, 0.1) == 120.0
+    # one call (a probe) 120 s after the last one sent, however long the headers say
+    assert pace.wait_s(1, 0.1) == pytest.approx(119.9)
+    assert pace.wait_s(1, 120.0) == 0
+
+
+# -- a reading that would halt a bucket slows a night, never stops it (SPEC 14.1 item 4) ------
+
+Answer = tuple[bool, dict[str, str]]
+"""(answered — else 429 —, the reply's headers)."""
+
+HOSTILE = {
+    "x-ratelimit-limit-requests": "600",
+    "x-ratelimit-remaining-requests": "0",
+    "x-ratelimit-reset-requests": "24h",
+}
+""""0 remaining, resets in a day", on a reply that was answered."""
+ROOMY = {
+    "x-ratelimit-limit-requests": "600",
+    "x-ratelimit-remaining-requests": "500",
+    "x-ratelimit-reset-requests": "10s",
+}
+
+
+@dataclass
+class Paced:
+    """When each call was sent, how many were answered, and the quota notes."""
+
+    sends: list[float]
+    answered: int
+    quota: list[float]
+
+    @property
+    def longest_gap_s(self) -> float:
+        return max((b - a for a, b in zip(self.sends, self.sends[1:], strict=False)), default=0)
+
+
+def paced_night(
+    calls: int,
+    provider: Callable[[float, int], Answer],
+    *,
+    latency_s: float = 0.3,
+    ceiling: int = 8,
+) -> Paced:
+    """``calls`` calls through one bucket (a refused call is retried), in virtual time."""
+    pace = BucketPace(ceiling)
+    waiting, now, answered = calls, 0.0, 0
+    sends: list[float] = []
+    quota: list[float] = []
+    replies: list[tuple[float, int, bool, dict[str, str]]] = []
+    while answered < calls:
+        while waiting:
+            wait = pace.wait_s(1.0, now)
+            if wait is None or wait > 0:
+                break
+            seq = pace.send(1.0, now)
+            sends.append(now)
+            waiting -= 1
+            ok, headers = provider(now, seq)
+            heapq.heappush(replies, (now + latency_s, seq, not ok, headers))
+        wait = pace.wait_s(1.0, now) if waiting else None
+        next_reply = replies[0][0] if replies else math.inf
+        if wait is not None and 0 < wait and now + wait < next_reply:
+            now += wait
+            continue
+        assert replies, "the bucket stopped for good"
+        now, seq, refused, headers = heapq.heappop(replies)
+        told = pace.answered(seq, read_rate_headers(headers, WALL + now), refused, now)
+        if told is not None:
+            quota.append(told)
+        if refused:
+            waiting += 1
+        else:
+            answered += 1
+    return Paced(sends, answered, quota)
+
+
+def test_every_reply_saying_0_remaining_for_a_day_costs_one_probe_wait_at_most() -> None:
+    found = paced_night(300, lambda now, seq: (True, HOSTILE))
+    # v4 sent nothing for 86,400 s; now one probe after 120 s proves the headers wrong
+    assert found.longest_gap_s <= PROBE_EVERY_S + 1e-9
+    assert found.sends[-1] <= PROBE_EVERY_S + 300 * 0.3
+    assert found.quota == []  # a success contradicted them: no quota to tell of
+
+
+def test_one_hostile_reply_in_four_is_lifted_by_the_readings_with_room() -> None:
+    found = paced_night(400, lambda now, seq: (True, HOSTILE if seq % 4 == 0 else ROOMY))
+    assert found.longest_gap_s <= PROBE_EVERY_S + 1e-9
+    assert found.sends[-1] <= PROBE_EVERY_S + 400 * 0.3
+
+
+def test_a_spent_daily_quota_is_told_once_and_probed_every_120_s_until_it_returns() -> None:
+    back_at = 3000.0
+
+    def provider(now: float, seq: int) -> Answer:
+        if now < back_at:  # every call refused: a day's quota, back in 9 h as far as it says
+            return False, {**HOSTILE, "retry-after": str(9 * 3600)}
+        return True, ROOMY
+
+    found = paced_night(50, provider)
+    assert len(found.quota) == 1 and found.quota[0] >= 9 * 3600 - 1
+    # a probe every <= 120 s while it is spent, then the night goes on
+    assert found.longest_gap_s <= PROBE_EVERY_S + 1e-9
+    probes = [t for t in found.sends if t < back_at]
+    assert len(probes) <= 8 + back_at / PROBE_EVERY_S + 1  # the first wave, then one a probe
+    assert found.sends[-1] <= back_at + PROBE_EVERY_S + 50 * 0.3
+
+
+@settings(max_examples=40, deadline=None)
+@given(hostile=st.lists(st.booleans(), min_size=1, max_size=20), ceiling=st.integers(1, 16))
+def test_no_pattern_of_hostile_readings_holds_a_bucket_longer_than_a_probe(
+    hostile: list[bool], ceiling: int
+) -> None:
+    found = paced_night(
+        120,
+        lambda now, seq: (True, HOSTILE if hostile[seq % len(hostile)] else ROOMY),
+        ceiling=ceiling,
+    )
+    assert found.longest_gap_s <= PROBE_EVERY_S + 1e-9
+
+
+# -- the same, through the engine (the probe interval shortened: a test may not wait 2 min) --
+
+
+def test_a_spent_quota_is_said_once_and_the_night_goes_on_when_it_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kb.engine import pacing
+    from kb.engine.transports.base import Reply
+    from kb.engine.transports.mock import MockTransport
+    from kb.errors import ProviderFailure
+
+    monkeypatch.setattr(pacing, "PROBE_EVERY_S", 0.05)
+    refusals = [0]
+
+    def provider(run: PlannedRun, occurrence: int) -> Reply:
+        if refusals[0] < 3:  # the day's quota is spent: three refusals, then it is back
+            refusals[0] += 1
+            headers = {**HOSTILE, "retry-after": str(9 * 3600)}
+            raise ProviderFailure("429 quota", retryable=True, status_code=429, headers=headers)
+        return Reply("ok", headers=ROOMY)
+
+    engine = Engine(EngineConfig(concurrency=1, max_retries=10, backoff_base_s=0.0))
+    engine.transport = MockTransport(provider)
+    said: list[str] = []
+    engine.on_note = said.append
+    spec = ModelSpec("openai:m", params={"api_base": "http://q.example/v1"})
+    results = engine.run(plan(spec, ["a", "b", "c"]), SpendEnvelope.from_usd(None))
+    assert [r.status for r in results] == ["ok", "ok", "ok"]
+    (line,) = said  # once, however many refusals
+    assert line.startswith("openai:m at http://q.example/v1: the provider says its quota is ")
+    assert "spent until 20" in line and "--deadline stops the night" in line
+    assert engine.notes == said
+
+
+def test_a_deadline_stops_the_phase_and_says_what_it_cut_short() -> None:
+    import time
+
+    from kb.engine.transports.base import Reply
+    from kb.engine.transports.mock import MockTransport
+    from kb.errors import DeadlinePassed
+
+    answered: list[str] = []
+
+    def provider(run: PlannedRun, occurrence: int) -> Reply:
+        answered.append(run.label)
+        return Reply("ok")
+
+    engine = Engine(EngineConfig(concurrency=1, deadline=time.time() - 1))  # passed already
+    engine.transport = MockTransport(provider)
+    spec = ModelSpec("openai:m")
+    with pytest.raises(DeadlinePassed) as stopped:
+        engine.run(plan(spec, ["a", "b"]), SpendEnvelope.from_usd(None))
+    assert answered == []  # no call starts after the deadline
+    assert "passed: the job stopped, nothing committed" in str(stopped.value)

@@ -286,6 +286,7 @@ def run_checkpoint(
     ``options`` picks the rule, the margin and the sequential design.
     """
     options = options or CheckpointOptions()
+    engine.keep_secrets(spec.priced_models())
     plan = plan_checkpoint(spec, store, as_of=as_of)
     plan.job.refuse_overspend(allow_partial=allow_partial)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)

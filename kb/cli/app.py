@@ -8,12 +8,13 @@ instead. The clock is read here and only here (``--as-of`` defaults to now).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -76,11 +77,23 @@ def exit_code_for(error: KbError) -> int:
     return 1  # pragma: no cover - KbError is in the table
 
 
+_DURATION_FLAG = re.compile(r"(\d+(\.\d+)?(h|m|s|ms))+")
+"""``--deadline`` as a duration: ``90m``, ``2h``, ``1h30m``, ``45s``."""
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` without the environment's credentials (no job named its models)."""
+    from kb.engine.requests import scrub_secrets
+
+    return scrub_secrets(text)
+
+
 class KbClickError(click.ClickException):
     """A core error on its way to stderr with its exit code."""
 
-    def __init__(self, error: KbError) -> None:
-        super().__init__(str(error))
+    def __init__(self, error: KbError, cut: Callable[[str], str] | None = None) -> None:
+        # a provider's error text may quote a key: the job's, else the environment's, go
+        super().__init__((cut or _scrubbed)(str(error)))
         # click types exit_code as a ClassVar but reads it from the instance.
         self.exit_code = exit_code_for(error)  # type: ignore[misc]
         self.is_error = not isinstance(error, JobInconclusive)
@@ -131,7 +144,9 @@ class KbGroup(click.Group):
                 _quiet_after_interrupt()
             if os.environ.get("KB_DEBUG") == "1":
                 raise
-            raise KbClickError(error) from error
+            app = ctx.find_object(App)
+            engine = app.engine if app is not None else None
+            raise KbClickError(error, engine.cut if engine is not None else None) from error
         except OSError as error:  # a full disk, a vanished directory: one line, exit 1
             if os.environ.get("KB_DEBUG") == "1":
                 raise
@@ -190,6 +205,29 @@ class App:
             return check_claim_instant(parse_flag_instant(chosen), "the instant")
         except InstantError as exc:
             raise ConfigError(where, str(exc)) from None
+
+    def deadline(self, text: str) -> float:
+        """``--deadline``: an instant, or a duration (``90m``, ``2h``, ``1h30m``) from now.
+
+        Wall-clock seconds since the epoch; one that has passed already is refused.
+        """
+        from kb.engine.pacing import duration_s
+        from kb.errors import InstantError
+        from kb.store.ttl import parse_flag_instant
+
+        now = datetime.now(UTC).timestamp()
+        lasting = duration_s(text) if _DURATION_FLAG.fullmatch(text.strip()) else None
+        if lasting is not None:
+            return now + lasting
+        try:
+            at = parse_flag_instant(text) / 1000.0
+        except InstantError as exc:
+            raise ConfigError(
+                "--deadline", f"{text!r} is neither an instant nor a duration (90m, 2h): {exc}"
+            ) from None
+        if at <= now:
+            raise ConfigError("--deadline", f"{text} has passed already")
+        return at
 
     writing: bool = False
     """Set by a command that writes (:meth:`settle`): it settles, rather than reports,
@@ -299,6 +337,8 @@ class EngineFlags:
     concurrency: int | None
     record: Path | None
     replay: Path | None
+    deadline: str | None = None
+    """``--deadline`` as given: an instant, or a duration from now."""
 
 
 def build_engine(
@@ -317,7 +357,10 @@ def build_engine(
         if flags.record
         else None
     )
+    if flags.deadline is not None:
+        config = replace(config, deadline=app.deadline(flags.deadline))
     app.engine = Engine.build(config, cassette=cassette, workers=workers)
+    app.engine.on_note = lambda line: click.echo(f"waiting: {line}", err=True)
     return app.engine
 
 
@@ -402,9 +445,14 @@ def echo_commit(result: CommitResult, app: App) -> None:
 
 
 def echo_warnings(app: App) -> None:
-    """What the store asked the user to know although the command succeeded."""
+    """What the store asked the user to know although the command succeeded.
+
+    And each model the job stopped calling (its first calls all refused alike).
+    """
     for warning in app.store.warnings:
         click.echo(f"warning: {warning}", err=True)
+    for stopped in app.engine.refusals.stopped if app.engine is not None else []:
+        click.echo(f"stopped: {stopped.line()}", err=True)
 
 
 def _completion_store(ctx: click.Context) -> KnowledgeStore | None:

@@ -317,6 +317,8 @@ def show_sweep(
     else:
         click.echo(summary_text(report, done.git_commit))
     echo_warnings(app)
+    for resumed in done.measurement.resumed:
+        click.echo(f"resume: {resumed.line()}", err=True)
     if done.drifted:
         committed = report.committed_version is not None
         where = " (kb diff HEAD~1 HEAD)" if app.store.git is not None else ""

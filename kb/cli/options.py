@@ -124,7 +124,7 @@ def spec_argument(metavar: str = "SPEC.toml") -> Callable[[F], F]:
 
 
 def engine_options(func: F) -> F:
-    """``--concurrency``, ``--record FILE``, ``--replay FILE``, passed on as ``engine_flags``."""
+    """``--concurrency``, ``--record``, ``--replay``, ``--deadline``: as ``engine_flags``."""
 
     @functools.wraps(func)
     def wrapper(
@@ -132,11 +132,12 @@ def engine_options(func: F) -> F:
         concurrency: int | None,
         record_path: Path | None,
         replay_path: Path | None,
+        deadline: str | None,
         **kwargs: Any,
     ) -> Any:
         if concurrency is not None and concurrency < 1:
             raise ConfigError("--concurrency", f"must be a positive integer, got {concurrency}")
-        flags = EngineFlags(concurrency, record_path, replay_path)
+        flags = EngineFlags(concurrency, record_path, replay_path, deadline)
         return func(*args, engine_flags=flags, **kwargs)
 
     options = [
@@ -156,6 +157,12 @@ def engine_options(func: F) -> F:
             type=click.Path(path_type=Path),
             default=None,
             help="Answer every call from a cassette; no provider is called.",
+        ),
+        click.option(
+            "--deadline",
+            metavar="ISO|DURATION",
+            default=None,
+            help="Stop when this instant passes (or after 90m, 2h, 1h30m): runs journaled.",
         ),
     ]
     decorated: Any = wrapper

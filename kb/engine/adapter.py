@@ -39,6 +39,7 @@ from kb.engine.providers.scripted import ScriptedModel
 from kb.engine.requests import (
     ModelSpec,
     ProviderRequest,
+    endpoint,
     response_format,
     scrub_secrets,
     secret_values,
@@ -46,6 +47,7 @@ from kb.engine.requests import (
 from kb.engine.runs import PriceSource, Usage
 from kb.errors import ConfigError, ProviderFailure, ScriptedFault
 from kb.logprobs import TopLogprobs
+from kb.textwidth import shorten
 
 OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
@@ -56,6 +58,14 @@ _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "ht
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 
 _litellm: Any = None
+_CONNECTION = re.compile(r"connection (error|refused|reset)|cannot connect", re.IGNORECASE)
+"""How a failure to reach the server reads (litellm wraps it as a 500 or a connection error)."""
+_MISSING_KEY = re.compile(
+    r"missing credentials|api[_ ]key (must|is) (be set|required|not (set|provided))|"
+    r"no api[_ ]key",
+    re.IGNORECASE,
+)
+"""What a provider (or litellm) says when no key was sent at all."""
 _NO_CREDENTIALS = re.compile(
     r"missing credentials|api[_ ]key (must|is|was) (be set|required|not (set|provided))|"
     r"invalid api key|incorrect api key",
@@ -253,6 +263,19 @@ def _api_key(spec: ModelSpec) -> str | None:
     return value
 
 
+def key_source(spec: ModelSpec, request: ProviderRequest) -> str | None:
+    """Where the model's key comes from (``None``: kb sends none; litellm may find one)."""
+    env_name = spec.params.get("api_key_env")
+    if env_name is not None:
+        return f"${env_name}"
+    if request.call_params.get("api_key"):
+        return "params.api_key"
+    from kb.engine.known_providers import DEFAULT_KEY_ENV
+
+    found = [name for name in DEFAULT_KEY_ENV.get(spec.provider, ()) if os.environ.get(name)]
+    return f"${found[0]}" if found else None
+
+
 def _secrets(spec: ModelSpec) -> list[str]:
     """What must be cut from any message about this model's calls: its key and secret params."""
     return [_api_key(spec) or "", *secret_values(spec.params)]
@@ -298,18 +321,30 @@ def _retry_after(error: BaseException) -> float | None:
         return None
 
 
-def classify(error: BaseException, secrets: list[str]) -> ProviderFailure:
-    """Turn any exception from a call into a :class:`ProviderFailure`."""
+def classify(
+    error: BaseException, secrets: list[str], *, where: str | None = None, key: str | None = None
+) -> ProviderFailure:
+    """Turn any exception from a call into a :class:`ProviderFailure`.
+
+    ``where``: the endpoint the call went to (a connection error names it);
+    ``key``: where the model's key came from (``$VAR``, ``params.api_key``), so a
+    refused key is told apart from a missing one.
+    """
     litellm = load_litellm()
     message = scrub_secrets(f"{type(error).__name__}: {error}", secrets).strip()
-    if len(message) > 500:
-        message = message[:497] + "..."
+    message = shorten(message, 500, "...")  # never half of another model's key
+    if where and where not in message and _CONNECTION.search(message):
+        message += f" (connecting to {where})"  # litellm's own text names no server
     if isinstance(error, asyncio.TimeoutError | TimeoutError | litellm.Timeout):
         return ProviderFailure(message, retryable=True)
     if isinstance(error, litellm.AuthenticationError) or _NO_CREDENTIALS.search(message):
         # A missing or refused key does not come back on a retry, whatever status wraps it.
+        if key is None or _MISSING_KEY.search(message):
+            hint = "no API key was sent: set params.api_key_env to the variable holding it"
+        else:
+            hint = f"the provider refused the key it was sent (from {key}): check its value"
         return ProviderFailure(
-            message + " (no usable API key: set params.api_key_env to the variable holding it)",
+            f"{message} ({hint})",
             retryable=False,
             status_code=getattr(error, "status_code", None),
         )
@@ -373,7 +408,9 @@ class LiteLLMAdapter:
                 f"timed out: no reply within {timeout_s:g}s", retryable=True
             ) from None
         except Exception as error:  # noqa: BLE001 - every provider failure is classified
-            raise classify(error, secrets) from None
+            raise classify(
+                error, secrets, where=endpoint(request), key=key_source(spec, request)
+            ) from None
         return self._reply(spec, request, response, secrets)
 
     def _reply(
@@ -437,8 +474,6 @@ class LiteLLMAdapter:
         collected; a batch is polled a few times a minute at most, so kb asks
         for ``Connection: close`` instead and leaves nothing open.
         """
-        from kb.engine.batch import endpoint
-
         kwargs: dict[str, Any] = {"custom_llm_provider": spec.provider}
         where = endpoint(request)
         if where:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kb.engine.requests import ModelSpec, ProviderRequest, response_format
+from kb.engine.requests import ModelSpec, ProviderRequest, endpoint, response_format
 from kb.engine.runs import PlannedRun, PriceSource, RunResult, Usage
 
 BATCH_PROVIDERS = frozenset({"openai", "anthropic"})
@@ -142,12 +142,6 @@ def batch_forecast(
     asked = [run for run in runs if not reused(run)]
     batched = sum(1 for run in asked if batchable(run.spec))
     return BatchForecast(len(asked), batched, len(runs) - len(asked), judged)
-
-
-def endpoint(request: ProviderRequest) -> str | None:
-    """The server a request goes to when the spec names one (``api_base``/``base_url``)."""
-    where = request.call_params.get("api_base") or request.call_params.get("base_url")
-    return str(where) if where else None
 
 
 def group_key(spec: ModelSpec, request: ProviderRequest) -> tuple[str, str, str, str]:

@@ -66,6 +66,12 @@ class JournalState:
         found = self.settled.get(label)
         return found[1] if found is not None and found[0] == key else None
 
+    def without(self, labels: Iterable[str]) -> JournalState:
+        """A copy that serves none of ``labels`` (they are asked again)."""
+        gone = frozenset(labels)
+        kept = {label: run for label, run in self.settled.items() if label not in gone}
+        return replace(self, settled=kept)
+
 
 class RunJournal:
     """An open journal the engine appends to (append-only, each line fsynced).

@@ -45,6 +45,10 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 RETRY_AFTER_MAX_S = 120.0
 """A longer ``retry-after`` holds the bucket this long at most (a refusal, not pacing)."""
+PROBE_EVERY_S = RETRY_AFTER_MAX_S
+"""A bucket its readings say is empty for longer still sends one call this often (a probe)."""
+QUOTA_S = 3600.0
+"""A bucket empty for longer than this is a spent quota (a day's): said once."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,13 @@ class BucketReading:
             implied = (self.limit - self.remaining) / self.reset_s
             return max(min(per_minute, implied), self.limit / 86_400.0)
         return per_minute
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until this bucket, as read, holds ``amount`` (0: it does)."""
+        wanted = min(amount, self.limit)
+        if self.remaining >= wanted - 1e-6:
+            return 0.0
+        return (wanted - self.remaining) / self.rate_per_s
 
 
 @dataclass(frozen=True)
@@ -209,14 +220,17 @@ class BucketMirror:
     seq: int = -1
     """The send number of the request whose reply set the level."""
 
-    def observe(self, reading: BucketReading, seq: int, sent_after: float, at: float) -> None:
+    def observe(
+        self, reading: BucketReading, seq: int, sent_after: float, at: float, *, force: bool = False
+    ) -> None:
         """A reply's reading, when it is newer than the one held (by send order).
 
         ``at`` is when its request was sent: providers count a request when it
         arrives, so that is the instant the reading describes (taking it as of
-        the reply would lose a latency's refill on every reading).
+        the reply would lose a latency's refill on every reading). ``force``:
+        taken whatever its order (a reading with room lifts a long hold).
         """
-        if seq < self.seq:
+        if seq < self.seq and not force:
             return
         self.limit = reading.limit
         self.rate_per_s = reading.rate_per_s
@@ -269,6 +283,13 @@ class BucketPace:
     reading_level: float = 0.0
     """The tokens the last reading said remained (before kb's own takes)."""
     reading_at: float = 0.0
+    last_sent_at: float | None = None
+    """When the bucket last sent a call (a held bucket probes :data:`PROBE_EVERY_S` after)."""
+    doubted: bool = False
+    """A call was answered while the readings said the bucket was empty for longer than
+    :data:`RETRY_AFTER_MAX_S`: readings that claim such a wait are not believed again."""
+    quota_told: bool = False
+    """The bucket's spent quota was said (:meth:`answered` returns it once)."""
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -278,25 +299,35 @@ class BucketPace:
         """What a call of ``tokens`` (kb's estimate) will cost the provider's bucket."""
         return self.tokens_per_call if self.tokens_per_call is not None else tokens
 
-    def wait_s(self, tokens: float, now: float) -> float | None:
-        """Seconds until a call may be sent (0: now; ``None``: when a call in flight ends).
-
-        Never more than :data:`RETRY_AFTER_MAX_S` from ``now``: headers that claim a
-        bucket empty for hours slow a night, they never stop it.
-        """
-        if len(self.in_flight) >= max(1, math.floor(self.window)):
-            return None
+    def held_s(self, tokens: float, now: float) -> float:
+        """How long the bucket's hold and mirrors say a call of ``tokens`` must wait."""
         wait = max(
             self.hold_until - now,
             self.requests.wait_s(1.0, now),
             self.tokens.wait_s(self.cost(tokens), now),
         )
-        return min(wait, RETRY_AFTER_MAX_S) if math.isfinite(wait) else RETRY_AFTER_MAX_S
+        return wait if math.isfinite(wait) else math.inf
+
+    def wait_s(self, tokens: float, now: float) -> float | None:
+        """Seconds until a call may be sent (0: now; ``None``: when a call in flight ends).
+
+        Headers that claim a bucket empty for hours slow a night, they never stop
+        it: a bucket held longer than :data:`RETRY_AFTER_MAX_S` with nothing in
+        flight sends one call (a probe) :data:`PROBE_EVERY_S` after its last; the
+        probe's answer tells whether the bucket really is empty.
+        """
+        if len(self.in_flight) >= max(1, math.floor(self.window)):
+            return None
+        wait = min(self.held_s(tokens, now), RETRY_AFTER_MAX_S)
+        if self.in_flight or self.last_sent_at is None or wait <= 0:
+            return wait  # calls in flight: their answers may say there is room after all
+        return min(wait, max(0.0, self.last_sent_at + PROBE_EVERY_S - now))
 
     def send(self, tokens: float, now: float) -> int:
         """A call goes out now: its send number."""
         cost = self.cost(tokens)
         self.sent += 1
+        self.last_sent_at = now
         self.in_flight[self.sent] = (cost, now)
         self.requests.take(1.0, now)
         self.tokens.take(cost, now)
@@ -348,22 +379,46 @@ class BucketPace:
             else 0.5 * self.tokens_per_call + 0.5 * per_call
         )
 
-    def answered(self, seq: int, reading: RateReading | None, limited: bool, now: float) -> None:
-        """The call ``seq`` came back: what it said, and whether it was a 429."""
+    def answered(
+        self, seq: int, reading: RateReading | None, limited: bool, now: float
+    ) -> float | None:
+        """The call ``seq`` came back: what it said, and whether it was a 429.
+
+        A call answered while the bucket was held for longer than
+        :data:`RETRY_AFTER_MAX_S` restores it: a success proves the readings
+        wrong (they are doubted from then on), a reading with room is taken
+        whatever its order. Returns, once per bucket, how long a spent quota
+        lasts (held over :data:`QUOTA_S`; ``None`` otherwise).
+        """
         found = self.in_flight.pop(seq, None)
         if found is None:
-            return  # not a call of this bucket's, or answered already
+            return None  # not a call of this bucket's, or answered already
+        held = self.held_s(found[0], now) > RETRY_AFTER_MAX_S
+        if held and not limited:
+            # the provider answered what its headers said it would not: those readings
+            # are forgotten, and any that claim so long a wait are doubted from now on
+            self.doubted = True
+            if self.requests.wait_s(1.0, now) > RETRY_AFTER_MAX_S:
+                self.requests = BucketMirror()
+            if self.tokens.wait_s(found[0], now) > RETRY_AFTER_MAX_S:
+                self.tokens = BucketMirror()
         # Providers count a request when it arrives, near when it was sent; a quarter of
         # the round trip later is where the reading is taken to describe, erring toward
         # waiting (a network delay in front of the count) by a fraction of a latency.
         sent_at = min(found[1] + (now - found[1]) / 4, now)
         if limited:
             self.limited_seqs.add(seq)
+        if reading is not None and self.doubted:
+            reading = _believed(reading, found[0])
         if reading is not None:
             later = [cost for s, (cost, _) in self.in_flight.items() if s > seq]
             if reading.requests is not None:
-                self.requests.observe(reading.requests, seq, float(len(later)), sent_at)
-            if reading.tokens is not None and seq >= self.tokens.seq:
+                room = held and reading.requests.wait_for(1.0) <= RETRY_AFTER_MAX_S
+                self.requests.observe(reading.requests, seq, float(len(later)), sent_at, force=room)
+            if reading.tokens is not None and (
+                seq >= self.tokens.seq
+                or (held and reading.tokens.wait_for(found[0]) <= RETRY_AFTER_MAX_S)
+            ):
                 self._learn_cost(reading.tokens, seq, sent_at)
                 self.reading_level = reading.tokens.remaining
                 self.reading_at = sent_at
@@ -384,6 +439,36 @@ class BucketPace:
                 self.requests.at = now
         else:
             self.window = min(float(self.ceiling), self.window + 1.0 / self.window)
+        return self._quota(reading, limited, found[0], now)
+
+    def _quota(
+        self, reading: RateReading | None, limited: bool, cost: float, now: float
+    ) -> float | None:
+        """How long a spent quota lasts, the first time the bucket is held that long."""
+        if self.quota_told or self.doubted:
+            return None
+        waits = [self.held_s(cost, now)]
+        if limited and reading is not None and reading.retry_after_s is not None:
+            waits.append(reading.retry_after_s)  # a day's refusal, beyond the 120 s hold
+        longest = max(waits)
+        if not QUOTA_S < longest < math.inf:
+            return None
+        self.quota_told = True
+        return longest
+
+
+def _believed(reading: RateReading, cost: float) -> RateReading | None:
+    """``reading`` without the buckets that claim a wait already proven wrong."""
+
+    def kept(bucket: BucketReading | None, amount: float) -> BucketReading | None:
+        if bucket is None or bucket.wait_for(amount) > RETRY_AFTER_MAX_S:
+            return None
+        return bucket
+
+    requests, tokens = kept(reading.requests, 1.0), kept(reading.tokens, cost)
+    if requests is None and tokens is None and reading.retry_after_s is None:
+        return None
+    return RateReading(requests, tokens, reading.retry_after_s)
 
 
 @dataclass(frozen=True)

@@ -251,6 +251,12 @@ def provider_issue(ref: str) -> str | None:
     return f"provider {provider!r} is neither kb's own (scripted, local) nor known to litellm{hint}"
 
 
+def endpoint(request: ProviderRequest) -> str | None:
+    """The server a request goes to when the spec names one (``api_base``/``base_url``)."""
+    where = request.call_params.get("api_base") or request.call_params.get("base_url")
+    return str(where) if where else None
+
+
 def credentials_of(params: Mapping[str, Any]) -> list[str]:
     """Every secret a model's params carry: secret-named values and its ``api_key_env`` key."""
     found = secret_values(params)

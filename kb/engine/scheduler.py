@@ -36,23 +36,46 @@ import warnings
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kb.engine.batch import endpoint
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
-from kb.engine.pacing import BucketPace, PaceNote, RateLimits, estimated_tokens, read_rate_headers
+from kb.engine.pacing import (
+    PROBE_EVERY_S,
+    BucketPace,
+    PaceNote,
+    RateLimits,
+    estimated_tokens,
+    read_rate_headers,
+)
 from kb.engine.providers import local
-from kb.engine.requests import parse_ref
+from kb.engine.refusals import ModelRefusals
+from kb.engine.requests import (
+    ModelSpec,
+    credentials_of,
+    cut_secrets,
+    endpoint,
+    parse_ref,
+    secrets_to_cut,
+)
 from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.transports import compose, save_recordings
 from kb.engine.transports.base import BatchTransport, Reply, Transport, ledger_of
 from kb.engine.transports.live import LiveTransport
-from kb.errors import ConfigError, JobInterrupted, JournalUnwritable, KbError, ProviderFailure
+from kb.errors import (
+    ConfigError,
+    DeadlinePassed,
+    JobInterrupted,
+    JournalUnwritable,
+    KbError,
+    ProviderFailure,
+)
 
 if TYPE_CHECKING:
     from kb.engine.batch import BatchState
     from kb.engine.cassette import Cassette
     from kb.engine.journal import JournalState, RunJournal
+    from kb.engine.transports.journaled import JournaledTransport
     from kb.engine.workers import WorkerPool
 
 __all__ = ["Engine", "EngineConfig", "PlannedRun"]
@@ -76,6 +99,9 @@ class EngineConfig:
     batch_poll_s: float = 2.0
     """The first wait before polling a batch; it doubles up to ``batch_poll_max_s``."""
     batch_poll_max_s: float = 60.0
+    deadline: float | None = None
+    """When the job must stop (wall-clock seconds since the epoch, ``--deadline``): no call
+    starts after it, the calls in flight are cut short, what settled stays journaled."""
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "per_provider"):
@@ -100,8 +126,14 @@ class Engine:
     """Called after each poll of a batch (progress); never changes a result."""
     on_pace: Callable[[PaceNote], None] | None = None
     """Called after each answer once a provider has spoken of its rate limits (progress)."""
+    on_note: Callable[[str], None] | None = None
+    """Called once per thing a person should know while the job waits (a spent quota)."""
+    notes: list[str] = field(default_factory=list, init=False)
+    """Everything :attr:`on_note` was told, in order."""
     rate_limits: RateLimits = field(init=False)
     """Each rate-limit bucket's pacing, and the 429s met so far (:mod:`kb.engine.pacing`)."""
+    refusals: ModelRefusals = field(default_factory=ModelRefusals, init=False)
+    """Models whose first calls were all refused alike: not called again (:mod:`.refusals`)."""
     open_batches: set[str] = field(default_factory=set, init=False)
     """Batches created and not yet finished (an interruption says they are still billed)."""
     interrupted_by: str | None = field(default=None, init=False)
@@ -121,6 +153,9 @@ class Engine:
     _gates: dict[BucketPace, asyncio.Lock] = field(default_factory=dict, init=False)
     """Each bucket's queue of calls waiting on its pace (made anew each phase: each
     phase runs in its own event loop)."""
+    _secrets: tuple[str, ...] = field(default=(), init=False)
+    """The job's credentials (:meth:`keep_secrets`), cut from every error it settles."""
+    _known: tuple[str, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
         self.rate_limits = RateLimits(min(self.config.concurrency, self.config.per_provider))
@@ -136,6 +171,29 @@ class Engine:
         """The engine of a job, its transports composed in one place (:func:`compose`)."""
         config = config or EngineConfig()
         return cls(config, *compose(config, cassette, workers))
+
+    def keep_secrets(self, models: Iterable[ModelSpec]) -> None:
+        """Cut these models' credentials from every text the engine settles, whichever run.
+
+        A job names every model it may meet (targets, judges, canary members) once
+        at its start: a provider's error body may quote *another* model's key, and
+        only a job knows them all. Each phase adds its own runs' models as well.
+        """
+        found = list(self._secrets)
+        for model in {model.key: model for model in models}.values():
+            found += credentials_of(model.params)
+        if tuple(dict.fromkeys(found)) != self._secrets or not self._known:
+            self._secrets = tuple(dict.fromkeys(found))
+            self._known = secrets_to_cut(self._secrets)  # with the environment's
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What :meth:`cut` cuts: the job's credentials and the environment's, longest first."""
+        return self._known
+
+    def cut(self, text: str) -> str:
+        """``text`` without any secret of the job (:meth:`keep_secrets`)."""
+        return cut_secrets(text, self._known)
 
     @property
     def spent_usd(self) -> float:
@@ -170,6 +228,7 @@ class Engine:
         self._envelope = envelope
         self._paced = asyncio.Event()
         self._gates = {}
+        self.keep_secrets(run.spec for run in runs)
         prepaid = [self.transport.prepaid(run) for run in runs]
         _local_preflight(run for run, earlier in zip(runs, prepaid, strict=True) if earlier is None)
         reservations = _authorize(runs, prepaid, envelope)
@@ -179,6 +238,7 @@ class Engine:
         batches = _batch_groups(self, runs, prepaid, reservations, [seq for _, seq in numbering])
         self._phase_tasks = []
         watched = _stop_on_signals(self._interrupt)
+        timer = self._deadline_timer()
         tasks: list[asyncio.Task[RunResult]] = []
         try:
             async with asyncio.TaskGroup() as group:
@@ -205,6 +265,8 @@ class Engine:
             raise group_error.exceptions[0] from None
         finally:
             _unwatch(watched)
+            if timer is not None:
+                timer.cancel()
             self._batched.clear()
             self._phase_tasks = []
             await self.transport.aclose()
@@ -212,6 +274,17 @@ class Engine:
         if stopped is not None:
             raise stopped
         return [task.result() for task in tasks]
+
+    def _deadline_timer(self) -> asyncio.TimerHandle | None:
+        """Stop the phase when the deadline passes (at once if it has passed already)."""
+        deadline = self.config.deadline
+        if deadline is None:
+            return None
+        left = deadline - time.time()
+        if left <= 0:  # before the first call starts, not after
+            self._interrupt(DEADLINE)
+            return None
+        return asyncio.get_running_loop().call_later(left, self._interrupt, DEADLINE)
 
     def _interrupt(self, signal_name: str) -> None:
         """A signal arrived: stop every run now (their reservations are released)."""
@@ -268,6 +341,8 @@ class Engine:
     ) -> RunResult:
         """The run's result, handed to the transport in the step that settles it."""
         result = await self._outcome(run, earlier, reservation, occurrence, seq, slots)
+        if result.error:  # an error body may quote any model's key, not only this run's
+            result = replace(result, error=self.cut(result.error))
         self._kept(lambda: self.transport.settled(run, occurrence, seq, result))
         return result
 
@@ -319,9 +394,12 @@ class Engine:
         attempts = 0
         bucket = self.rate_limits.bucket(_bucket_key(run))
         tokens = estimated_tokens(run.request.messages, run.request.call_params.get("max_tokens"))
+        refusals = self.refusals
         while True:
             if self._cancelled:
                 return _ended(base, started, status="cancelled", attempts=attempts)
+            if refusals.stopped_for(run) is not None:  # what cannot succeed is not paid for
+                return _ended(base, started, status="error", error=refusals.skip(run))
             # The bucket's pace first (waiting on it holds no slot another bucket could
             # use), then the provider's slot: a task queued on one busy provider must not
             # sit on a global slot that another provider's run could use.
@@ -332,8 +410,8 @@ class Engine:
                     if started is None:
                         await self.transport.ready(run)  # not the provider's time: not latency
                         started = time.monotonic()
-                    if self._cancelled:  # stopped while this run waited: it sends nothing
-                        continue
+                    if self._cancelled or refusals.stopped_for(run) is not None:
+                        continue  # stopped while this run waited: it sends nothing
                     attempts += 1
                     timeout_s = float(run.spec.params.get("timeout_s", self.config.timeout_s))
                     try:
@@ -343,17 +421,19 @@ class Engine:
                         heard = (failure.headers, failure.status_code == 429)
                     else:
                         heard = (reply.headers, False)
+                        refusals.settled(run, None)
                         return _answered(base, reply, attempts, started)
             finally:
                 if heard is None:
                     bucket.unsent(sent)
                 else:
-                    self._answered_pace(bucket, sent, *heard)
+                    self._answered_pace(run, bucket, sent, *heard)
             if (
                 not self.transport.retries
                 or not error.retryable
                 or attempts > self.config.max_retries
             ):
+                refusals.settled(run, error.status_code or 0, self.cut(error.message))
                 return _ended(base, started, status="error", error=error.message, attempts=attempts)
             await asyncio.sleep(backoff_s(self.config, attempts, error.retry_after))
 
@@ -381,12 +461,19 @@ class Engine:
                     pass
 
     def _answered_pace(
-        self, bucket: BucketPace, sent: int, headers: Mapping[str, str] | None, limited: bool
+        self,
+        run: PlannedRun,
+        bucket: BucketPace,
+        sent: int,
+        headers: Mapping[str, str] | None,
+        limited: bool,
     ) -> None:
         """A call of ``bucket`` came back (or was never sent): what it said, for the pace."""
         limits = self.rate_limits
         reading = read_rate_headers(headers, time.time()) if headers else None
-        bucket.answered(sent, reading, limited, time.monotonic())
+        spent = bucket.answered(sent, reading, limited, time.monotonic())
+        if spent is not None:  # once per bucket: the night waits, and says until when
+            self._note(quota_note(run, spent))
         if limited:
             limits.limited += 1
         else:
@@ -400,6 +487,11 @@ class Engine:
             self._paced.set()
             self._paced = asyncio.Event()
 
+    def _note(self, line: str) -> None:
+        self.notes.append(line)
+        if self.on_note is not None:
+            self.on_note(line)
+
     async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Reply:
         """One attempt at the call, counted in flight from when it is sent until it ends."""
         self._in_flight += 1
@@ -410,16 +502,39 @@ class Engine:
 
 
 @contextmanager
-def journaled(engine: Engine, journal: RunJournal, state: JournalState | None) -> Iterator[None]:
-    """While the block runs, ``engine``'s settled runs are journaled and ``state``'s reused."""
+def journaled(
+    engine: Engine, journal: RunJournal, state: JournalState | None
+) -> Iterator[JournaledTransport]:
+    """While the block runs, ``engine``'s settled runs are journaled and ``state``'s reused.
+
+    Yields the journaling transport (:meth:`JournaledTransport.forget` takes
+    journaled runs back from reuse mid-job).
+    """
     from kb.engine.transports.journaled import JournaledTransport
 
     inner = engine.transport
-    engine.transport = JournaledTransport(inner, journal, state)
+    wrapper = JournaledTransport(inner, journal, state)
+    engine.transport = wrapper
     try:
-        yield
+        yield wrapper
     finally:
         engine.transport = inner
+
+
+DEADLINE = "the deadline"
+"""What :attr:`Engine.interrupted_by` holds when ``--deadline`` stopped the phase."""
+
+
+def quota_note(run: PlannedRun, wait_s: float) -> str:
+    """The one line a spent quota gets: whose, until when, and what kb does meanwhile."""
+    until = datetime.fromtimestamp(time.time() + wait_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    where = endpoint(run.request)
+    at = f" at {where}" if where else ""
+    return (
+        f"{run.spec.key}{at}: the provider says its quota is spent until {until}; kb sends "
+        f"one call every {PROBE_EVERY_S:.0f} s to see whether it is back (--deadline stops "
+        "the night, its runs journaled)"
+    )
 
 
 def _bucket_key(run: PlannedRun) -> tuple[str, str, str, str]:
@@ -434,6 +549,15 @@ def _stopped(engine: Engine) -> KbError | None:
     if engine._journal_failure is not None:
         return engine._journal_failure.stopped(
             engine.cut_short or 0, batches, engine._unjournaled_batches
+        )
+    if engine.interrupted_by == DEADLINE:
+        assert engine.config.deadline is not None
+        return DeadlinePassed(
+            datetime.fromtimestamp(engine.config.deadline, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            engine.spent_usd,
+            batches,
+            in_flight=engine.cut_short or 0,
+            resumable=engine.resumable,
         )
     if engine.interrupted_by is not None:
         return JobInterrupted(

@@ -19,6 +19,7 @@ from kb.errors import GraderError
 from kb.evals.cases import Case, Criterion, GoldenGrader, JudgeGrader, PythonGrader, RubricGrader
 from kb.evals.jsonpath import answer_json, find, parse_path
 from kb.evals.python_graders import case_view, read_result
+from kb.textwidth import shorten
 
 VERDICT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -67,8 +68,7 @@ def grade_golden(grader: GoldenGrader, output: str) -> Grade:
         except (ValueError, RecursionError):
             passed = False  # not JSON, or nested past what we parse: a wrong answer
     shown = expected if isinstance(expected, str) else json.dumps(expected)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
+    shown = shorten(shown, 80, "...")
     verdict = "matches" if passed else "does not match"
     # a pattern as written (repr would double its backslashes); other text as Python
     # quotes it, so a newline or a trailing space in the expected answer shows

@@ -29,8 +29,8 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -76,6 +76,36 @@ class WireModel(BaseModel):
         """The JSON object as written."""
         dumped: dict[str, Any] = self.model_dump(by_alias=True, mode="json")
         return dumped
+
+
+W = TypeVar("W", bound=WireModel)
+
+
+def cut_texts(model: W, cut: Callable[[str], str]) -> W:
+    """``model`` with ``cut`` applied to every string in it, at any depth (keys too).
+
+    What kb shows of a night (a suspect cell's reason quoting its replies, a
+    cell's first provider error) is derived from texts a provider wrote; a
+    report passes through this once, whoever derived what, so no view has to
+    remember to cut (SPEC 14.1).
+    """
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return cut(value)
+        if isinstance(value, BaseModel):
+            fields = type(value).model_fields
+            return value.model_copy(update={name: walk(getattr(value, name)) for name in fields})
+        if isinstance(value, tuple):
+            return tuple(walk(item) for item in value)
+        if isinstance(value, list):
+            return [walk(item) for item in value]
+        if isinstance(value, dict):
+            return {walk(key): walk(item) for key, item in value.items()}
+        return value
+
+    cleaned: W = walk(model)
+    return cleaned
 
 
 def cut_text(text: str) -> tuple[str, str | None]:

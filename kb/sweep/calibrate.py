@@ -52,7 +52,7 @@ from kb.sweep.sensitive import (
     short_answer,
     takes_logprobs,
 )
-from kb.sweep.spec import SweepSpec
+from kb.sweep.spec import SweepSpec, judge_models
 
 BORDER_PROMPTS: tuple[str, ...] = (
     "Heads or tails? Reply with one word.",
@@ -147,6 +147,7 @@ def calibrate(
         raise ConfigError(
             str(spec.path), 'no [sensitive] in the canary: add probes = "PATH" to calibrate'
         )
+    engine.keep_secrets([*spec.models, *judge_models(spec.cases)])
     section = spec.canary.sensitive
     settings = section.settings()
     probes = probes_for(spec)

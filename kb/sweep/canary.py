@@ -27,7 +27,7 @@ from typing import Literal
 
 from kb.engine.budget import SpendEnvelope
 from kb.engine.phases import JobPlan, Phase, job_plan
-from kb.engine.requests import ModelSpec, build_request
+from kb.engine.requests import ModelSpec, build_request, cut_secrets
 from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
@@ -36,7 +36,7 @@ from kb.store.baselines import BaselinesFile, CanaryBaselines, judge, probe_set_
 from kb.store.canonical import js_stringify, normalize_output, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
-from kb.store.records import CanaryRecord, ProbeRecord
+from kb.store.records import CanaryRecord, ProbeRecord, cut_texts
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.sweep.health import ERROR_PAGE, reply_kind
 from kb.sweep.pool import build_pool
@@ -52,7 +52,8 @@ from kb.sweep.sensitive import (
     sensitive_record,
     tier_runs,
 )
-from kb.sweep.spec import SweepSpec
+from kb.sweep.spec import SweepSpec, judge_models
+from kb.textwidth import shorten
 
 CanaryStatus = Literal["no-drift", "drift", "rebaselined", "incomplete", "unstable"]
 
@@ -98,6 +99,9 @@ class CanaryResult:
     version: int | None = None
     sensitive: SensitiveResult | None = None
     """The sensitive tier tonight (``None``: the canary has no ``[sensitive]``)."""
+    secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    """The job's secrets (:attr:`kb.engine.scheduler.Engine.secrets`): a reason quoting a
+    probe's answer is cut of them."""
 
     @property
     def shifted(self) -> bool:
@@ -111,6 +115,11 @@ class CanaryResult:
 
     @property
     def unhealthy(self) -> str | None:
+        """Why the probes' answers are an outage's, not a model's (secrets cut; ``None``: real)."""
+        why = self._unhealthy()
+        return cut_secrets(why, self.secrets) if why is not None else None
+
+    def _unhealthy(self) -> str | None:
         """Why the probes' answers are an outage's, not a model's (``None``: they look real).
 
         Every probe empty, or (with two probes or more) one answer to probes that
@@ -125,7 +134,7 @@ class CanaryResult:
         kinds = {reply_kind(output) for output in answers}
         if len(self.probes) >= 2 and len(kinds) == 1:
             (kind,) = kinds
-            shown = kind if len(kind) <= 40 else kind[:39] + "…"
+            shown = shorten(cut_secrets(kind, self.secrets), 40)
             return f"every probe answered {shown!r}: an error page, not drift"
         # an outage that began mid-canary: one probe's answer is a page or nothing at all
         for number, probe in enumerate(self.probes, start=1):
@@ -134,7 +143,7 @@ class CanaryResult:
                 if not output or not output.strip():
                     return f"probe {number} answered empty: an outage, not drift"
                 if kind.startswith(ERROR_PAGE):
-                    shown = kind if len(kind) <= 40 else kind[:39] + "…"
+                    shown = shorten(cut_secrets(kind, self.secrets), 40)
                     return f"probe {number} answered {shown!r}: an error page, not drift"
         return None
 
@@ -157,7 +166,7 @@ class CanaryResult:
     def to_record(self) -> CanaryRecord:
         """The ``kb canary --json`` entry (also the sweep report's ``canary[]``)."""
         subject = self.member.subject
-        return CanaryRecord(
+        record = CanaryRecord(
             model=subject.model,
             effort=subject.effort or None,
             fingerprint=self.fingerprint,
@@ -169,6 +178,7 @@ class CanaryResult:
             version=self.version,
             sensitive=sensitive_record(self.sensitive) if self.sensitive is not None else None,
         )
+        return cut_texts(record, lambda text: cut_secrets(text, self.secrets))
 
 
 @dataclass(frozen=True)
@@ -281,7 +291,13 @@ def measure_canaries(
         outputs = [p.outputs[0] if p.status == "ok" else f"!{p.status}" for p in found]
         all_ok = all(p.status == "ok" for p in found)
         canaries.append(
-            CanaryResult(member, tuple(found), fingerprint(len(prompts), outputs), all_ok)
+            CanaryResult(
+                member,
+                tuple(found),
+                fingerprint(len(prompts), outputs),
+                all_ok,
+                secrets=engine.secrets,
+            )
         )
     if tier is not None:
         canaries = _judged(canaries, sampled, tier)
@@ -485,6 +501,7 @@ def run_canary(
     options = CanaryOptions.from_spec(
         spec, label=None, commit=commit, push=push, attempts=attempts, repeats=repeats
     )
+    engine.keep_secrets([*spec.models, *judge_models(spec.cases)])
     plan = plan_canary(spec, store.read(), at=at, options=options)
     plan.job.refuse_overspend(allow_partial=allow_partial or spec.sweep.allow_partial)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
@@ -508,7 +525,11 @@ def run_canary(
 
 
 def canary_line(result: CanaryResult) -> str:
-    """One human line per model."""
+    """One human line per model (the job's secrets cut: a reason may quote an answer)."""
+    return cut_secrets(_canary_line(result), result.secrets)
+
+
+def _canary_line(result: CanaryResult) -> str:
     head = f"{result.member.key}  {result.fingerprint[:12]}  "
     # the sensitive tier on every line: an exact tier that cannot judge (an outage-looking
     # night) is exactly when its logprob readings may still see the model move

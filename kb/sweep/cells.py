@@ -39,6 +39,7 @@ from kb.store.ttl import claim_expiry, format_instant
 from kb.sweep.gate import CellEstimate, GatePolicy
 from kb.sweep.health import Suspicion
 from kb.sweep.sampling import CellEpochNight
+from kb.textwidth import shorten
 
 Outcome = Literal["strength", "weakness", "none", "incomplete"]
 Stability = Literal["stable-pass", "flaky", "stable-fail", "unmeasured"]
@@ -198,7 +199,7 @@ class SweepCell:
                 continue
             for run, model in zip(verdict.judges, verdict.judge_models, strict=True):
                 if run.status == "ok" and verdict_data(run.output or "") is None:
-                    said = " ".join((run.output or "").split())[:80]
+                    said = shorten(" ".join((run.output or "").split()), 80)
                     return f"judge {model.key} replied {said!r}, not {{passed, reason}} JSON"
         return None
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from kb.evals.cases import Case, GoldenGrader
 from kb.evals.suite import CaseVerdict
+from kb.textwidth import shorten
 
 EMPTY_SHARE = 0.5
 """A cell is suspect when more than this share of its replies are empty."""
@@ -138,4 +139,4 @@ def reply_kind(text: str | None) -> str:
 
 
 def _shown(reply: str) -> str:
-    return repr(reply if len(reply) <= 60 else reply[:59] + "…")
+    return repr(shorten(reply, 60))

@@ -31,6 +31,7 @@ from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
 from kb.sweep.health import answer_health
 from kb.sweep.nightly import nightly_rule
 from kb.sweep.plan import SweepPlan
+from kb.sweep.resume import ResumedModel, ResumeGuard
 from kb.sweep.sampling import CellEpochNight, CellKey, NightSampler
 
 MeasuredCell = tuple[SweepCell, ModelClaim | None]
@@ -48,6 +49,9 @@ class Measurement:
     spent_usd: float
     reused: int = 0
     """Runs served from the journal of a stopped invocation (paid then, not now)."""
+    resumed: tuple[ResumedModel, ...] = ()
+    """Models whose journaled runs a resume asked again (their canary changed or could not
+    be compared: :class:`kb.sweep.resume.ResumeGuard`)."""
 
     @property
     def measured_any(self) -> bool:
@@ -66,6 +70,7 @@ def measure(
     baselines: BaselinesFile | None = None,
     *,
     rule: EpochRule = DEFAULT_RULE,
+    resumed: ResumeGuard | None = None,
 ) -> Measurement:
     """Run the plan's phases and decide each cell's claim.
 
@@ -74,7 +79,9 @@ def measure(
     more for the cells whose change detector a pass raised, then the rest of
     the pool for an epoch an alarm began.
     ``baselines`` (the canary baselines file) tells which subjects drifted
-    tonight: their epochs start over.
+    tonight: their epochs start over. ``resumed`` (a resumed night) checks
+    each model's canary against the stopped invocation's before any of its
+    journaled runs is reused; a model that changed meanwhile starts over too.
     """
     spec = plan.spec
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
@@ -93,6 +100,7 @@ def measure(
             probes=plan.job.phase("canary"),
             tier=tier,
         )
+    changed = resumed.check(canaries) if resumed is not None else ()
     targets = plan.job.phase("targets")
     judge_usd = spec.budgets.judge_usd
     if not plan.suites:
@@ -104,7 +112,7 @@ def measure(
             plan.suites,
             replace(rule, max_cases=spec.sweep.max_cases),
             spec.sweep.sampling,
-            _drifted(plan, canaries, baselines),
+            _drifted(plan, canaries, baselines) | {m.member for m in changed if m.changed},
             shifted=frozenset(c.member.key for c in canaries if c.shifted),
             report_id=plan.report_id,
             observed_at=format_instant(plan.observed_at),
@@ -130,7 +138,9 @@ def measure(
     ]
     reused = sum(1 for cell, _ in cells for run in cell.runs if run.reused)
     reused += sum(1 for c in canaries for probe in c.probes for run in probe.runs if run.reused)
-    return Measurement(tuple(canaries), tuple(cells), tuple(runs), usd(envelope.debited), reused)
+    return Measurement(
+        tuple(canaries), tuple(cells), tuple(runs), usd(envelope.debited), reused, changed
+    )
 
 
 def _drifted(

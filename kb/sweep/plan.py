@@ -364,7 +364,11 @@ def plan_suites(
 
 
 def _settled(phases: Sequence[Phase], resume: Resume | None) -> frozenset[str]:
-    """The planned runs a stopped invocation's journal holds as settled ok, by label."""
+    """The planned runs a stopped invocation's journal holds as settled ok, by label.
+
+    Never a canary probe: a resume asks the canary again before it reuses
+    anything (:class:`kb.sweep.resume.ResumeGuard`).
+    """
     if resume is None or resume.journal is None:
         return frozenset()
     journal = resume.journal
@@ -372,5 +376,5 @@ def _settled(phases: Sequence[Phase], resume: Resume | None) -> frozenset[str]:
         run.label
         for phase in phases
         for run in phase.runs
-        if journal.reusable(run.label, run.request.key) is not None
+        if run.kind != "canary" and journal.reusable(run.label, run.request.key) is not None
     )

@@ -24,11 +24,13 @@ from kb.store.records import (
     PoolRecord,
     PriorStands,
     ReportFile,
+    cut_texts,
 )
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.store.ttl import format_instant
 from kb.sweep.canary import CanaryResult
 from kb.sweep.cells import SweepCell
+from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import live_eval_claims, retirements
 from kb.sweep.gate import GatePolicy
 from kb.sweep.measure import Measurement
@@ -158,7 +160,7 @@ def sweep_report(
 
     carried = plan.resume.committed if plan.resume is not None else None
     done = plan.resume.done if plan.resume is not None else ()
-    return ReportFile(
+    report = ReportFile(
         report_id=plan.report_id,
         observed_at=format_instant(plan.observed_at),
         gate=gate.record(),
@@ -190,6 +192,9 @@ def sweep_report(
         committed_version=committed_version,
         reused_runs=measurement.reused or None,
     )
+    # reasons quote replies and provider errors: cut every model's and judge's secrets
+    context = EvidenceContext.of([*(member.spec for member in plan.pool), *plan.judge_models])
+    return cut_texts(report, context.cut)
 
 
 # -- the plan ---------------------------------------------------------------------------------

@@ -13,7 +13,11 @@ same report id:
   journal (:mod:`kb.engine.journal`); only missing and failed runs call a
   provider;
 * the commit goes under the same report id, and the evidence files become
-  the whole night's.
+  the whole night's;
+* with a canary, the canary is asked again before anything is reused, and a
+  model whose exact fingerprint is not the one its journaled probes gave has
+  none of its journaled runs reused (:class:`ResumeGuard`): the provider may
+  have changed the model meanwhile, and one claim must never pool two models.
 
 Without a journal (a CI re-run on a fresh machine) the done cells are still
 skipped; the incomplete ones run again in full.
@@ -26,6 +30,7 @@ refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +39,7 @@ from kb.errors import ConfigError
 from kb.store.evidence import evidence_stem, load_evidence
 from kb.store.filestore import REPORT_TRAILER, KnowledgeStore
 from kb.store.records import CellRecord, ReportFile, RunRecord
+from kb.sweep.canary import CanaryResult, fingerprint, probe_output
 
 JOURNAL_SUFFIX = ".journal.jsonl"
 
@@ -161,3 +167,90 @@ def find_resume(
         observed = committed.observed_at
     runs = tuple(evidence.runs) if evidence is not None else ()
     return Resume(report_id, observed, journal, committed, runs)
+
+
+@dataclass(frozen=True)
+class ResumedModel:
+    """A model whose journaled runs a resume does not reuse, and why (SPEC 14.1 item 1)."""
+
+    member: str
+    """The model's key (``model[@effort]``)."""
+    runs: int
+    """Its journaled target and judge runs asked again (they stay in the journal)."""
+    before: str | None
+    """The stopped invocation's exact canary fingerprint (``None``: it has none to compare:
+    a probe missing, failed or asked differently then)."""
+    after: str | None
+    """Tonight's (``None``: not usable tonight: incomplete, unstable or an outage's)."""
+
+    @property
+    def changed(self) -> bool:
+        """The model answers its canary differently now: its cells start a new epoch."""
+        return self.before is not None and self.after is not None and self.before != self.after
+
+    def line(self) -> str:
+        """What the resume says about it (one line)."""
+        runs = f"its {self.runs} journaled run{'s' if self.runs != 1 else ''}"
+        if self.changed:
+            assert self.before is not None and self.after is not None
+            return (
+                f"{self.member} answers its canary differently than when the night stopped "
+                f"(fingerprint {self.before[:12]} -> {self.after[:12]}): {runs} are asked "
+                "again, never pooled with tonight's answers, and its cells start a new epoch"
+            )
+        when = "then" if self.before is None else "tonight"
+        return (
+            f"{self.member}'s canary cannot be compared with the stopped night's (it did not "
+            f"answer whole {when}): {runs} are asked again, never pooled with tonight's"
+        )
+
+
+@dataclass(frozen=True)
+class ResumeGuard:
+    """What a resume checks before it reuses a model's journaled runs: its canary, again.
+
+    The canary is asked afresh (never served from the journal); a model whose
+    exact fingerprint tonight is not the one its journaled canary gave — or
+    that cannot be compared, because either canary did not answer whole — has
+    its journaled target and judge runs taken back from reuse (``forget``):
+    answers of two models are never pooled into one claim.
+    """
+
+    journal: JournalState
+    forget: Callable[[Sequence[str]], None]
+    """Takes journaled runs back from reuse (:meth:`JournaledTransport.forget`)."""
+    repeats: int = 1
+
+    @staticmethod
+    def served(journal: JournalState) -> JournalState:
+        """What the resumed night may serve from ``journal`` before its canary: no probe."""
+        return journal.without(
+            label for label, (_, run) in journal.settled.items() if run.kind == "canary"
+        )
+
+    def check(self, canaries: Sequence[CanaryResult]) -> tuple[ResumedModel, ...]:
+        """Tonight's canaries against the journaled ones; forget what cannot be reused."""
+        found = []
+        for canary in canaries:
+            key = canary.member.key
+            mine = (f"target:{key}/", f"judge:{key}/")
+            labels = [label for label in self.journal.settled if label.startswith(mine)]
+            before = self._stopped_fingerprint(canary)
+            after = canary.fingerprint if canary.may_flip else None
+            if not labels or (before is not None and before == after):
+                continue
+            self.forget(labels)
+            found.append(ResumedModel(key, len(labels), before, after))
+        return tuple(found)
+
+    def _stopped_fingerprint(self, canary: CanaryResult) -> str | None:
+        """The fingerprint the journal's probes of this model gave, when they answered whole."""
+        outputs = []
+        for index, probe in enumerate(canary.probes):
+            label = f"canary:{canary.member.key}/{index}" + ("#1" if self.repeats > 1 else "")
+            found = self.journal.settled.get(label)
+            asked = probe.runs[0].request if probe.runs else None
+            if found is None or asked is None or found[0] != asked.key:
+                return None
+            outputs.append(probe_output(found[1]))
+        return fingerprint(len(canary.probes), outputs)

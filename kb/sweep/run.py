@@ -66,8 +66,15 @@ from kb.sweep.order import (
 )
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_future_instant, refuse_used_report_id
 from kb.sweep.report import sweep_report
-from kb.sweep.resume import JOURNAL_SUFFIX, Resume, SweptSpec, find_resume, journal_path
-from kb.sweep.spec import SweepSpec
+from kb.sweep.resume import (
+    JOURNAL_SUFFIX,
+    Resume,
+    ResumeGuard,
+    SweptSpec,
+    find_resume,
+    journal_path,
+)
+from kb.sweep.spec import SweepSpec, judge_models
 
 
 @dataclass(frozen=True)
@@ -385,9 +392,17 @@ def execute_sweep(
             cut=context.cut,
         )
         earlier = plan.resume.journal if plan.resume is not None else None
+        canary = plan.spec.canary
         try:
-            with journaled(engine, opened, earlier):
-                measurement = measure(plan, engine, BaselinesFile.read(store.home.canary_baselines))
+            # a resume asks the canary again before it reuses any journaled run
+            served = ResumeGuard.served(earlier) if earlier and canary else earlier
+            with journaled(engine, opened, served) as kept:
+                guard = None
+                if earlier is not None and canary is not None:
+                    guard = ResumeGuard(earlier, kept.forget, canary.repeats)
+                measurement = measure(
+                    plan, engine, BaselinesFile.read(store.home.canary_baselines), resumed=guard
+                )
             opened.discard(outage_answers(measurement))
         finally:
             opened.close()
@@ -637,6 +652,7 @@ def run_sweep(
     """
     options = options or SweepOptions()
     validate_attempts(options.attempts)
+    engine.keep_secrets([*spec.models, *judge_models(spec.cases)])
     planned = plan_sweep(spec, store, engine, options, observed_at=observed_at, as_of=as_of)
     if on_plan is not None:
         on_plan(planned)

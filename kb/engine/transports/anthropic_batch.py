@@ -51,12 +51,11 @@ from kb.engine.batch import (
     BatchState,
     answered_run,
     batchable,
-    endpoint,
     failed_run,
     group_key,
     poll_delays,
 )
-from kb.engine.requests import ProviderRequest, scrub_secrets, secret_values
+from kb.engine.requests import ProviderRequest, endpoint, scrub_secrets, secret_values
 from kb.engine.runs import PlannedRun, PriceSource, RunResult, Usage
 from kb.engine.transports.base import BatchPhase
 from kb.errors import ConfigError, ProviderFailure

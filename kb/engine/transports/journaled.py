@@ -12,6 +12,7 @@ resume polls a batch that is still running instead of paying for another.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from kb.engine.journal import JournalState, RunJournal
@@ -40,6 +41,18 @@ class JournaledTransport(TransportWrapper):
         if found is None:
             return self.inner.prepaid(run)
         return replace(found, request=run.request, label=run.label, kind=run.kind)
+
+    def forget(self, labels: Sequence[str]) -> None:
+        """Never serve these journaled runs again, now or on a later resume.
+
+        They stay in the journal (a ``discard`` line marks them): paid for, kept,
+        never pooled with answers asked after them.
+        """
+        if self.state is None or not labels:
+            return
+        self.state = self.state.without(labels)
+        if self.journal is not None:
+            self.journal.discard(labels)
 
     def settled(self, run: PlannedRun, occurrence: int, seq: int, result: RunResult) -> None:
         """Journal the run (a refused write raises :class:`kb.errors.JournalUnwritable`)."""

@@ -1,0 +1,280 @@
+"""Trust at the seams (SPEC 14.1), each item reproduced as a team met it on v4.
+
+Real ``kb`` processes (or the CLI in-process), a real git repository, a real
+loopback HTTP server through litellm; the store, the evidence, the journal,
+git's history and the exit code are asserted afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kb.engine.journal import read_journal
+from kb.store.validation import parse_store
+from tests.cli_helpers import kb
+from tests.conftest import git
+from tests.fake_openai import fake_openai_server
+from tests.sweep_helpers import toml_value
+from tests.test_never_lose import (
+    KEY,
+    STORE,
+    kb_process,
+    loopback_spec,
+    prompts_asked,
+    wait_for,
+)
+
+NIGHT_1 = "2026-11-28T02:00:00Z"
+NIGHT_2 = "2026-11-29T02:00:00Z"
+REPORT_2 = "kb-sweep-2026-11-29T02:00:00.000Z"
+
+
+def run_kb(repo: Path, *args: str) -> Result:
+    """``kb ARGS`` in-process, in ``repo`` (the cwd): a stopped night needs a process."""
+    assert Path.cwd() == repo
+    return kb(CliRunner(), *args)
+
+
+# -- 1. a resume never pools two models -----------------------------------------------------
+
+
+@pytest.mark.parametrize("changed", [True, False], ids=["model-changed", "model-same"])
+def test_a_resume_asks_the_canary_again_and_never_pools_two_models(
+    repo: Path, changed: bool
+) -> None:
+    """Interrupt a night after its canary and 20 runs; the provider changes the model
+    (a hidden system prompt); the resume must not pool the old model's 20 answers with
+    the new model's 30 (v4 committed ``weakness 0.38 (19/50)``)."""
+    assert run_kb(repo, "init").exit_code == 0
+    extra = 'concurrency = 2\nsampling = "full"'
+    with fake_openai_server(latency_s=0.02) as (base, seen):
+        loopback_spec(repo / "s.toml", base, cases=50, canary=True, extra_sweep=extra)
+        first = run_kb(repo, "sweep", "s.toml", "--quiet", "--observed-at", NIGHT_1)
+        assert first.exit_code == 0, first.stderr  # night 1: a strength, fingerprint F1
+        before_night_2 = len(seen.requests)
+        night = ["sweep", "s.toml", "--quiet", "--observed-at", NIGHT_2]
+        proc = kb_process(repo, *night)
+        wait_for(lambda: len(seen.requests) >= before_night_2 + 2 + 20, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        journal = repo / "kb-evidence" / f"{REPORT_2}.journal.jsonl"
+        stopped = read_journal(journal)
+        assert stopped is not None
+        old_runs = {label for label in stopped.settled if label.startswith("target:")}
+        assert 18 <= len(old_runs) < 50
+        if changed:
+            seen.changed = "As your assistant I decline"  # a hidden system prompt
+        asked_before = len(seen.requests)
+        resumed = run_kb(repo, "sweep", "s.toml", "--resume")
+        asked = prompts_asked(seen, asked_before)
+    assert resumed.exit_code == 0, resumed.stderr
+    # The canary is always asked again, before any target run.
+    assert sorted(asked[:2]) == ["Ping?", "Pong?"]
+    targets = [p for p in asked if p.startswith("q")]
+    runs = [
+        json.loads(line)
+        for line in (repo / "kb-evidence" / f"{REPORT_2}.jsonl").read_text().splitlines()
+    ]
+    outputs = {r["output"].split(":")[0] for r in runs if r["kind"] == "target"}
+    claims = parse_store((repo / STORE).read_bytes(), "store").claims
+    (night_2,) = [c for c in claims if c.id.startswith(REPORT_2)]
+    assert night_2.metrics is not None and night_2.metrics["n"] == 50
+    if changed:
+        # every case asked of the new model: none of the old model's answers is pooled
+        assert sorted(targets) == sorted(f"q{i}" for i in range(50))
+        assert outputs == {"As your assistant I decline"}
+        assert night_2.polarity == "weakness" and night_2.metrics["passRate"] == 0
+        assert "resume: openai:m answers its canary differently" in resumed.stderr
+        assert "its cells start a new epoch" in " ".join(resumed.stderr.split())
+        epochs = json.loads((repo / "rulvar.models.epochs.json").read_text())
+        (epoch,) = epochs["cells"].values()
+        assert epoch["start"] == {
+            "reportId": REPORT_2,
+            "observedAt": "2026-11-29T02:00:00.000Z",
+            "reason": "drift",
+        }
+        assert [n["reportId"] for n in epoch["nights"]] == [REPORT_2]
+        # night 1's strength was measured on the old model: flipped stale, then retired
+        night_1 = [c for c in claims if not c.id.startswith(REPORT_2)]
+        assert [c.status for c in night_1] != ["active"]
+        # the old answers stay in the journal's history (git ignores the journal; the
+        # night is whole now, so it is gone): they were never pooled, never lost to a
+        # later resume either
+    else:
+        # the same model: only what the journal did not hold is paid for again
+        assert len(targets) == 50 - len(old_runs)
+        assert outputs == {"echo"}
+        assert night_2.polarity == "strength"
+        assert "resume:" not in resumed.stderr
+    assert git(repo, "log", "--format=%s").count("kb: sweep") == 2
+
+
+def test_a_resume_whose_model_changed_forgets_the_old_answers_for_every_later_resume(
+    repo: Path,
+) -> None:
+    """The old model's journaled answers are marked in the journal, not only skipped once:
+    a resume that is itself stopped, then resumed, still never pools them."""
+    assert run_kb(repo, "init").exit_code == 0
+    extra = 'concurrency = 2\nsampling = "full"'
+    with fake_openai_server(latency_s=0.02) as (base, seen):
+        loopback_spec(repo / "s.toml", base, cases=50, canary=True, extra_sweep=extra)
+        night = ["sweep", "s.toml", "--quiet", "--observed-at", NIGHT_2]
+        proc = kb_process(repo, *night)
+        wait_for(lambda: len(seen.requests) >= 2 + 20, proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.communicate(timeout=120) and proc.returncode == 130
+        seen.changed = "Changed"
+        asked_before = len(seen.requests)
+        proc = kb_process(repo, "sweep", "s.toml", "--quiet", "--resume")
+        wait_for(lambda: len(seen.requests) >= asked_before + 2 + 10, proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.communicate(timeout=120) and proc.returncode == 130
+        resumed = run_kb(repo, "sweep", "s.toml", "--resume")
+    assert resumed.exit_code == 0, resumed.stderr
+    runs = [
+        json.loads(line)
+        for line in (repo / "kb-evidence" / f"{REPORT_2}.jsonl").read_text().splitlines()
+    ]
+    outputs = [r["output"] for r in runs if r["kind"] == "target"]
+    assert len(outputs) == 50 and all(o.startswith("Changed: ") for o in outputs)
+
+
+# -- 5. what cannot succeed is not paid for ---------------------------------------------------
+
+
+def refused_spec(path: Path, base: str) -> None:
+    models = {
+        "openai:good": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
+        "openai:unknown": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
+        "openai:wrongkey": {"api_base": base, "api_key_env": "WRONG_KEY", "cost_usd": 0.001},
+    }
+    lines = [
+        "[sweep]",
+        'committer = "ci"',
+        "max_retries = 0",
+        "concurrency = 1",
+        'sampling = "full"',
+        "",
+        "[budgets]",
+        "target_usd = 0.01",
+        "canary_usd = 0.01",
+        "max_total_usd = 5",
+        "",
+        "[canary]",
+        'prompts = ["Ping?", "Pong?"]',
+    ]
+    for ref, params in models.items():
+        lines += ["", "[[models]]", f'model = "{ref}"', f"params = {toml_value(params)}"]
+    for i in range(30):
+        lines += [
+            "",
+            "[[cases]]",
+            f'name = "c{i:02d}"',
+            'task_class = "extraction"',
+            f'prompt = "q{i}"',
+            f'graders = [{{ kind = "golden", expected = "echo: q{i}" }}]',
+        ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_model_refused_the_same_way_three_times_is_not_called_again(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WRONG_KEY", "sk-wrong-key-0000000000")
+    assert run_kb(repo, "init").exit_code == 0
+    with fake_openai_server() as (base, seen):
+        seen.refuse.update({"unknown": 404, "wrongkey": 401})
+        refused_spec(repo / "s.toml", base)
+        swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1)
+        calls = Counter(r["body"]["model"] for r in seen.requests)
+    assert swept.exit_code == 1, swept.stderr  # two models' cells are incomplete
+    # the two canary probes and the first target run: three calls each, no more
+    assert calls == {"good": 32, "unknown": 3, "wrongkey": 3}
+    err = " ".join(swept.stderr.split())
+    assert (
+        f"stopped: openai:unknown at {base}: HTTP 404 on its first 3 calls (the endpoint does "
+        "not know this model); 29 more runs not sent tonight, its cells are incomplete"
+    ) in err
+    assert f"stopped: openai:wrongkey at {base}: HTTP 401 on its first 3 calls (the key was " in err
+    # a refused key is not called missing
+    assert "the provider refused the key it was sent (from $WRONG_KEY): check its value" in err
+    assert "set params.api_key_env to the variable" not in err
+    claims = parse_store((repo / STORE).read_bytes(), "store").claims
+    assert [c.subject["model"] for c in claims] == ["openai:good"]  # the others went on
+
+
+def test_a_connection_error_names_the_endpoint(repo: Path) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    assert run_kb(repo, "init").exit_code == 0
+    base = f"http://127.0.0.1:{port}/v1"
+    loopback_spec(repo / "s.toml", base, cases=1)
+    swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1)
+    assert swept.exit_code == 1
+    assert f"(connecting to {base})" in " ".join(swept.stdout.split())
+
+
+# -- 4. --deadline stops a night, journaled and resumable -------------------------------------
+
+
+def test_a_deadline_stops_the_night_journaled_and_a_resume_finishes_it(repo: Path) -> None:
+    assert run_kb(repo, "init").exit_code == 0
+    with fake_openai_server(hang_s=None) as (base, seen):
+        spec = loopback_spec(
+            repo / "s.toml", base, cases=20, extra_sweep='concurrency = 2\nsampling = "full"'
+        )
+        # the last two cases hang until released: the deadline passes while they wait
+        text = spec.read_text().replace('prompt = "q18"', 'prompt = "hang q18"')
+        text = text.replace('prompt = "q19"', 'prompt = "hang q19"')
+        spec.write_text(
+            text.replace('"echo: q18"', '"echo: hang q18"').replace(
+                '"echo: q19"', '"echo: hang q19"'
+            )
+        )
+        stopped = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1, "--deadline", "2s")
+        assert stopped.exit_code == 1, stopped.stderr
+        assert "the deadline 20" in stopped.stderr and "passed: the job stopped" in stopped.stderr
+        assert "kb sweep --resume finishes the night" in " ".join(stopped.stderr.split())
+        assert git(repo, "log", "--format=%s").count("kb: sweep") == 0
+        journal = read_journal(
+            repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.journal.jsonl"
+        )
+        assert journal is not None
+        held = set(journal.settled)
+        seen.release.set()
+        asked_before = len(seen.requests)
+        resumed = run_kb(repo, "sweep", "s.toml", "--resume")
+        asked = prompts_asked(seen, asked_before)
+    assert resumed.exit_code == 0, resumed.stderr
+    assert {"hang q18", "hang q19"} <= set(asked)
+    assert not {f"target:openai:m/c{i:02d}" for i in range(18) if f"q{i}" in asked} & held
+    claims = parse_store((repo / STORE).read_bytes(), "store").claims
+    assert [c.metrics["n"] for c in claims if c.metrics] == [20]
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("soon", "is neither an instant nor a duration"),
+        ("2020-01-01T00:00:00Z", "has passed already"),
+    ],
+)
+def test_a_deadline_that_cannot_be_met_is_refused_before_any_call(
+    repo: Path, given: str, said: str
+) -> None:
+    assert run_kb(repo, "init").exit_code == 0
+    with fake_openai_server() as (base, seen):
+        loopback_spec(repo / "s.toml", base, cases=1)
+        swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1, "--deadline", given)
+        assert seen.requests == []
+    assert swept.exit_code == 2 and said in swept.stderr
