@@ -67,6 +67,10 @@ class Seen:
     refuse: dict[str, int] = field(default_factory=dict)
     """Model (the request's ``model``) → the status every request for it is answered with
     (401: a wrong key, 403: no access, 404: a model the endpoint does not know)."""
+    refusals: dict[str, tuple[set[str], str]] = field(default_factory=dict)
+    """Model → (prompts, the text it answers them with instead of the echo): a canned
+    refusal, or (the same text for several models) an endpoint's own page. ``{count}``
+    in the text is how many times the prompt was asked before (a reply that varies)."""
     changed: str | None = None
     """Set: the provider changed the model (a hidden system prompt): every ordinary reply is
     ``<changed>: <prompt>`` instead of the echo."""
@@ -194,6 +198,9 @@ def fake_openai_server(
                 reply = _completion(body["model"], f"echo: {prompt}")
                 if seen.changed is not None:
                     reply = _completion(body["model"], f"{seen.changed}: {prompt}")
+                refusing, text = seen.refusals.get(body["model"], (set(), ""))
+                if prompt in refusing:
+                    reply = _completion(body["model"], text.replace("{count}", str(count)))
                 if body["model"] in seen.echo_key:
                     key = self.headers.get("Authorization", "").removeprefix("Bearer ")
                     reply = _completion(body["model"], f"sure: env key {key} at your service")

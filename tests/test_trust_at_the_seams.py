@@ -278,3 +278,75 @@ def test_a_deadline_that_cannot_be_met_is_refused_before_any_call(
         swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1, "--deadline", given)
         assert seen.requests == []
     assert swept.exit_code == 2 and said in swept.stderr
+
+
+# -- 6. a canned refusal is an answer; an error page is not -----------------------------------
+
+
+def two_model_spec(path: Path, base: str, cases: int = 40) -> None:
+    models = {
+        "openai:a": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
+        "openai:b": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
+    }
+    lines = ["[sweep]", 'committer = "ci"', "max_retries = 0", 'sampling = "full"', ""]
+    lines += ["[budgets]", "target_usd = 0.01", "max_total_usd = 50"]
+    for ref, params in models.items():
+        lines += ["", "[[models]]", f'model = "{ref}"', f"params = {toml_value(params)}"]
+    for i in range(cases):
+        lines += ["", "[[cases]]", f'name = "c{i:02d}"', 'task_class = "extraction"']
+        lines += [f'prompt = "q{i}"', f'graders = [{{ kind = "golden", expected = "echo: q{i}" }}]']
+    path.write_text("\n".join(lines) + "\n")
+
+
+REFUSED = {f"q{i}" for i in range(0, 40, 3)}  # 14 of 40
+CANNED = "I can't help with that."
+
+
+def test_a_model_refusing_a_third_of_its_cases_loses_its_strength(repo: Path) -> None:
+    """v4 read the canned refusal as an outage: the degraded model kept its strength."""
+    assert run_kb(repo, "init").exit_code == 0
+    with fake_openai_server() as (base, seen):
+        two_model_spec(repo / "s.toml", base)
+        first = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1)
+        assert first.exit_code == 0, first.stderr
+        seen.refusals["a"] = (REFUSED, CANNED)
+        asked_before = len(seen.requests)
+        second = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_2, "--json")
+        asked = prompts_asked(seen, asked_before)
+    assert second.exit_code == 0, second.stderr
+    report = json.loads(second.stdout)
+    (cell,) = [c for c in report["cells"] if c["model"] == "openai:a"]
+    assert cell["n"] == 40 and cell["passRate"] == 26 / 40  # the refusals scored as failures
+    assert "incompleteReason" not in cell
+    # asked again once: ten of the refused prompts, then never again
+    assert len(asked) == 80 + 10
+    claims = parse_store((repo / STORE).read_bytes(), "store").claims
+    a = {c.id: c for c in claims if c.subject["model"] == "openai:a"}
+    night_1 = a["kb-sweep-2026-11-28T02:00:00.000Z/openai:a/extraction"]
+    assert night_1.status == "archived"  # the strength is falsified by the real answers
+
+
+@pytest.mark.parametrize(
+    ("refusals", "why"),
+    [
+        # one page for every model on the endpoint: the endpoint's, not a model's
+        ({"a": (REFUSED, CANNED), "b": (REFUSED, CANNED)}, "the same text from another model"),
+        ({"a": (REFUSED, '{"error": {"message": "overloaded"}}')}, "a JSON error object"),
+        ({"a": (REFUSED, "<html><body>Service unavailable</body></html>")}, "an HTML page"),
+        ({"a": (REFUSED, "try again later ({count})")}, "another text when asked again"),
+    ],
+    ids=["endpoint-page", "json-error", "html", "varies"],
+)
+def test_a_reply_that_is_not_the_models_own_answer_stays_suspect(
+    repo: Path, refusals: dict[str, tuple[set[str], str]], why: str
+) -> None:
+    assert run_kb(repo, "init").exit_code == 0
+    with fake_openai_server() as (base, seen):
+        two_model_spec(repo / "s.toml", base)
+        seen.refusals.update(refusals)
+        swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1, "--json")
+    assert swept.exit_code == 1, why
+    report = json.loads(swept.stdout)
+    (cell,) = [c for c in report["cells"] if c["model"] == "openai:a"]
+    assert cell["incompleteReason"].startswith("suspect:"), why
+    assert not [c for c in report["claims"] if c["subject"]["model"] == "openai:a"]

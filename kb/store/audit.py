@@ -356,6 +356,8 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
             issues += lost
             warnings += redone
     issues.extend(_beside_issues(store))
+    if git is not None:
+        issues.extend(epoch_drops(git, git.rel_of(store.home.epochs_file)))
     pending = store.pending_commit()
     if pending is not None:
         issues.append(pending)
@@ -363,6 +365,55 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
         raise ConfigError(str(store.path), issues)
     assert current is not None
     return VerifyReport(current.version, len(current), checked, (*current.warnings, *warnings))
+
+
+def epoch_drops(git: GitStoreRepo, rel: str | None) -> list[str]:
+    """Commits whose epochs file lost a night a parent's held, without a reason to.
+
+    A night leaves a cell's epoch only when an epoch begun on purpose (an
+    alarm, a drift, a changed suite, ``--new-epoch``; never a first
+    measurement) at or after it replaced the epoch, or when the cell left
+    the file; any other loss is a writer that replaced the file with its own
+    view (two clones pushing at once before kb 5) and the claims of the
+    nights after it pool less than was measured.
+    """
+    if rel is None:
+        return []
+    from kb.store.epochs import EpochsFile, parse_epochs
+    from kb.store.ttl import stored_instant
+
+    def at(commit: str) -> EpochsFile | None:
+        blob = git.blob_in_path(commit, rel)
+        try:
+            return parse_epochs(git.read_blob(blob), f"{commit[:12]}:{rel}") if blob else None
+        except ConfigError:
+            return None  # an unreadable version is not this check's to tell
+
+    issues = []
+    for commit in git.path_history(rel):
+        after = at(commit.oid)
+        if after is None:
+            continue
+        for parent in commit.parents:
+            before = at(parent)
+            for key, epoch in (before.cells if before is not None else {}).items():
+                now = after.cells.get(key)
+                if now is None:
+                    continue  # the epoch ended (a restart whose night did not complete)
+                lost = [n for n in epoch.nights if n.report_id not in set(now.reports)]
+                began = stored_instant(now.start.observed_at)
+                if now.start.reason != "first":
+                    lost = [n for n in lost if stored_instant(n.observed_at) > began]
+                if lost:
+                    issues.append(
+                        f"commit {commit.oid[:12]}: {rel} lost {len(lost)} night"
+                        f"{'s' if len(lost) != 1 else ''} of {key}'s epoch that commit "
+                        f"{parent[:12]} held ({lost[0].report_id}"
+                        f"{' …' if len(lost) > 1 else ''}): a writer replaced the epoch with "
+                        "its own view; the claims since pool fewer nights than were measured "
+                        "(kb sweep --new-epoch measures the cell afresh)"
+                    )
+    return issues
 
 
 def _committed_conflict(short: str, rel: str, missing: Sequence[str]) -> str:

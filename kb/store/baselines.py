@@ -275,11 +275,13 @@ def _strings(value: Any) -> list[str]:
 def merge_baselines(base: Path, ours: Path, theirs: Path, name: str) -> int:
     """Git's merge driver for the baselines file: merge into ``ours`` in place.
 
-    Per subject, a side that changed it since the base wins; both sides
-    changing one subject the same way is one change. Both changing it
-    differently (each branch's canary saw something else) cannot be merged:
-    raises :class:`MergeConflict` after leaving git's textual merge in
-    ``ours``. Returns how many subjects came from theirs.
+    Subject by subject, and within a subject probe by probe
+    (:func:`merge_subject`): what one side changed since the base is taken,
+    both sides' additions are kept. Only one probe set's fingerprint (or one
+    sensitive probe's baseline) changed differently on both sides — each
+    branch's canary saw something else — cannot be merged: raises
+    :class:`MergeConflict` after leaving git's textual merge in ``ours``.
+    Returns how many subjects changed because of theirs.
     """
     sides = []
     for path in (base, ours, theirs):
@@ -293,19 +295,64 @@ def merge_baselines(base: Path, ours: Path, theirs: Path, name: str) -> int:
     taken = 0
     for key in sorted(set(was.subjects) | set(other.subjects)):
         before, after, current = was.subjects.get(key), other.subjects.get(key), subjects.get(key)
-        if after == before or after == current:
-            continue
-        if current == before:
-            if after is None:
-                subjects.pop(key, None)
-            else:
-                subjects[key] = after
+        try:
+            merged = merge_subject(before, current, after)
+        except ValueError as clash:
+            leave_textual_conflict(base, ours, theirs, name)
+            raise MergeConflict(
+                name,
+                f"the canary baselines of {key} changed on both sides ({clash}); "
+                "run kb canary again",
+            ) from None
+        if merged != current:
             taken += 1
-            continue
-        leave_textual_conflict(base, ours, theirs, name)
-        raise MergeConflict(
-            name, f"the canary baselines of {key} changed on both sides; run kb canary again"
-        )
-    merged = CanaryBaselines({**other.probe_sets, **mine.probe_sets}, subjects)
-    write_atomic(ours, merged.render())
+        if merged is None:
+            subjects.pop(key, None)
+        else:
+            subjects[key] = merged
+    merged_file = CanaryBaselines({**other.probe_sets, **mine.probe_sets}, subjects)
+    write_atomic(ours, merged_file.render())
     return taken
+
+
+def merge_subject(
+    base: SubjectBaselines | None, ours: SubjectBaselines | None, theirs: SubjectBaselines | None
+) -> SubjectBaselines | None:
+    """Three-way merge of one subject's baselines, probe by probe.
+
+    Raises ``ValueError`` naming the probe when both sides changed one differently.
+    """
+    if theirs == base or theirs == ours:
+        return ours
+    if ours == base:
+        return theirs
+    if ours is None or theirs is None:
+        return ours if theirs is None else theirs  # removed on one side, changed on the other
+    was = base if base is not None else SubjectBaselines()
+    fingerprints = _merge_keys(was.baselines, ours.baselines, theirs.baselines, "probe set")
+    # a fingerprint leaves ``current`` when either side's canary dropped it (a drift)
+    current = (
+        (ours.current & theirs.current)
+        | (ours.current - was.current)
+        | (theirs.current - was.current)
+    )
+    sensitive = _merge_keys(was.sensitive, ours.sensitive, theirs.sensitive, "sensitive probe")
+    readings = _merge_keys(was.logprobs, ours.logprobs, theirs.logprobs, "logprob probe")
+    return SubjectBaselines(fingerprints, frozenset(current), sensitive, readings)
+
+
+def _merge_keys(
+    base: Mapping[str, Any], ours: Mapping[str, Any], theirs: Mapping[str, Any], what: str
+) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key in sorted(set(base) | set(ours) | set(theirs)):
+        was, mine, other = base.get(key), ours.get(key), theirs.get(key)
+        if mine == other or other == was:
+            chosen = mine
+        elif mine == was:
+            chosen = other
+        else:
+            raise ValueError(f"{what} {key}")
+        if chosen is not None:
+            merged[key] = chosen
+    return merged

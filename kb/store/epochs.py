@@ -217,29 +217,192 @@ class EpochsAt:
 
 
 def merge_epochs(base: EpochsFile, ours: EpochsFile, theirs: EpochsFile) -> EpochsFile:
-    """Cell by cell: a side that changed a cell since the base wins; both: the later night.
-
-    An epoch is one side's measurements; mixing two sides' pooled scores would
-    count cases twice, so a cell both branches measured keeps the epoch that
-    measured it later (the other side's nights stay in its evidence).
-    """
+    """Cell by cell, :func:`merge_cell`: both sides' nights are kept, never one side's view."""
     cells = dict(ours.cells)
-    for key in sorted(set(base.cells) | set(theirs.cells)):
-        before, after, mine = base.cells.get(key), theirs.cells.get(key), cells.get(key)
-        if after == before or after == mine:
-            continue
-        if mine == before or mine is None:
-            if after is None:
-                cells.pop(key, None)
-            else:
-                cells[key] = after
-            continue
-        if after is not None and (after.last_night, after.start.report_id) > (
-            mine.last_night,
-            mine.start.report_id,
-        ):
-            cells[key] = after
+    for key in sorted(set(base.cells) | set(theirs.cells) | set(ours.cells)):
+        merged = merge_cell(base.cells.get(key), ours.cells.get(key), theirs.cells.get(key))
+        if merged is None:
+            cells.pop(key, None)
+        else:
+            cells[key] = merged
     return EpochsFile(format=EPOCHS_FORMAT, cells=cells)
+
+
+def merge_cell(
+    base: CellEpoch | None,
+    ours: CellEpoch | None,
+    theirs: CellEpoch | None,
+    *,
+    rebasing: bool = False,
+) -> CellEpoch | None:
+    """Three-way merge of one cell's epoch, night by night (by report id).
+
+    Two writers that measured the same cell from ``base`` — two clones pushing
+    nights, two branches merged, a night rebased onto a store that moved —
+    each hold the nights they pooled since ``base``. The merge keeps every one
+    of them, as if the nights had been committed one after another in the
+    order of their instants:
+
+    * both continued one epoch: its case sums are ``ours + theirs − base``, its
+      nights both sides', its detectors and rotation those of the side with
+      the later night;
+    * one side began an epoch on purpose (an alarm, a drift, a changed suite,
+      ``--new-epoch``) while the other continued ``base``: the new epoch
+      stands; the other's nights join it when they came after its start (and
+      measured the same cases), else they stay in the old epoch (evidence, as
+      in a sequential history);
+    * two first measurements (each writer knew of no epoch) are one epoch,
+      begun by the earlier; a first measurement never replaces an epoch, its
+      nights join it;
+    * two deliberate restarts: the later one stands.
+
+    ``rebasing``: ``ours`` is a night being committed onto ``theirs`` (the
+    store as it is): a restart of ours that is older than a night theirs
+    added displaces nothing and pools nothing — a night never decides over a
+    newer one (:mod:`kb.sweep.order`); its runs stay evidence.
+    """
+    if theirs == base or theirs == ours:
+        return _in_order(base, ours) if rebasing and ours is not None else ours
+    if ours == base:
+        return theirs
+    if ours is None or theirs is None:
+        return ours if theirs is None else theirs  # one side dropped the epoch: keep the data
+    if _continues(ours, base) and _continues(theirs, base):
+        first = min((ours, theirs), key=lambda e: (_instant(e.start), e.start.report_id))
+        other = theirs if first is ours else ours
+        return _pooled(_later(ours, theirs), first, other, base)
+    if _same(ours, theirs):
+        return _later(ours, theirs)  # one epoch begun apart: nothing to add up safely
+    keep, other = _standing(base, ours, theirs, rebasing)
+    if _deliberate(other, base) or not _poolable(keep, other, base):
+        return keep
+    return _pooled(keep, keep, other, base if _continues(other, base) else None)
+
+
+def _in_order(base: CellEpoch | None, ours: CellEpoch) -> CellEpoch:
+    """Tonight's epoch, its nights in order.
+
+    A night older than the base's newest joins it without its detectors and
+    rotation (those stay the newer night's).
+    """
+    if base is None or not _continues(ours, base):
+        return ours
+    added = _added(ours, base)
+    if any(_instant(night) < _instant(base.start) for night in added):
+        return base  # an epoch that began after the night never pools it: evidence only
+    if all(_instant(night) >= _instant(base.nights[-1]) for night in added):
+        return ours
+    return _pooled(base, base, ours, base)
+
+
+def _same(one: CellEpoch, two: CellEpoch) -> bool:
+    """One epoch (the same start and suite), however many nights each side holds."""
+    return one.start == two.start and one.suite == two.suite
+
+
+def _continues(epoch: CellEpoch, base: CellEpoch | None) -> bool:
+    """``epoch`` is ``base`` with more nights: the same cases, every night of ``base``.
+
+    (Not the same start: two first nights merged begin at the earlier one, and an epoch
+    that pooled an earlier night than its start still holds every night it held.)
+    """
+    return (
+        base is not None
+        and epoch.suite == base.suite
+        and epoch.cases == base.cases
+        and set(base.reports) <= set(epoch.reports)
+    )
+
+
+def _deliberate(epoch: CellEpoch, base: CellEpoch | None) -> bool:
+    """The epoch began since ``base`` on purpose (not a first measurement)."""
+    return not _continues(epoch, base) and epoch.start.reason != "first"
+
+
+def _instant(night: EpochNight | EpochStart) -> int:
+    from kb.store.ttl import stored_instant
+
+    return stored_instant(night.observed_at)
+
+
+def _added(epoch: CellEpoch, base: CellEpoch | None) -> list[EpochNight]:
+    """The nights ``epoch`` holds that ``base`` did not (what its writer added)."""
+    known = set(base.reports) if base is not None and _continues(epoch, base) else set()
+    return [night for night in epoch.nights if night.report_id not in known]
+
+
+def _fresh(epoch: CellEpoch, base: CellEpoch | None) -> bool:
+    """The epoch began since ``base`` as a first measurement (its writer knew of no epoch)."""
+    return not _continues(epoch, base) and epoch.start.reason == "first"
+
+
+def _standing(
+    base: CellEpoch | None, ours: CellEpoch, theirs: CellEpoch, rebasing: bool
+) -> tuple[CellEpoch, CellEpoch]:
+    """Of two different epochs, the one that stands and the other."""
+    for fresh, other in ((ours, theirs), (theirs, ours)):
+        if _fresh(fresh, base) and not _fresh(other, base):
+            return other, fresh  # a first measurement never replaces an epoch
+    if _fresh(ours, base):  # both first measurements: the earlier began the epoch
+        earlier = min((ours, theirs), key=lambda e: (_instant(e.start), e.start.report_id))
+        return earlier, theirs if earlier is ours else ours
+    for restarted, other in ((ours, theirs), (theirs, ours)):
+        if _deliberate(restarted, base) and _continues(other, base):
+            newest = max((_instant(n) for n in _added(other, base)), default=None)
+            older = newest is not None and _instant(restarted.start) < newest
+            if rebasing and restarted is ours and older:
+                return other, restarted  # tonight is older than a night the store holds
+            return restarted, other
+    later = max((ours, theirs), key=lambda e: (_instant(e.start), e.start.report_id))
+    return later, theirs if later is ours else ours
+
+
+def _poolable(keep: CellEpoch, other: CellEpoch, base: CellEpoch | None) -> bool:
+    """Whether ``other``'s nights can join ``keep``: the same cases, all after its start."""
+    if keep.suite != other.suite or keep.cases != other.cases:
+        return False
+    added = _added(other, base)
+    return bool(added) and all(_instant(n) >= _instant(keep.start) for n in added)
+
+
+def _later(one: CellEpoch, two: CellEpoch) -> CellEpoch:
+    """The side with the later night (its detectors and rotation are the newest)."""
+    first = (_instant(one.nights[-1]), one.nights[-1].report_id)
+    second = (_instant(two.nights[-1]), two.nights[-1].report_id)
+    return one if first >= second else two
+
+
+def _pooled(
+    state: CellEpoch, into: CellEpoch, other: CellEpoch, base: CellEpoch | None
+) -> CellEpoch:
+    """``into`` plus what ``other`` added since ``base`` (case sums, nights in order).
+
+    ``state`` gives the detectors, level and rotation (the start is ``into``'s).
+    """
+    if base is not None and base.cases != other.cases:
+        base = None  # cannot happen when both continue base: its suite fixes its cases
+    known = {night.report_id for night in into.nights}
+    added = [night for night in _added(other, base) if night.report_id not in known]
+    if not added:
+        return into
+    removed = base
+    scores = tuple(
+        mine + theirs - (removed.scores[i] if removed is not None else 0.0)
+        for i, (mine, theirs) in enumerate(zip(into.scores, other.scores, strict=True))
+    )
+    counts = tuple(
+        mine + theirs - (removed.counts[i] if removed is not None else 0)
+        for i, (mine, theirs) in enumerate(zip(into.counts, other.counts, strict=True))
+    )
+    nights = sorted((*into.nights, *added), key=lambda n: (_instant(n), n.report_id))
+    return state.model_copy(
+        update={
+            "start": into.start,
+            "scores": scores,
+            "counts": counts,
+            "nights": tuple(nights),
+        }
+    )
 
 
 def merge_epochs_files(base: Path, ours: Path, theirs: Path, name: str) -> int:

@@ -371,6 +371,23 @@ class GitStoreRepo:
         )
         return _parse_log(out)
 
+    def path_history(self, rel: str) -> list[StoreCommit]:
+        """Every commit of ``HEAD``'s history that changed ``rel`` (merges too), oldest first."""
+        if self.head()[1] is None:
+            return []
+        out = self.run(
+            "log",
+            "--full-history",
+            "--reverse",
+            "-z",
+            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
+            "HEAD",
+            "--",
+            rel,
+            strip=False,
+        )
+        return _parse_log(out)
+
     # -- keeping the work tree honest -------------------------------------------------
 
     def rel_of(self, path: Path) -> str | None:

@@ -33,8 +33,9 @@ canary whose probes all came back empty is incomplete, never drift
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kb.evals.cases import Case, GoldenGrader
@@ -57,6 +58,8 @@ class Suspicion:
     reason: str
     labels: frozenset[str]
     """The target runs whose replies made the cell suspect (asked again on ``--resume``)."""
+    reply: str | None = None
+    """The one reply (:func:`reply_kind`) that answered them all (``None``: empty replies)."""
 
 
 def expected_answer(case: Case) -> str | None:
@@ -71,8 +74,16 @@ def _flat(text: str | None) -> str:
     return " ".join((text or "").split())
 
 
-def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) -> Suspicion | None:
-    """Why a cell's answers look like an outage (``None``: they look like a model's)."""
+def answer_health(
+    verdicts: Sequence[CaseVerdict],
+    cases: Mapping[str, Case],
+    accepted: frozenset[str] = frozenset(),
+) -> Suspicion | None:
+    """Why a cell's answers look like an outage (``None``: they look like a model's).
+
+    ``accepted``: replies asked again that proved to be the model's own answer
+    (:func:`model_answer`): they are scored, never suspect.
+    """
     judged = [
         v for v in verdicts if v.target.status == "ok" and expected_answer(cases[v.name]) != ""
     ]
@@ -88,7 +99,9 @@ def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) ->
     by_reply: dict[str, list[CaseVerdict]] = {}
     for verdict in judged:
         by_reply.setdefault(reply_kind(verdict.target.output), []).append(verdict)
-    for answered in by_reply.values():
+    for kind, answered in by_reply.items():
+        if kind in accepted:
+            continue
         prompts = {(cases[v.name].system, cases[v.name].prompt) for v in answered}
         if (
             len(prompts) >= SAME_REPLY_MIN_PROMPTS
@@ -105,8 +118,46 @@ def answer_health(verdicts: Sequence[CaseVerdict], cases: Mapping[str, Case]) ->
                 f"suspect: {many} {_shown(example)}, to {len(prompts)} different prompts, "
                 "failing every case (an error page or a stuck provider?)",
                 frozenset(v.target.label for v in answered),
+                kind,
             )
     return None
+
+
+RECHECKS = 10
+"""How many of a suspect reply's prompts are asked again (at most) to tell an answer."""
+
+
+def error_document(text: str) -> bool:
+    """Whether a reply is an HTML page or a JSON error object rather than a model's words."""
+    flat = _flat(text)
+    lowered = flat[:300].lower()
+    if lowered.startswith(("<!doctype", "<html", "<head", "<body")) or "<html" in lowered:
+        return True
+    if not flat.startswith("{"):
+        return False
+    try:
+        parsed = json.loads(flat)
+    except ValueError:
+        return False
+    keys = {"error", "errors", "detail", "status", "statusCode", "code", "message"}
+    return isinstance(parsed, dict) and bool(keys & set(parsed))
+
+
+def model_answer(reply: str, again: Sequence[str | None], elsewhere: Iterable[str]) -> bool:
+    """Whether a reply that made a cell suspect is the model's own answer after all.
+
+    ``again``: what the same prompts answered when asked a second time
+    (``None``: that call failed); ``elsewhere``: every reply other models on the
+    same endpoint gave tonight (:func:`reply_kind`). A model's canned refusal
+    comes back the same for the same prompts, reads as words, and is its own;
+    an outage's page or error object, or a text the endpoint gave other
+    models too, is not.
+    """
+    if not reply or error_document(reply) or reply.startswith(ERROR_PAGE):
+        return False
+    if not again or any(text is None or reply_kind(text) != reply for text in again):
+        return False
+    return reply not in set(elsewhere)
 
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)

@@ -17,6 +17,8 @@ import numpy as np
 
 from kb.engine.budget import SpendEnvelope, usd
 from kb.engine.phases import Phase
+from kb.engine.requests import endpoint
+from kb.engine.runs import PlannedRun
 from kb.engine.scheduler import Engine
 from kb.evals.suite import CaseRun, CaseVerdict, run_pairs
 from kb.stats import wilson_arrays
@@ -28,7 +30,7 @@ from kb.sweep.canary import CanaryResult, SensitiveTier, canary_change, measure_
 from kb.sweep.cells import SweepCell, cell_claim, group_cells
 from kb.sweep.epochs import DEFAULT_RULE, EpochRule
 from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
-from kb.sweep.health import answer_health
+from kb.sweep.health import RECHECKS, answer_health, model_answer, reply_kind
 from kb.sweep.nightly import nightly_rule
 from kb.sweep.plan import SweepPlan
 from kb.sweep.resume import ResumedModel, ResumeGuard
@@ -103,8 +105,10 @@ def measure(
     changed = resumed.check(canaries) if resumed is not None else ()
     targets = plan.job.phase("targets")
     judge_usd = spec.budgets.judge_usd
+    recheck = Recheck(engine, plan, targets, envelope)
     if not plan.suites:
         verdicts = run_pairs(engine, plan.pairs, targets, envelope, judge_usd=judge_usd)
+        recheck.after(dict(enumerate(verdicts)))
         pairs = list(plan.pairs)
         nights: dict[CellKey, CellEpochNight] = {}
     else:
@@ -125,13 +129,14 @@ def measure(
                 engine, plan, _chosen(plan, names, only=only), targets, envelope, judge_usd
             )
             merged.update(ran)
-            names, only = epoch_night.more(*_pass_scores(plan, ran)), True
+            recheck.after(merged)
+            names, only = epoch_night.more(*_pass_scores(plan, ran, recheck.accepted)), True
         nights = epoch_night.finish()
         verdicts = [merged[index] for index in sorted(merged)]
         pairs = [plan.pairs[index] for index in sorted(merged)]
     engine.finish()
     fingerprints = {c.member.key: c.fingerprint for c in canaries if c.may_flip}
-    cells = measured_cells(plan, pairs, verdicts, fingerprints, nights)
+    cells = measured_cells(plan, pairs, verdicts, fingerprints, nights, recheck.accepted)
     context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
     runs = canary_records(canaries, context) + [
         record for cell, _ in cells for record in cell_records(cell, context)
@@ -187,7 +192,9 @@ def _run_some(
 
 
 def _pass_scores(
-    plan: SweepPlan, verdicts: Mapping[int, CaseVerdict]
+    plan: SweepPlan,
+    verdicts: Mapping[int, CaseVerdict],
+    accepted: Mapping[CellKey, frozenset[str]] | None = None,
 ) -> tuple[dict[CellKey, dict[str, float]], frozenset[CellKey]]:
     """Each cell's case scores from one pass, and which cells the pass measured completely."""
     indices = sorted(verdicts)
@@ -198,7 +205,8 @@ def _pass_scores(
     complete = set()
     for cell in grouped:
         key = (cell.member.key, cell.task_class)
-        checked = replace(cell, suspicion=answer_health(cell.verdicts, cases))
+        known = (accepted or {}).get(key, frozenset())
+        checked = replace(cell, suspicion=answer_health(cell.verdicts, cases, known))
         scores[key] = {case.name: case.score for case in cell.cases if case.measured}
         if checked.complete:
             complete.add(key)
@@ -211,6 +219,7 @@ def measured_cells(
     verdicts: Sequence[CaseVerdict],
     fingerprints: dict[str, str],
     nights: Mapping[CellKey, CellEpochNight] | None = None,
+    accepted: Mapping[CellKey, frozenset[str]] | None = None,
 ) -> list[MeasuredCell]:
     """Steps 6–7: the cells of the verdicts (aligned with ``pairs``) and the claim each emits.
 
@@ -228,7 +237,11 @@ def measured_cells(
         replace(
             cell,
             interval=(float(low), float(high)),
-            suspicion=answer_health(cell.verdicts, cases),
+            suspicion=answer_health(
+                cell.verdicts,
+                cases,
+                (accepted or {}).get((cell.member.key, cell.task_class), frozenset()),
+            ),
             epoch=nights.get((cell.member.key, cell.task_class)),
         )
         for cell, low, high in zip(grouped, lows, highs, strict=True)
@@ -247,3 +260,92 @@ def measured_cells(
         )
         for cell in cells
     ]
+
+
+AGAIN = "~again"
+"""What a suspect reply's run is labelled when it is asked a second time."""
+
+
+class Recheck:
+    """A reply that made a cell suspect is asked again once: a model's answer or an outage's.
+
+    After each pass of target runs, the replies that make a cell suspect
+    because one text answered many prompts (:mod:`kb.sweep.health`) are asked
+    a second time — up to :data:`~kb.sweep.health.RECHECKS` of their prompts,
+    each reply once a night, paid from the envelope's room (a refused re-ask
+    leaves the cell suspect). Where the same text comes back, reads as words
+    (no HTML page, no JSON error object) and no other model on the same
+    endpoint gave it tonight, it is the model's own answer — a canned refusal
+    — and is scored (:attr:`accepted`); otherwise the cell stays suspect.
+    """
+
+    def __init__(
+        self, engine: Engine, plan: SweepPlan, targets: Phase, envelope: SpendEnvelope
+    ) -> None:
+        self.engine = engine
+        self.plan = plan
+        self.runs = {run.label: run for run in targets.runs}
+        self.envelope = envelope
+        self.accepted: dict[CellKey, frozenset[str]] = {}
+        self._asked: set[tuple[CellKey, str]] = set()
+
+    def after(self, verdicts: Mapping[int, CaseVerdict]) -> None:
+        """Ask again what makes a cell suspect in ``verdicts`` (every pass so far)."""
+        cases = {pair.name: pair.case for pair in self.plan.pairs}
+        by_cell: dict[CellKey, list[CaseVerdict]] = {}
+        for index in sorted(verdicts):
+            pair = self.plan.pairs[index]
+            by_cell.setdefault((pair.member.key, pair.case.task_class), []).append(verdicts[index])
+        asks: list[tuple[CellKey, str, list[str]]] = []
+        for cell, found in by_cell.items():
+            suspicion = answer_health(found, cases, self.accepted.get(cell, frozenset()))
+            if (
+                suspicion is None
+                or suspicion.reply is None
+                or (cell, suspicion.reply) in self._asked
+            ):
+                continue
+            self._asked.add((cell, suspicion.reply))
+            labels = [v.target.label for v in found if v.target.label in suspicion.labels]
+            asks.append((cell, suspicion.reply, labels[:RECHECKS]))
+        if not asks:
+            return
+        again = [
+            replace(self.runs[label], label=f"{label}{AGAIN}")
+            for _, _, labels in asks
+            for label in labels
+        ]
+        said = {
+            run.label.removesuffix(AGAIN): run.output if run.status == "ok" else None
+            for run in self.engine.run(again, self.envelope)
+        }
+        replies = _replies_by_endpoint(self.plan, verdicts)
+        for cell, reply, labels in asks:
+            where = _endpoint_of(self.runs[labels[0]])
+            others = {
+                kind
+                for member, kinds in replies.get(where, {}).items()
+                if member != cell[0]
+                for kind in kinds
+            }
+            if model_answer(reply, [said.get(label) for label in labels], others):
+                self.accepted[cell] = self.accepted.get(cell, frozenset()) | {reply}
+
+
+def _endpoint_of(run: PlannedRun) -> tuple[str, str]:
+    return run.spec.provider, endpoint(run.request) or ""
+
+
+def _replies_by_endpoint(
+    plan: SweepPlan, verdicts: Mapping[int, CaseVerdict]
+) -> dict[tuple[str, str], dict[str, set[str]]]:
+    """Every reply tonight (:func:`reply_kind`), by endpoint and model."""
+    found: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for index, verdict in verdicts.items():
+        run = verdict.target
+        if run.status != "ok" or run.request is None:
+            continue
+        member = plan.pairs[index].member
+        where = (member.provider, endpoint(run.request) or "")
+        found.setdefault(where, {}).setdefault(member.key, set()).add(reply_kind(run.output))
+    return found

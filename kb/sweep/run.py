@@ -18,7 +18,7 @@ provider call; :func:`execute_sweep` is then a short sequence:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
@@ -37,7 +37,7 @@ from kb.store.changes import (
     falsified_line,
 )
 from kb.store.diff import Side, StoreDiff, diff_snapshots
-from kb.store.epochs import EpochsAt, EpochsFile, cell_key, read_epochs
+from kb.store.epochs import EpochsAt, EpochsFile, cell_key, merge_cell, read_epochs
 from kb.store.evidence import evidence_paths
 from kb.store.filestore import (
     REPORT_TRAILER,
@@ -57,13 +57,7 @@ from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
-from kb.sweep.order import (
-    CellKey,
-    cells_with_newer,
-    newer_nights,
-    pool_older_night,
-    rebase_epoch,
-)
+from kb.sweep.order import cells_with_newer, newer_nights
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_future_instant, refuse_used_report_id
 from kb.sweep.report import sweep_report
 from kb.sweep.resume import (
@@ -171,7 +165,7 @@ def decide_change(
         if not ops:
             notes.append("evidence only")
     if epochs is not None:
-        updated = epochs_after(epochs.file, measurement, newer)
+        updated = epochs_after(epochs.file, measurement)
         if updated != epochs.file:
             files[epochs.path.name] = updated.render()
             files.update(epochs.attributes)
@@ -191,17 +185,19 @@ def _epochs_at(store: KnowledgeStore) -> EpochsAt:
     return found
 
 
-def epochs_after(
-    epochs: EpochsFile, measurement: Measurement, newer: Mapping[CellKey, str] | None = None
-) -> EpochsFile:
-    """The epochs file after the night: each complete cell's epoch as tonight left it.
+def epochs_after(epochs: EpochsFile, measurement: Measurement) -> EpochsFile:
+    """The epochs file after the night: each cell's epoch merged with tonight's.
 
-    A cell measured incompletely keeps its epoch — unless tonight was to start
-    a new one (its cases changed, its canary drifted, ``--new-epoch``): then
-    the old epoch goes, and the next complete night begins afresh. A cell the
-    store holds a ``newer`` night of keeps the newer night's epoch, with
-    tonight's measurements pooled in when it is the epoch tonight measured
-    (:func:`kb.sweep.order.pool_older_night`).
+    Tonight's epoch of a complete cell is merged three ways
+    (:func:`kb.store.epochs.merge_cell`) with the file as it is now — the
+    base is the epoch the plan read — so nights another writer pooled
+    meanwhile (another clone's push, an older night committed late) all
+    stay. A cell measured incompletely keeps its epoch, unless tonight was to
+    start a new one (its cases changed, its canary drifted, ``--new-epoch``):
+    then the old epoch goes, and the next complete night begins afresh.
+    A cell the store holds a newer night of keeps that night's epoch, with
+    tonight's runs pooled in where tonight measured that same epoch (the
+    merge orders nights by their instants).
     """
     cells = dict(epochs.cells)
     for cell, _ in measurement.cells:
@@ -209,17 +205,19 @@ def epochs_after(
         if night is None:
             continue
         key = cell_key(cell.member.key, cell.task_class)
-        if newer and (cell.member.key, cell.task_class) in newer:
-            current = cells.get(key)
-            pooled = pool_older_night(current, night) if cell.complete and current else None
-            if pooled is not None:
-                cells[key] = pooled
-        elif cell.complete:
-            cells[key] = rebase_epoch(cells.get(key), night)
+        base = night.suite.found
+        if cell.complete:
+            merged = merge_cell(base, night.epoch, cells.get(key), rebasing=True)
         elif night.suite.restart is not None or (
             night.restarted is not None and night.restarted != "alarm"
         ):
+            merged = merge_cell(base, None, cells.get(key), rebasing=True)  # the old one goes
+        else:
+            continue
+        if merged is None:
             cells.pop(key, None)
+        else:
+            cells[key] = merged
     return EpochsFile(cells=cells)
 
 

@@ -72,6 +72,9 @@ class CellSuite:
     """Why tonight starts a new epoch, when known before the canary."""
     held: Held
     """The polarity of the cell's live claim (it sets the sample and what is watched)."""
+    found: CellEpoch | None = None
+    """The epoch the epochs file held for the cell when the plan read it, whatever tonight
+    does with it: the base of the commit's three-way merge (:func:`kb.store.epochs.merge_cell`)."""
 
     @property
     def key(self) -> CellKey:
@@ -114,7 +117,7 @@ def cell_suite(
     elif held_claim is not None and not _claim_in_epoch(held_claim, found):
         restart = "resync"
     return CellSuite(
-        member, task_class, names, suite, found if restart is None else None, restart, held
+        member, task_class, names, suite, found if restart is None else None, restart, held, found
     )
 
 
