@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -350,3 +352,92 @@ def test_a_reply_that_is_not_the_models_own_answer_stays_suspect(
     (cell,) = [c for c in report["cells"] if c["model"] == "openai:a"]
     assert cell["incompleteReason"].startswith("suspect:"), why
     assert not [c for c in report["claims"] if c["subject"]["model"] == "openai:a"]
+
+
+# -- 7. a killed calibration resumed pays nothing twice ---------------------------------------
+
+
+def test_a_calibration_stopped_midway_is_finished_by_the_next_without_paying_twice(
+    repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from tests.test_calibrate_kills import AT, spec_text
+    from tests.test_sensitive_canary import TABLES
+
+    calibrate = ["--as-of", AT, "canary", "--calibrate", "spec.toml"]
+    with fake_openai_server(latency_s=0.01) as (base, seen):
+        seen.distributions.update(TABLES)
+        # the same calibration, never stopped, in a repository of its own: what it asks
+        whole = tmp_path_factory.mktemp("whole") / "repo"
+        whole.mkdir()
+        git(whole, "init", "-q")
+        (whole / "spec.toml").write_text(spec_text(base))
+        subprocess.run([sys.executable, "-m", "kb", "init"], cwd=whole, check=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "kb", *calibrate], cwd=whole, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        uncut = Counter(json.dumps(r["body"], sort_keys=True) for r in seen.requests)
+        seen.requests.clear()
+        assert run_kb(repo, "init").exit_code == 0
+        (repo / "spec.toml").write_text(spec_text(base))
+        proc = kb_process(repo, *calibrate)
+        wait_for(lambda: len(seen.requests) >= sum(uncut.values()) // 3, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert (repo / "kb-evidence" / "canary-calibration.journal.jsonl").exists()
+        finished = run_kb(repo, *calibrate)
+        asked = Counter(json.dumps(r["body"], sort_keys=True) for r in seen.requests)
+    assert finished.exit_code == 0, finished.stderr
+    # each call once in all: only those in flight at the Ctrl-C (at most 8) asked again
+    assert set(asked) == set(uncut)
+    assert sum((asked - uncut).values()) <= 8
+    assert not (repo / "kb-evidence" / "canary-calibration.journal.jsonl").exists()
+    ours = json.loads((repo / "rulvar.models.canary.json").read_text())
+    theirs = json.loads((whole / "rulvar.models.canary.json").read_text())
+    assert ours["subjects"] == theirs["subjects"]  # the same baselines as never stopped
+
+
+# -- 8. git's locks: every one at once, whether a git holds them, how to remove them -----------
+
+
+NOTE = [
+    "note", "--model", "openai:m", "--task-class", "extraction", "--polarity", "weakness",
+    "--statement", "weak at extraction", "--approver", "alice", "--ruled-out", "prompt",
+    "--evidence", "journal:run-1:1",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["killed-git", "running-git"])
+def test_every_lock_a_git_left_is_named_at_once_and_none_is_removed(repo: Path, live: bool) -> None:
+    assert run_kb(repo, "init").exit_code == 0
+    locks = [repo / ".git" / "index.lock", repo / ".git" / "HEAD.lock"]
+    locks.append(
+        repo / ".git" / "refs" / "heads" / f"{git(repo, 'branch', '--show-current').strip()}.lock"
+    )
+    for lock in locks:
+        lock.write_text("")
+    holder = None
+    if live:  # a git still at work in the repository: its locks are its own
+        holder = subprocess.Popen(
+            ["git", "hash-object", "--stdin"], cwd=repo, stdin=subprocess.PIPE, text=True
+        )
+    try:
+        noted = run_kb(repo, "--as-of", "2026-11-28T02:00:00Z", *NOTE)
+    finally:
+        if holder is not None:
+            holder.communicate("")
+    assert noted.exit_code != 0
+    (line,) = noted.stderr.strip().splitlines()  # one line, every lock in it
+    for lock in locks:
+        assert str(lock) in line, line
+        assert lock.exists()  # kb never removes one
+    if live:
+        assert (
+            f"a git process is running in this repository (pid {holder.pid}: git hash-object"
+            in line
+        )
+    else:
+        assert "no git process is running in this repository: a git that was killed left" in line
+        removal = line.split("(rm ", 1)[1].split(")", 1)[0]  # the one command for all
+        assert set(removal.split()) == {str(lock) for lock in locks}

@@ -27,6 +27,7 @@ import os
 import posixpath
 import re
 import secrets
+import shlex
 import subprocess
 import tempfile
 import time
@@ -116,7 +117,7 @@ class GitStoreRepo:
         return self.git_dir / f"kb-index-{secrets.token_hex(8)}"
 
     def left_locks(self) -> list[Path]:
-        """Lock files a git that died may have left on the branch, HEAD, refs or index."""
+        """Lock files a git that died may have left: the branch, HEAD, any ref, the index."""
         ref, _ = self.head()
         common = Path(self.run("rev-parse", "--path-format=absolute", "--git-common-dir").strip())
         found = [
@@ -124,19 +125,41 @@ class GitStoreRepo:
             self.git_dir / "HEAD.lock",
             common / "packed-refs.lock",
             self.git_dir / "index.lock",
+            *sorted((common / "refs").rglob("*.lock")),
         ]
         return [lock for lock in dict.fromkeys(found) if lock.exists()]
 
+    def lock_advice(self) -> str | None:
+        """Every lock file git left here, at once, and what to do (``None``: there is none).
+
+        Whether a git process is running in this repository is told (then its
+        locks are its own: wait for it); otherwise a git that was killed left
+        them, and the line names the command that removes them all. kb never
+        removes one itself: only the user can know no git is about to use it.
+        """
+        locks = self.left_locks()
+        if not locks:
+            return None
+        many = len(locks) > 1
+        named = ", ".join(str(lock) for lock in locks)
+        running = running_git(self.top, self.git_dir)
+        if running:
+            holder = (
+                f"a git process is running in this repository ({running}): let it finish, "
+                "then run the command again"
+            )
+        else:
+            paths = " ".join(shlex.quote(str(lock)) for lock in locks)
+            holder = (
+                "no git process is running in this repository: a git that was killed left "
+                f"{'them' if many else 'it'}; remove {'them' if many else 'it'} (rm {paths}) "
+                "and run the command again (kb never removes a git lock itself)"
+            )
+        return f"git's lock file{'s' if many else ''} {named}: {holder}"
+
     def index_locked(self) -> str:
-        """What to say when git's index could not be updated (its lock file named)."""
-        found = Path(self.run("rev-parse", "--git-path", "index").strip())
-        lock = (found if found.is_absolute() else self.top / found).with_suffix(".lock")
-        if not lock.exists():
-            return "git could not update its index (git update-index died)"
-        return (
-            f"git's index stayed locked ({lock} exists): if no git command is running, a git "
-            "that was killed left it: remove it and run the command again"
-        )
+        """What to say when git's index could not be updated (every lock file named)."""
+        return self.lock_advice() or "git could not update its index (git update-index died)"
 
     @cached_property
     def exclude_file(self) -> Path:
@@ -163,7 +186,8 @@ class GitStoreRepo:
         """Run ``git args``; its stdout (a failure is a :class:`GitError` with git's words)."""
         status, out, err = self.call(*args, env=env, strip=strip)
         if status != 0:
-            raise GitError(f"git {args[0]} failed: {err.strip() or out.strip()}")
+            locked = self.lock_advice() if _LOCK_EXISTS.search(err) else None
+            raise GitError(f"git {args[0]} failed: {locked or err.strip() or out.strip()}")
         return out
 
     def try_run(self, *args: str, env: dict[str, str] | None = None) -> str | None:
@@ -663,7 +687,7 @@ class GitStoreRepo:
             "update-ref", "-m", "kb: finish an interrupted commit", ref, new, old or ZERO_OID
         )
         if status != 0:
-            lock = stale_lock_advice(err)
+            lock = self.lock_advice() if _LOCK_EXISTS.search(err) else None
             if lock is not None:
                 raise ConfigError(ref, f"{lock} (kb is finishing an interrupted commit)")
             raise KnowledgeCasError(f"finishing an interrupted commit: {err.strip()}")
@@ -788,7 +812,7 @@ class GitStoreRepo:
             if moved_to == prepared.expected_head:
                 # Not a race (the ref is where it was): git could not write it. Retrying
                 # cannot help, so this is not a compare-and-swap conflict.
-                raise ConfigError(prepared.ref, ref_write_problem(err, self.left_locks()))
+                raise ConfigError(prepared.ref, ref_write_problem(err, self.lock_advice()))
             raise KnowledgeCasError(
                 f"git {prepared.ref} moved from {(prepared.expected_head or 'unborn')[:12]} to "
                 f"{(moved_to or 'unborn')[:12]} during the commit ({err.strip()})",
@@ -819,36 +843,53 @@ class PreparedCommit:
 _LOCK_EXISTS = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 
-def stale_lock_advice(err: str) -> str | None:
-    """What to do when git refused because a lock file of a git that died is left."""
+def ref_write_problem(err: str, locks: str | None = None) -> str:
+    """Why git could not move the branch although nobody else moved it.
+
+    ``locks``: what :meth:`GitStoreRepo.lock_advice` says of the locks left.
+    """
+    if locks is not None:
+        return f"{locks}; nothing was committed"
     found = _LOCK_EXISTS.search(err)
-    if found is None:
-        return None
-    return (
-        f"git's lock file {found.group(1)} is left by a git process that was killed; if no "
-        "git command is running, remove it and run the command again"
-    )
-
-
-def ref_write_problem(err: str, locks: Sequence[Path] = ()) -> str:
-    """Why git could not move the branch although nobody else moved it."""
-    if locks:
-        named = ", ".join(str(lock) for lock in locks)
+    if found is not None:
         return (
-            f"git's lock file{'s' if len(locks) > 1 else ''} {named} "
-            f"{'are' if len(locks) > 1 else 'is'} left by a git process that was killed; if "
-            f"no git command is running, remove {'them' if len(locks) > 1 else 'it'} and run "
-            "the command again; nothing was committed"
+            f"git's lock file {found.group(1)} was in the way (gone now): run the command "
+            "again; nothing was committed"
         )
-    lock = stale_lock_advice(err)
-    if lock is not None:
-        return f"{lock}; nothing was committed"
     if not err.strip():
         return "git update-ref died without a word (killed?); nothing was committed"
     return (
         f"git cannot update the ref ({err.strip()}); check that .git/refs and .git/packed-refs "
         "are writable (not read-only or chattr +i); nothing was committed"
     )
+
+
+def running_git(top: Path, git_dir: Path) -> str | None:
+    """A git process running in this repository, described (``None``: none, or cannot tell).
+
+    Read from ``/proc``: a process named ``git`` whose working directory is
+    inside the work tree or the git directory, or whose command line names
+    either.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    places = (str(top), str(git_dir))
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "git":
+                continue
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        line = " ".join(w.decode("utf-8", "replace") for w in words if w)
+        if cwd.startswith(places) or any(place in line for place in places):
+            shown = line if len(line) <= 60 else line[:59] + "…"
+            return f"pid {entry.name}: {shown}"
+    return None
 
 
 def _refuse_broken_repository(directory: Path, said: str) -> None:

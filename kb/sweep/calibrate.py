@@ -23,19 +23,24 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from kb.atomicfile import write_atomic
 from kb.engine.budget import SpendEnvelope
+from kb.engine.journal import RunJournal, read_journal
 from kb.engine.phases import Phase, job_plan
 from kb.engine.requests import ModelSpec
 from kb.engine.runs import RunResult
-from kb.engine.scheduler import Engine
+from kb.engine.scheduler import Engine, journaled
 from kb.errors import ConfigError
 from kb.logprobs import TopLogprobs
 from kb.store.baselines import BaselinesFile, SubjectBaselines
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.snapshot import Snapshot
+from kb.store.ttl import format_instant, parse_flag_instant
+from kb.sweep.evidence import EvidenceContext
 from kb.sweep.pool import build_pool
+from kb.sweep.resume import JOURNAL_SUFFIX, SweptSpec
 from kb.sweep.sensitive import (
     CALIBRATION_READINGS,
     LABEL_MARK,
@@ -142,12 +147,70 @@ def calibrate(
     commit: bool = True,
     allow_partial: bool = False,
 ) -> list[Calibration]:
-    """Screen the candidates, keep each model's border probes, record their baselines."""
+    """Screen the candidates, keep each model's border probes, record their baselines.
+
+    A committing calibration journals every settled call as a night does
+    (:func:`calibration_journal`): one that was stopped (Ctrl-C, a crash, a
+    full disk) is resumed by the next ``kb canary --calibrate`` of the same
+    spec — at the stopped one's instant, so its requests are the same — and
+    pays nothing twice. The journal goes once the baselines are committed.
+    """
     if spec.canary is None or spec.canary.sensitive is None:
         raise ConfigError(
             str(spec.path), 'no [sensitive] in the canary: add probes = "PATH" to calibrate'
         )
     engine.keep_secrets([*spec.models, *judge_models(spec.cases)])
+    if not commit:
+        return _calibrate(spec, store, engine, at=at, commit=False, allow_partial=allow_partial)
+    path = calibration_journal(store)
+    swept = SweptSpec.of(spec.path, store)
+    stopped = read_journal(path)
+    if stopped is not None and not swept.swept(stopped.spec):
+        raise ConfigError(
+            "--calibrate",
+            f"a stopped calibration of {stopped.spec} is journaled in {path}: run kb canary "
+            "--calibrate with that spec to finish it (or delete the journal to start over)",
+        )
+    if stopped is not None:
+        at = parse_flag_instant(stopped.observed_at)  # the same instant: the same requests
+    if store.git is not None:
+        store.git.exclude(path)  # a working file of this clone, never committed
+    opened = RunJournal.open(
+        path,
+        CALIBRATION,
+        format_instant(at),
+        spec=swept.name,
+        cut=EvidenceContext.of([*spec.models, *judge_models(spec.cases)]).cut,
+    )
+    try:
+        with journaled(engine, opened, stopped):
+            found = _calibrate(spec, store, engine, at=at, commit=True, allow_partial=allow_partial)
+    finally:
+        opened.close()
+    path.unlink(missing_ok=True)  # committed: nothing left to resume
+    return found
+
+
+CALIBRATION = "canary-calibration"
+"""The run journal's report id for a calibration."""
+
+
+def calibration_journal(store: KnowledgeStore) -> Path:
+    """Where a calibration journals its calls (beside the evidence; git never sees it)."""
+    return store.home.evidence_dir() / f"{CALIBRATION}{JOURNAL_SUFFIX}"
+
+
+def _calibrate(
+    spec: SweepSpec,
+    store: KnowledgeStore,
+    engine: Engine,
+    *,
+    at: int,
+    commit: bool,
+    allow_partial: bool,
+) -> list[Calibration]:
+    """The calibration itself (inside a journal when it commits)."""
+    assert spec.canary is not None and spec.canary.sensitive is not None
     section = spec.canary.sensitive
     settings = section.settings()
     probes = probes_for(spec)
