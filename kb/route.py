@@ -280,14 +280,32 @@ def _repeated_rungs(ladder: Ladder) -> list[str]:
 def _routes_to_retired(
     routes: Sequence[Route], claims: Sequence[ModelClaim], as_of: int
 ) -> list[str]:
+    """Routes whose first rung the store doubts on their class: retired, or a live weakness."""
     retired = _retired_only(claims, as_of)
-    return [
-        f"{route.alias} goes to {route.rungs[0].key}, whose every claim on "
-        f"{route.task_class!r} was retired (a canary drift or a falsified claim): measure it "
-        "again before trusting this route"
-        for route in routes
-        if (route.rungs[0].key, route.task_class) in retired
-    ]
+    weak = {
+        (c.subject_key, c.task_class): c
+        for c in usable_claims([c for c in claims if c.claim_class == "eval-measured"], as_of)
+        if c.polarity == "weakness"
+    }
+    found = []
+    for route in routes:
+        cell = (route.rungs[0].key, route.task_class)
+        if cell in retired:
+            found.append(
+                f"{route.alias} goes to {route.rungs[0].key}, whose every claim on "
+                f"{route.task_class!r} was retired (a canary drift or a falsified claim): "
+                "measure it again before trusting this route"
+            )
+        elif cell in weak:
+            metrics = weak[cell].metrics
+            rate = metrics.get("passRate") if metrics is not None else None
+            measured = f" (passRate {to_fixed_2(float(rate))})" if rate is not None else ""
+            found.append(
+                f"{route.alias} goes to {route.rungs[0].key}, which holds a live weakness on "
+                f"{route.task_class!r}{measured}: {weak[cell].id}; the card's one-rung rule "
+                "did not move it (raise start_tier, or route by --policy evidence)"
+            )
+    return found
 
 
 def _retired_only(claims: Sequence[ModelClaim], as_of: int) -> set[tuple[str, str]]:

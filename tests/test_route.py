@@ -412,3 +412,17 @@ def test_a_rung_that_looks_like_a_typo_of_a_known_model_is_a_warning(
     assert "openai:big" not in result.stderr
     card = kb(runner, "--as-of", AT, "card", "ladders.toml")
     assert "openai:mdi has no claim in the store; did you mean 'openai:mid'?" in card.stderr
+
+
+def test_a_route_to_a_rung_holding_a_live_weakness_on_its_class_warns(
+    runner: CliRunner, isolated: Path
+) -> None:
+    Path("ladders.toml").write_text(LADDERS)
+    # the votes tie (a strength below the start, a weakness on it): the class stays on
+    # mid, which the store says is weak at it
+    claims(("openai:tiny", "extraction", "strength"), ("openai:mid", "extraction", "weakness"))
+    result = kb(runner, "--as-of", AT, "route", "ladders.toml")
+    assert result.exit_code == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "kb/extraction goes to openai:mid, which holds a live weakness on 'extraction'" in said
+    assert "(passRate 0.20): c1" in said

@@ -18,7 +18,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kb.engine.journal import read_journal
+from kb.engine.requests import ModelSpec
+from kb.store.records import CellRecord, EpochRecord, GateRecord, ReportFile, RetiredRecord
 from kb.store.validation import parse_store
+from kb.views.report_text import alarm_lines
 from tests.cli_helpers import kb
 from tests.conftest import git
 from tests.fake_openai import fake_openai_server
@@ -441,3 +444,166 @@ def test_every_lock_a_git_left_is_named_at_once_and_none_is_removed(repo: Path, 
         assert "no git process is running in this repository: a git that was killed left" in line
         removal = line.split("(rm ", 1)[1].split(")", 1)[0]  # the one command for all
         assert set(removal.split()) == {str(lock) for lock in locks}
+
+
+# -- 9. smaller ------------------------------------------------------------------------------
+
+
+def _alarmed_report(retired: bool) -> ReportFile:
+    cell = CellRecord(
+        model="openai:m",
+        task_class="extraction",
+        pass_rate=0.4,
+        n=10,
+        planned_n=10,
+        total_cost_usd=0.0,
+        case_names=tuple(f"c{i}" for i in range(10)),
+        wilson95=(0.17, 0.69),
+        outcome="none",
+        epoch=EpochRecord(
+            reason="alarm",
+            started_at="2026-11-28T02:00:00.000Z",
+            started_in="r2",
+            nights=1,
+            n=10,
+            pass_rate=0.4,
+            down=6.0,
+            up=0.0,
+            alarm="down",
+            pool=10,
+            ran=10,
+            why="the detector alarmed",
+        ),
+    )
+    gone = RetiredRecord(claim_id="r1/openai:m/extraction", action="archived", reason="falsified")
+    return ReportFile(
+        report_id="r2",
+        observed_at="2026-11-28T02:00:00.000Z",
+        gate=GateRecord(kind="interval", strength=0.9, weakness=0.5, tolerance=0.1),
+        pool=(),
+        worst_case_usd=None,
+        spent_usd=0.0,
+        cells=(cell,),
+        claims=(),
+        retired=(gone,) if retired else (),
+        canary=(),
+    )
+
+
+def test_the_alarm_line_says_a_claim_was_retired_only_when_one_was() -> None:
+    (held,) = alarm_lines(_alarmed_report(retired=True))
+    assert held.endswith("a held strength is retired and a new epoch began")
+    (none,) = alarm_lines(_alarmed_report(retired=False))
+    assert none.endswith("a new epoch began (no claim was held)") and "retired" not in none
+
+
+def test_a_change_that_rounds_to_nothing_has_no_arrow() -> None:
+    from kb.views.html import CellPoint, _delta
+
+    cell = _alarmed_report(retired=False).cells[0].model_copy(update={"epoch": None})
+    tiny = [CellPoint("2026-11-27T02:00:00.000Z", "r1", 0.397, True)]
+    shown = _delta(cell, tiny)
+    assert "▲" not in shown and "=" in shown and "±0.00" in shown
+    moved = [CellPoint("2026-11-27T02:00:00.000Z", "r1", 0.35, True)]
+    assert "▲ +0.05" in _delta(cell, moved)
+
+
+def test_the_dry_runs_batch_line_is_the_transports_own_rule() -> None:
+    from kb.engine.batch import batch_forecast
+    from kb.engine.requests import build_request
+    from kb.engine.runs import PlannedRun
+    from kb.engine.transports.anthropic_batch import AnthropicBatchTransport
+
+    spec = ModelSpec("anthropic:claude-x", params={"api_key": "sk-ant-test-000000"})
+    plain = PlannedRun("target:a/1", "target", spec, build_request(spec, "hi"), 0.01)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    shaped = PlannedRun(
+        "target:a/2", "target", spec, build_request(spec, "hi", response_schema=schema), 0.01
+    )
+    from kb.engine.transports.live import LiveTransport
+
+    transport = AnthropicBatchTransport(LiveTransport(), 1.0, 60.0)
+    found = batch_forecast([plain, shaped], transport.accepts)
+    assert (found.asked, found.batched) == (2, 1)  # the schema's run goes live
+    assert "the others run live (at the live price)" in found.text
+
+
+def test_a_dataset_json_error_reads_once_at_its_column(tmp_path: Path) -> None:
+    from kb.evals.datasets import read_records
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "unterminated}\n')
+    issues: list[str] = []
+    read_records(path, issues, "d.jsonl")
+    assert any("Unterminated string starting at column" in issue for issue in issues), issues
+    assert not any("at at" in issue for issue in issues)
+
+
+def test_a_row_a_newer_night_decided_prints_tonights_rate_with_tonights_interval() -> None:
+    """v4 printed ``1.00 [0.74, 0.89]``: tonight's rate beside the epoch's interval."""
+    from kb.engine.runs import RunResult
+    from kb.evals.suite import CaseVerdict
+    from kb.store.epochs import CellEpoch, EpochNight, EpochStart
+    from kb.sweep.cells import SweepCell
+    from kb.sweep.gate import CellEstimate
+    from kb.sweep.report import cell_record
+    from kb.sweep.sampling import CellEpochNight, CellSuite
+
+    member = ModelSpec("openai:m")
+    names = tuple(f"c{i:02d}" for i in range(20))
+    epoch = CellEpoch(  # the epoch pooled a worse night: 0.8 over its cases
+        suite="a" * 64,
+        start=EpochStart(report_id="r0", observed_at="2026-11-26T02:00:00.000Z", reason="first"),
+        nights=(EpochNight(report_id="r0", observed_at="2026-11-26T02:00:00.000Z", cases=names),),
+        cases=names,
+        scores=(1.0,) * 16 + (0.0,) * 4,
+        counts=(1,) * 20,
+    )
+    suite = CellSuite(member, "extraction", names, epoch.suite, epoch, None, "strength")
+    night = CellEpochNight(suite, epoch, None, None, 20, 20, "settled")
+
+    def passing(name: str) -> CaseVerdict:
+        run = RunResult(f"target:m/{name}", "target", "m", "ok", "x", price_source="declared")
+        return CaseVerdict(name, "extraction", run, (), (), False, True)
+
+    cell = SweepCell(member, "extraction", tuple(map(passing, names)), epoch=night)
+    from kb.sweep.gate import GatePolicy
+
+    record = cell_record(cell, GatePolicy(), None, newer_night="r3")
+    low, high = record.wilson95
+    assert record.pass_rate == 1.0 and low <= 1.0 <= high  # tonight's 20/20, its own interval
+    assert (low, high) == CellEstimate(20, 20).interval
+
+
+def test_an_older_nights_canary_says_what_it_saw_and_that_it_was_not_applied(
+    repo: Path,
+) -> None:
+    """v4 called it incomplete although every probe answered."""
+    from tests import test_nights_in_order as nights
+
+    path = nights.spec(repo / "s.toml")
+    text = path.read_text().replace("max_total_usd = 5", "max_total_usd = 5\ncanary_usd = 0.01")
+    text = text.replace(  # real answers to the probes (one answer to all would be an outage)
+        "cost_usd = 0.001 }",
+        'cost_usd = 0.001, responses = { "Ping?" = "pong", "Pong?" = "ping" } }',
+    )
+    path.write_text(text + '\n[canary]\nprompts = ["Ping?", "Pong?"]\n')
+    assert run_kb(repo, "init").exit_code == 0
+    first = run_kb(repo, "sweep", str(path), "--quiet", "--observed-at", nights.NIGHT_1)
+    assert first.exit_code == 0, first.stderr
+    nights.stop_night_2_before_its_commit(repo, path)
+    third = run_kb(repo, "sweep", str(path), "--quiet", "--observed-at", nights.NIGHT_3)
+    assert third.exit_code == 0, third.stderr
+    resumed = run_kb(
+        repo, "sweep", str(path), "--json", "--observed-at", nights.NIGHT_2, "--resume"
+    )
+    assert resumed.exit_code == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["reportId"] == nights.ID_2
+    canary = report["canary"]
+    assert canary and all(c["status"] == "no-drift" for c in canary), [
+        (c["status"], c.get("reason")) for c in canary
+    ]
+    for found in canary:
+        assert found["reason"].startswith("not applied: the store holds a newer night")
+        assert found["flipped"] == []

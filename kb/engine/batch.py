@@ -124,7 +124,7 @@ class BatchForecast:
             if self.batched == self.asked
             else f"{self.batched} of the {sent} go"
         )
-        live = "" if self.batched == self.asked else ", the others run live"
+        live = "" if self.batched == self.asked else ", the others run live (at the live price)"
         return (
             f"batch mode: {which} through the provider's batch API at the batch price "
             f"(OpenAI and Anthropic models){live}{again}{judges}"
@@ -132,15 +132,21 @@ class BatchForecast:
 
 
 def batch_forecast(
-    runs: Sequence[Any], reused: Callable[[Any], bool] = lambda run: False, *, judged: bool = False
+    runs: Sequence[Any],
+    accepts: Callable[[Any], bool],
+    reused: Callable[[Any], bool] = lambda run: False,
+    *,
+    judged: bool = False,
 ) -> BatchForecast:
     """How many of ``runs`` (target runs) go as batches.
 
+    ``accepts`` is the batch transport's own (the rule that sends them: a run
+    with a response schema, say, goes live and is priced live);
     ``reused`` tells a run served from the journal of a stopped sweep (sent
     nowhere); ``judged``: the night may have judge runs.
     """
     asked = [run for run in runs if not reused(run)]
-    batched = sum(1 for run in asked if batchable(run.spec))
+    batched = sum(1 for run in asked if accepts(run))
     return BatchForecast(len(asked), batched, len(runs) - len(asked), judged)
 
 

@@ -164,7 +164,9 @@ def _jsonl(text: str, where: str, issues: list[str]) -> Iterator[Record]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            issues.append(f"{where}:{number}: not valid JSON: {exc.msg} at column {exc.colno}")
+            # json's own words may end in "at" ("Unterminated string starting at")
+            said = exc.msg.removesuffix(" at")
+            issues.append(f"{where}:{number}: not valid JSON: {said} at column {exc.colno}")
             continue
         except RecursionError:
             issues.append(f"{where}:{number}: not valid JSON: nested too deep to read")

@@ -99,6 +99,8 @@ class CanaryResult:
     version: int | None = None
     sensitive: SensitiveResult | None = None
     """The sensitive tier tonight (``None``: the canary has no ``[sensitive]``)."""
+    not_applied: str | None = None
+    """Why tonight's judgement was not applied (an older night: the store holds a newer)."""
     secrets: tuple[str, ...] = field(default=(), compare=False, repr=False)
     """The job's secrets (:attr:`kb.engine.scheduler.Engine.secrets`): a reason quoting a
     probe's answer is cut of them."""
@@ -158,6 +160,8 @@ class CanaryResult:
         failed = [f"{i + 1}: {p.status}" for i, p in enumerate(self.probes) if p.status != "ok"]
         if failed:
             return f"probe {'; '.join(failed)}"
+        if self.not_applied is not None:
+            return self.not_applied
         if self.status == "unstable":
             shaky = [str(i + 1) for i, probe in enumerate(self.probes) if not probe.stable]
             return f"probe {', '.join(shaky)} disagreed across repeats"
@@ -415,14 +419,28 @@ def canary_change(
 
 
 def classified(
-    canaries: Sequence[CanaryResult], change: CanaryChange, version: int | None = None
+    canaries: Sequence[CanaryResult],
+    change: CanaryChange,
+    version: int | None = None,
+    held_back: Mapping[str, str] | None = None,
 ) -> list[CanaryResult]:
-    """Each result with its status and the claims it flipped (in commit ``version``)."""
+    """Each result with its status and the claims it flipped (in commit ``version``).
+
+    ``held_back``: members whose canary was judged but not applied, each with why
+    (an older night: the store holds a newer one).
+    """
     out = []
     for result in canaries:
         status, flipped = change.outcomes.get(result.member.key, ("incomplete", ()))
+        why = (held_back or {}).get(result.member.key)
         out.append(
-            replace(result, status=status, flipped=flipped, version=version if flipped else None)
+            replace(
+                result,
+                status=status,
+                flipped=flipped,
+                version=version if flipped else None,
+                not_applied=why,
+            )
         )
     return out
 

@@ -32,7 +32,7 @@ from kb.sweep.canary import CanaryResult
 from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import live_eval_claims, retirements
-from kb.sweep.gate import GatePolicy
+from kb.sweep.gate import CellEstimate, GatePolicy
 from kb.sweep.measure import Measurement
 from kb.sweep.plan import SweepPlan
 from kb.sweep.pool import PoolMember
@@ -73,7 +73,12 @@ def cell_record(
         incomplete_reason=cell.incomplete_reason,
         suspect=cell.suspect,
         first_error=cell.first_error,
-        wilson95=cell.wilson95,
+        # a cell a newer night decided shows tonight's rate: the interval is tonight's too
+        wilson95=(
+            cell.wilson95
+            if newer_night is None
+            else CellEstimate(cell.passed, cell.n, cell.interval).interval
+        ),
         repeats=cell.repeats if cell.repeats > 1 else None,
         cases=(
             tuple(

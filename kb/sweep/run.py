@@ -137,6 +137,24 @@ def decide_change(
         baselines,
         prompts,
     )
+    # an older night's canary is judged (what it saw is said) but never applied
+    older = canary_change(
+        [c for c in measurement.canaries if c.member.key in held_back],
+        snapshot,
+        baselines,
+        prompts,
+    )
+    shown = replace(
+        found,
+        outcomes={
+            **{key: (status, ()) for key, (status, _) in older.outcomes.items()},
+            **found.outcomes,
+        },
+    )
+    not_applied = {
+        key: f"not applied: the store holds a newer night ({night})"
+        for (key, _), night in newer.items()
+    }
     decided = replace(
         measurement,
         cells=tuple(
@@ -148,7 +166,7 @@ def decide_change(
     judged = [c for c in decided.cells if (c[0].member.key, c[0].task_class) not in newer]
     ops = (*found.ops, *sweep_ops(snapshot, judged, gate, spec.gate))
     version = (snapshot.version + 1 if ops else snapshot.version) if committing else None
-    canary = classified(measurement.canaries, found, version)
+    canary = classified(measurement.canaries, shown, version, not_applied)
     report = sweep_report(plan, decided, ops, canary, version, newer, snapshot)
     files = dict(found.files)
     notes = [found.note] if found.note else []
@@ -726,6 +744,7 @@ def _batches_forecast(
     journal = stopped.journal if stopped is not None else None
     return batch_forecast(
         plan.job.phase("targets").runs,
+        engine.batches.accepts,
         lambda run: (
             journal is not None and journal.reusable(run.label, run.request.key) is not None
         ),

@@ -84,9 +84,11 @@ def _delta(cell: CellRecord, earlier: Sequence[CellPoint]) -> str:
         return '<div class="delta new">first measurement</div>'
     previous = measured[-1]
     change = cell.shown_rate - previous.pass_rate
-    arrow = "▲" if change > 1e-9 else "▼" if change < -1e-9 else "="
-    sign = "+" if change > 1e-9 else "−" if change < -1e-9 else "±"
-    kind = "up" if change > 1e-9 else "down" if change < -1e-9 else "same"
+    if to_fixed_2(abs(change)) == "0.00":  # a change that rounds to nothing is shown as none
+        change = 0.0
+    arrow = "▲" if change > 0 else "▼" if change < 0 else "="
+    sign = "+" if change > 0 else "−" if change < 0 else "±"
+    kind = "up" if change > 0 else "down" if change < 0 else "same"
     return (
         f'<div class="delta {kind}" title="previous: {html.escape(previous.report_id)}">'
         f"{arrow} {sign}{to_fixed_2(abs(change))} vs {html.escape(previous.observed_at[:10])}</div>"

@@ -99,11 +99,18 @@ def alarm_lines(report: ReportFile, name: Callable[[str], str] = str) -> list[st
         epoch = cell.epoch
         if epoch is None or epoch.alarm is None:
             continue
-        change, retired = ("drop", "strength") if epoch.alarm == "down" else ("rise", "weakness")
+        change, held = ("drop", "strength") if epoch.alarm == "down" else ("rise", "weakness")
+        mine = f"/{cell.subject_key}/{cell.task_class}"
+        retired = any(r.claim_id.endswith(mine) and r.reason == "falsified" for r in report.retired)
+        said = (
+            f"a held {held} is retired and a new epoch began"
+            if retired
+            else ("a new epoch began (no claim was held)")
+        )
         found.append(
             f"the change detector saw a {change} in {name(cell.subject_key)} · "
             f"{name(cell.task_class)} (now {to_fixed_2(epoch.pass_rate)} over {epoch.n} cases); "
-            f"a held {retired} is retired and a new epoch began"
+            f"{said}"
         )
     return found
 
