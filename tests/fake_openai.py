@@ -63,7 +63,9 @@ class Seen:
     """Set to answer the ``hang`` requests still held (always set when the server stops)."""
     echo_key: set[str] = field(default_factory=set)
     """Models (the request's ``model``) whose every ordinary reply quotes the key they were
-    sent (``sure: env key <key>``): a provider echoing what it was given."""
+    sent (``echo_text``): a provider echoing what it was given."""
+    echo_text: str = "sure: env key {key} at your service"
+    """What an ``echo_key`` model answers (``{key}``: the key it was sent)."""
     refuse: dict[str, int] = field(default_factory=dict)
     """Model (the request's ``model``) → the status every request for it is answered with
     (401: a wrong key, 403: no access, 404: a model the endpoint does not know)."""
@@ -203,7 +205,7 @@ def fake_openai_server(
                     reply = _completion(body["model"], text.replace("{count}", str(count)))
                 if body["model"] in seen.echo_key:
                     key = self.headers.get("Authorization", "").removeprefix("Bearer ")
-                    reply = _completion(body["model"], f"sure: env key {key} at your service")
+                    reply = _completion(body["model"], seen.echo_text.replace("{key}", key))
                 if body.get("logprobs") and not seen.no_logprobs and outage is None:
                     reply["choices"][0]["logprobs"] = _logprobs({"echo": 1.0}, 1)
                 if outage == "empty":

@@ -91,3 +91,32 @@ def loopback_model(model: str, base: str) -> dict[str, Any]:
             "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
         },
     }
+
+
+def echo_spec(
+    path: Path,
+    models: dict[str, dict[str, Any]],
+    prompts: list[str],
+    *,
+    sweep: str = "",
+    canary: list[str] | None = None,
+    task_class: Any = "extraction",
+) -> Path:
+    """Models on the loopback fake, one case per prompt expecting its echo (``echo: P``).
+
+    ``models``: ref → params; ``sweep``: more ``[sweep]`` lines; ``task_class``: a
+    name, or a function of the prompt. Budgets are capped (``canary_usd`` too).
+    """
+    lines = ["[sweep]", 'committer = "ci"', "max_retries = 0", 'sampling = "full"', sweep]
+    lines += ["", "[budgets]", "target_usd = 0.01", "canary_usd = 0.01", "max_total_usd = 50"]
+    if canary is not None:
+        lines += ["", "[canary]", f"prompts = {json.dumps(canary)}"]
+    for ref, params in models.items():
+        lines += ["", "[[models]]", f'model = "{ref}"', f"params = {toml_value(params)}"]
+    for i, prompt in enumerate(prompts):
+        cls = task_class(prompt) if callable(task_class) else task_class
+        lines += ["", "[[cases]]", f'name = "c{i:02d}"', f'task_class = "{cls}"']
+        lines += [f"prompt = {json.dumps(prompt)}"]
+        lines += [f'graders = [{{ kind = "golden", expected = {json.dumps("echo: " + prompt)} }}]']
+    path.write_text("\n".join(lines) + "\n")
+    return path

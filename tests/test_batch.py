@@ -451,7 +451,7 @@ def test_the_batch_line_of_a_resumed_night_counts_what_is_still_to_send() -> Non
     )
     assert BatchForecast(3, 1, 0).text == (
         "batch mode: 1 of the 3 target runs go through the provider's batch API at the batch "
-        "price (OpenAI and Anthropic models), the others run live"
+        "price (OpenAI and Anthropic models), the others run live (at the live price)"
     )
     assert BatchForecast(2, 0, 0).text.endswith("every run is live")
 

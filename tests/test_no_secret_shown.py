@@ -22,7 +22,7 @@ from tests.cli_helpers import kb, unwrapped
 from tests.conftest import git
 from tests.fake_batches import BatchSeen, fake_batch_server
 from tests.fake_openai import fake_openai_server
-from tests.sweep_helpers import toml_value
+from tests.sweep_helpers import echo_spec
 
 KEY_A = "sk-SECRETKEY-1234567890abcdef"
 """A literal ``api_key`` in the spec."""
@@ -32,43 +32,20 @@ NIGHT = "2026-11-28T02:00:00Z"
 REPORT = "kb-sweep-2026-11-28T02:00:00.000Z"
 
 
-def spec_text(base: str, *, batch: bool = False, canary: bool = True) -> str:
-    lines = [
-        "[sweep]",
-        'committer = "ci"',
-        "max_retries = 0",
-        'sampling = "full"',
-        *(["batch = true", "batch_poll_s = 0.01"] if batch else []),
-        "",
-        "[budgets]",
-        "target_usd = 0.01",
-        "canary_usd = 0.01",
-        "max_total_usd = 5",
-        "",
-        "[[models]]",
-        'model = "openai:echoes"',
-        f"params = {toml_value({'api_base': base, 'api_key': KEY_A, 'cost_usd': 0.001})}",
-        "",
-        "[[models]]",
-        'model = "openai:quotes"',
-        f"params = {toml_value({'api_base': base, 'api_key_env': 'B_KEY', 'cost_usd': 0.001})}",
-    ]
-    if canary:
-        lines += ["", "[canary]", 'prompts = ["Ping?", "Pong?", "Pang?"]']
+def write_spec(path: Path, base: str, *, batch: bool = False, canary: bool = True) -> None:
+    models = {
+        "openai:echoes": {"api_base": base, "api_key": KEY_A, "cost_usd": 0.001},
+        "openai:quotes": {"api_base": base, "api_key_env": "B_KEY", "cost_usd": 0.001},
+    }
     prompts = [f"q{i}" for i in range(6)] + ["quote-500", "quote-429", "quote-401"]
-    if batch:
-        prompts += ["reject this one"]
-    for i, prompt in enumerate(prompts):
-        task_class = "errors" if prompt.startswith(("quote", "reject")) else "extraction"
-        lines += [
-            "",
-            "[[cases]]",
-            f'name = "c{i:02d}"',
-            f'task_class = "{task_class}"',
-            f'prompt = "{prompt}"',
-            f'graders = [{{ kind = "golden", expected = "echo: {prompt}" }}]',
-        ]
-    return "\n".join(lines) + "\n"
+    echo_spec(
+        path,
+        models,
+        prompts + (["reject this one"] if batch else []),
+        sweep="batch = true\nbatch_poll_s = 0.01" if batch else "",
+        canary=["Ping?", "Pong?", "Pang?"] if canary else None,
+        task_class=lambda p: "errors" if p.startswith(("quote", "reject")) else "extraction",
+    )
 
 
 @pytest.fixture
@@ -111,8 +88,9 @@ def test_an_echoed_key_and_quoted_keys_reach_no_file_and_no_stream(
     shown: list[Result] = []
     with fake_openai_server() as (base, seen):
         seen.echo_key.add("echoes")  # every reply of openai:echoes quotes its key
+        seen.echo_text = '{"error": "sure: env key {key} at your service"}'  # as an error
         seen.quoted = f"{KEY_A} / {KEY_B}"  # the error bodies quote both keys
-        spec.write_text(spec_text(base))
+        write_spec(spec, base)
         swept = kb(
             runner,
             "sweep",
@@ -131,7 +109,9 @@ def test_an_echoed_key_and_quoted_keys_reach_no_file_and_no_stream(
         shown.append(again)
     assert swept.exit_code == 1, swept.stderr  # the echoing cell is suspect: incomplete
     # the reasons are there, only without the keys
-    assert "suspect: every reply was 'sure: env key *** at your service'" in unwrapped(swept.stdout)
+    assert """suspect: every reply was '{"error": "sure: env key *** at…'""" in unwrapped(
+        swept.stdout
+    )
     wire = json.loads(again.stdout)
     quoted = [run["error"] for run in wire["runs"] if run.get("error")]
     assert any("for key *** / ***" in error for error in quoted), quoted
@@ -167,7 +147,7 @@ def test_a_stopped_nights_journal_and_its_resume_show_no_key(
     with fake_openai_server() as (base, seen):
         seen.echo_key.add("echoes")
         seen.quoted = f"{KEY_A} / {KEY_B}"
-        spec.write_text(spec_text(base))
+        write_spec(spec, base)
         seen.failing.add("quotes")  # 503: the night stops incomplete, its journal stays
         first = kb(runner, "sweep", str(spec), "--observed-at", NIGHT)
         journal = repo / "kb-evidence" / f"{REPORT}.journal.jsonl"
@@ -187,7 +167,7 @@ def test_a_batch_error_quoting_a_key_is_cut(
     assert kb(runner, "init").exit_code == 0
     seen = BatchSeen(scenario="partial", reject_message=f"rejected: {KEY_A} and {KEY_B}")
     with fake_batch_server(seen) as (base, _):
-        spec.write_text(spec_text(base, batch=True, canary=False))
+        write_spec(spec, base, batch=True, canary=False)
         swept = kb(
             runner, "sweep", str(spec), "--observed-at", NIGHT, "--summary", "s.md", "--json"
         )

@@ -25,7 +25,7 @@ from kb.views.report_text import alarm_lines
 from tests.cli_helpers import kb
 from tests.conftest import git
 from tests.fake_openai import fake_openai_server
-from tests.sweep_helpers import toml_value
+from tests.sweep_helpers import echo_spec
 from tests.test_never_lose import (
     KEY,
     STORE,
@@ -160,33 +160,8 @@ def refused_spec(path: Path, base: str) -> None:
         "openai:unknown": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
         "openai:wrongkey": {"api_base": base, "api_key_env": "WRONG_KEY", "cost_usd": 0.001},
     }
-    lines = [
-        "[sweep]",
-        'committer = "ci"',
-        "max_retries = 0",
-        "concurrency = 1",
-        'sampling = "full"',
-        "",
-        "[budgets]",
-        "target_usd = 0.01",
-        "canary_usd = 0.01",
-        "max_total_usd = 5",
-        "",
-        "[canary]",
-        'prompts = ["Ping?", "Pong?"]',
-    ]
-    for ref, params in models.items():
-        lines += ["", "[[models]]", f'model = "{ref}"', f"params = {toml_value(params)}"]
-    for i in range(30):
-        lines += [
-            "",
-            "[[cases]]",
-            f'name = "c{i:02d}"',
-            'task_class = "extraction"',
-            f'prompt = "q{i}"',
-            f'graders = [{{ kind = "golden", expected = "echo: q{i}" }}]',
-        ]
-    path.write_text("\n".join(lines) + "\n")
+    prompts = [f"q{i}" for i in range(30)]
+    echo_spec(path, models, prompts, sweep="concurrency = 1", canary=["Ping?", "Pong?"])
 
 
 def test_a_model_refused_the_same_way_three_times_is_not_called_again(
@@ -293,14 +268,7 @@ def two_model_spec(path: Path, base: str, cases: int = 40) -> None:
         "openai:a": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
         "openai:b": {"api_base": base, "api_key": KEY, "cost_usd": 0.001},
     }
-    lines = ["[sweep]", 'committer = "ci"', "max_retries = 0", 'sampling = "full"', ""]
-    lines += ["[budgets]", "target_usd = 0.01", "max_total_usd = 50"]
-    for ref, params in models.items():
-        lines += ["", "[[models]]", f'model = "{ref}"', f"params = {toml_value(params)}"]
-    for i in range(cases):
-        lines += ["", "[[cases]]", f'name = "c{i:02d}"', 'task_class = "extraction"']
-        lines += [f'prompt = "q{i}"', f'graders = [{{ kind = "golden", expected = "echo: q{i}" }}]']
-    path.write_text("\n".join(lines) + "\n")
+    echo_spec(path, models, [f"q{i}" for i in range(cases)])
 
 
 REFUSED = {f"q{i}" for i in range(0, 40, 3)}  # 14 of 40
