@@ -124,7 +124,10 @@ def drill(
     remote = root / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True, env=env)
     seed = root / "seed"
-    subprocess.run(["git", "clone", "-q", str(remote), str(seed)], check=True, env=env)
+    # (git warns that the remote is empty: it is, until the seed pushes)
+    subprocess.run(
+        ["git", "clone", "-q", str(remote), str(seed)], check=True, env=env, capture_output=True
+    )
     subprocess.run(["git", "checkout", "-q", "-b", "main"], cwd=seed, check=True, env=env)
     (seed / "sweep.toml").write_text(spec_text())
     subprocess.run(["git", "add", "sweep.toml"], cwd=seed, check=True, env=env)

@@ -258,7 +258,7 @@ class DeadlinePassed(KbError):
         self.deadline = deadline
         self.in_flight = in_flight
         self.open_batches = tuple(open_batches)
-        finish = "; kb sweep --resume finishes the night" if resumable else ""
+        finish = "; kb sweep SPEC --resume finishes the night" if resumable else ""
         super().__init__(
             f"the deadline {deadline} passed: the job stopped, nothing committed, the store is "
             f"unchanged; {usd(spent_usd)} spent on the runs that finished; "

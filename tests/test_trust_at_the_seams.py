@@ -161,7 +161,7 @@ def refused_spec(path: Path, base: str) -> None:
         "openai:wrongkey": {"api_base": base, "api_key_env": "WRONG_KEY", "cost_usd": 0.001},
     }
     prompts = [f"q{i}" for i in range(30)]
-    echo_spec(path, models, prompts, sweep="concurrency = 1", canary=["Ping?", "Pong?"])
+    echo_spec(path, models, prompts, canary=["Ping?", "Pong?"])  # concurrency 8
 
 
 def test_a_model_refused_the_same_way_three_times_is_not_called_again(
@@ -180,7 +180,8 @@ def test_a_model_refused_the_same_way_three_times_is_not_called_again(
     err = " ".join(swept.stderr.split())
     assert (
         f"stopped: openai:unknown at {base}: HTTP 404 on its first 3 calls (the endpoint does "
-        "not know this model); 29 more runs not sent tonight, its cells are incomplete"
+        "not know this model: check the model's name and its api_base); 29 more runs not sent "
+        "tonight, its cells are incomplete"
     ) in err
     assert f"stopped: openai:wrongkey at {base}: HTTP 401 on its first 3 calls (the key was " in err
     # a refused key is not called missing
@@ -224,7 +225,7 @@ def test_a_deadline_stops_the_night_journaled_and_a_resume_finishes_it(repo: Pat
         stopped = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1, "--deadline", "2s")
         assert stopped.exit_code == 1, stopped.stderr
         assert "the deadline 20" in stopped.stderr and "passed: the job stopped" in stopped.stderr
-        assert "kb sweep --resume finishes the night" in " ".join(stopped.stderr.split())
+        assert "kb sweep SPEC --resume finishes the night" in " ".join(stopped.stderr.split())
         assert git(repo, "log", "--format=%s").count("kb: sweep") == 0
         journal = read_journal(
             repo / "kb-evidence" / "kb-sweep-2026-11-28T02:00:00.000Z.journal.jsonl"
@@ -245,8 +246,9 @@ def test_a_deadline_stops_the_night_journaled_and_a_resume_finishes_it(repo: Pat
 @pytest.mark.parametrize(
     ("given", "said"),
     [
-        ("soon", "is neither an instant nor a duration"),
+        ("soon", "is neither an instant"),
         ("2020-01-01T00:00:00Z", "has passed already"),
+        ("0s", "must lie in the future"),
     ],
 )
 def test_a_deadline_that_cannot_be_met_is_refused_before_any_call(
@@ -299,30 +301,59 @@ def test_a_model_refusing_a_third_of_its_cases_loses_its_strength(repo: Path) ->
     assert night_1.status == "archived"  # the strength is falsified by the real answers
 
 
+ALL = {f"q{i}" for i in range(40)}
+BUSY = "Our servers are busy right now. Please try again in a few minutes."
+
+
 @pytest.mark.parametrize(
-    ("refusals", "why"),
+    ("refusals", "why", "asked_again"),
     [
-        # one page for every model on the endpoint: the endpoint's, not a model's
-        ({"a": (REFUSED, CANNED), "b": (REFUSED, CANNED)}, "the same text from another model"),
-        ({"a": (REFUSED, '{"error": {"message": "overloaded"}}')}, "a JSON error object"),
-        ({"a": (REFUSED, "<html><body>Service unavailable</body></html>")}, "an HTML page"),
-        ({"a": (REFUSED, "try again later ({count})")}, "another text when asked again"),
+        # one text for every model on the endpoint: the endpoint's, not a model's
+        (
+            {"a": (REFUSED, CANNED), "b": (REFUSED, CANNED)},
+            "another model on the same endpoint gave it tonight",
+            0,
+        ),
+        ({"a": (REFUSED, '{"error": {"message": "overloaded"}}')}, "an error page or an error", 0),
+        ({"a": (REFUSED, "<html><body>Service unavailable</body></html>")}, "error page", 0),
+        # a plain-text outage page to every prompt of one model (found by a newcomer: v5's
+        # first cut scored it and falsified a true strength)
+        ({"a": (ALL, BUSY)}, "it answered every prompt: an outage's pattern", 0),
+        ({"a": (REFUSED, "try again later ({count})")}, "did not come back the same", 10),
     ],
-    ids=["endpoint-page", "json-error", "html", "varies"],
+    ids=["endpoint-page", "json-error", "html", "busy-everywhere", "varies"],
 )
 def test_a_reply_that_is_not_the_models_own_answer_stays_suspect(
-    repo: Path, refusals: dict[str, tuple[set[str], str]], why: str
+    repo: Path, refusals: dict[str, tuple[set[str], str]], why: str, asked_again: int
 ) -> None:
     assert run_kb(repo, "init").exit_code == 0
     with fake_openai_server() as (base, seen):
         two_model_spec(repo / "s.toml", base)
         seen.refusals.update(refusals)
         swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1, "--json")
+        asked = len(seen.requests)
     assert swept.exit_code == 1, why
     report = json.loads(swept.stdout)
     (cell,) = [c for c in report["cells"] if c["model"] == "openai:a"]
     assert cell["incompleteReason"].startswith("suspect:"), why
+    assert why in cell["incompleteReason"]  # and says why it is not the model's answer
     assert not [c for c in report["claims"] if c["subject"]["model"] == "openai:a"]
+    assert asked == 80 + asked_again  # what cannot be an answer is not asked again
+
+
+def test_a_text_the_models_canary_got_too_is_not_its_answer(repo: Path) -> None:
+    assert run_kb(repo, "init").exit_code == 0
+    with fake_openai_server() as (base, seen):
+        two_model_spec(repo / "s.toml", base)
+        text = (repo / "s.toml").read_text() + '\n[canary]\nprompts = ["Ping?", "Pong?"]\n'
+        (repo / "s.toml").write_text(text.replace("max_total_usd = 50", "max_total_usd = 50"))
+        seen.refusals["a"] = (REFUSED | {"Ping?", "Pong?"}, BUSY)
+        swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1, "--json")
+    report = json.loads(swept.stdout)
+    (cell,) = [c for c in report["cells"] if c["model"] == "openai:a"]
+    assert "the model's canary got it too" in cell["incompleteReason"]
+    (canary,) = [c for c in report["canary"] if c["model"] == "openai:a"]
+    assert canary["status"] == "incomplete"  # the two checks agree: an outage
 
 
 # -- 7. a killed calibration resumed pays nothing twice ---------------------------------------
@@ -575,3 +606,17 @@ def test_an_older_nights_canary_says_what_it_saw_and_that_it_was_not_applied(
     for found in canary:
         assert found["reason"].startswith("not applied: the store holds a newer night")
         assert found["flipped"] == []
+
+
+def test_a_sweep_meeting_a_lock_left_by_git_refuses_before_paying(repo: Path) -> None:
+    """A newcomer's find: v5's first cut paid for every call, then failed at the commit."""
+    assert run_kb(repo, "init").exit_code == 0
+    (repo / ".git" / "index.lock").write_text("")
+    with fake_openai_server() as (base, seen):
+        loopback_spec(repo / "s.toml", base, cases=3)
+        swept = run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1)
+        assert seen.requests == []
+    assert swept.exit_code == 2
+    assert "index.lock: no git process is running" in swept.stderr
+    assert "nothing was sent, nothing paid" in swept.stderr
+    assert (repo / ".git" / "index.lock").exists()

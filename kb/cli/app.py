@@ -218,12 +218,15 @@ class App:
         now = datetime.now(UTC).timestamp()
         lasting = duration_s(text) if _DURATION_FLAG.fullmatch(text.strip()) else None
         if lasting is not None:
+            if lasting <= 0:
+                raise ConfigError("--deadline", f"{text} must lie in the future")
             return now + lasting
         try:
             at = parse_flag_instant(text) / 1000.0
-        except InstantError as exc:
+        except InstantError:
             raise ConfigError(
-                "--deadline", f"{text!r} is neither an instant nor a duration (90m, 2h): {exc}"
+                "--deadline",
+                f"{text!r} is neither an instant (2026-12-06T06:00:00Z) nor a duration (90m, 2h)",
             ) from None
         if at <= now:
             raise ConfigError("--deadline", f"{text} has passed already")

@@ -319,6 +319,8 @@ def show_sweep(
     echo_warnings(app)
     for resumed in done.measurement.resumed:
         click.echo(f"resume: {resumed.line()}", err=True)
+    for line in done.measurement.rechecks:
+        click.echo(f"asked again: {line}", err=True)
     if done.drifted:
         committed = report.committed_version is not None
         where = " (kb diff HEAD~1 HEAD)" if app.store.git is not None else ""

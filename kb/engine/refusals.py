@@ -31,6 +31,11 @@ _WHY = {
     403: "the key has no access to it",
     404: "the endpoint does not know this model",
 }
+_FIX = {
+    401: "check the key's value",
+    403: "give the key access to the model, or use another key",
+    404: "check the model's name and its api_base",
+}
 
 ModelAt = tuple[str, str]
 """(model key, endpoint or ``""``)."""
@@ -63,8 +68,8 @@ class StoppedModel:
         runs = f"{self.skipped} more run{'s' if self.skipped != 1 else ''}"
         return (
             f"{self.model}{where}: HTTP {self.status} on its first {FIRST_CALLS} calls "
-            f"({_WHY[self.status]}); {runs} not sent tonight, its cells are incomplete: "
-            f"{self.error}"
+            f"({_WHY[self.status]}: {_FIX[self.status]}); {runs} not sent tonight, its cells "
+            f"are incomplete; the provider said: {self.error}"
         )
 
 
@@ -72,6 +77,8 @@ class ModelRefusals:
     """Watches each model's first calls; stops a model they all refused alike."""
 
     def __init__(self) -> None:
+        self._trying: dict[ModelAt, int] = {}
+        """Runs of each model sent before its first calls were all answered (at most 3)."""
         self._first: dict[ModelAt, list[int | None]] = {}
         self._first_error: dict[ModelAt, str] = {}
         self._stopped: dict[ModelAt, StoppedModel] = {}
@@ -80,6 +87,28 @@ class ModelRefusals:
     @staticmethod
     def _at(run: PlannedRun) -> ModelAt:
         return run.spec.key, endpoint(run.request) or ""
+
+    def may_send(self, run: PlannedRun) -> bool:
+        """Whether ``run`` may go now.
+
+        A model sends no more than its first :data:`FIRST_CALLS` runs until they
+        have all been answered (else a concurrency of 16 would pay 16 calls to
+        learn what 3 tell).
+        """
+        at = self._at(run)
+        return len(self._first.get(at, ())) >= FIRST_CALLS or self._trying.get(at, 0) < FIRST_CALLS
+
+    def sending(self, run: PlannedRun) -> None:
+        """``run`` is about to make its first attempt."""
+        at = self._at(run)
+        if len(self._first.get(at, ())) < FIRST_CALLS:
+            self._trying[at] = self._trying.get(at, 0) + 1
+
+    def unsent(self, run: PlannedRun) -> None:
+        """``run`` counted by :meth:`sending` ended without an answer (cancelled, not sent)."""
+        at = self._at(run)
+        if self._trying.get(at, 0) > len(self._first.get(at, ())):
+            self._trying[at] -= 1
 
     def stopped_for(self, run: PlannedRun) -> StoppedModel | None:
         """The stop that applies to ``run``'s model (``None``: call it)."""

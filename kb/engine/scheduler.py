@@ -385,6 +385,25 @@ class Engine:
     async def _call(
         self, run: PlannedRun, occurrence: int, slots: tuple[asyncio.Semaphore, asyncio.Semaphore]
     ) -> RunResult:
+        """The call, once the model's first calls allow it (:mod:`kb.engine.refusals`)."""
+        refusals = self.refusals
+        while not (refusals.may_send(run) or self._cancelled or refusals.stopped_for(run)):
+            changed = self._paced  # set whenever any call comes back
+            assert changed is not None
+            await changed.wait()
+        refusals.sending(run)
+        settled = False
+        try:
+            result = await self._attempts(run, occurrence, slots)
+            settled = result.status == "ok" or (result.status == "error" and result.attempts > 0)
+            return result
+        finally:
+            if not settled:
+                refusals.unsent(run)  # cancelled, or never sent: it tells nothing
+
+    async def _attempts(
+        self, run: PlannedRun, occurrence: int, slots: tuple[asyncio.Semaphore, asyncio.Semaphore]
+    ) -> RunResult:
         """The call with kb's retries (a transport that does not retry answers once)."""
         limit, provider_limit = slots
         base = RunResult(

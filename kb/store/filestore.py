@@ -459,11 +459,15 @@ class KnowledgeStore:
         the lock can be taken, git agrees with the store file and with each
         tracked file in ``clean`` (the epochs file, the canary baselines: the
         commit rewrites them), the store and every file in ``writes``
-        (evidence, baselines) can be replaced and, with ``push``, the branch
-        has a remote and nothing unpublished on it.
+        (evidence, baselines) can be replaced, no lock file a killed git left
+        is in the way and, with ``push``, the branch has a remote and nothing
+        unpublished on it.
         """
         with self._locked(None):
             self._prepare()
+            locks = self.git.lock_advice() if self.git is not None else None
+            if locks is not None:
+                raise ConfigError(str(self.path), f"{locks}; nothing was sent, nothing paid")
             refs = self.git.ref_files() if self.git is not None else []
             check_replaceable([self.path, *writes, *refs])
             if self.git is not None:
@@ -830,10 +834,12 @@ class KnowledgeStore:
                 except GitError:
                     indexed = False  # git died updating it (killed): its index is not ours
                 if not indexed:
-                    raise GitError(
-                        f"{self.git.index_locked()}; nothing was committed (a sweep: run it "
-                        "again with --resume, which reuses its journaled runs)"
+                    again = (
+                        " (run the sweep again with --resume: it reuses its journaled runs)"
+                        if window.intent.report_id is not None
+                        else ""
                     )
+                    raise GitError(f"{self.git.index_locked()}; nothing was committed{again}")
                 staged = True
                 self.git.publish(prepared)
         except KnowledgeCasError:

@@ -32,6 +32,7 @@ from kb.engine.phases import Phase, job_plan
 from kb.engine.requests import ModelSpec
 from kb.engine.runs import RunResult
 from kb.engine.scheduler import Engine, journaled
+from kb.engine.transports.base import replays
 from kb.errors import ConfigError
 from kb.logprobs import TopLogprobs
 from kb.store.baselines import BaselinesFile, SubjectBaselines
@@ -149,7 +150,7 @@ def calibrate(
 ) -> list[Calibration]:
     """Screen the candidates, keep each model's border probes, record their baselines.
 
-    A committing calibration journals every settled call as a night does
+    A committing calibration that calls providers journals every settled call as a night does
     (:func:`calibration_journal`): one that was stopped (Ctrl-C, a crash, a
     full disk) is resumed by the next ``kb canary --calibrate`` of the same
     spec — at the stopped one's instant, so its requests are the same — and
@@ -160,8 +161,8 @@ def calibrate(
             str(spec.path), 'no [sensitive] in the canary: add probes = "PATH" to calibrate'
         )
     engine.keep_secrets([*spec.models, *judge_models(spec.cases)])
-    if not commit:
-        return _calibrate(spec, store, engine, at=at, commit=False, allow_partial=allow_partial)
+    if not commit or replays(engine.transport):  # a replay pays nothing: nothing to keep
+        return _calibrate(spec, store, engine, at=at, commit=commit, allow_partial=allow_partial)
     path = calibration_journal(store)
     swept = SweptSpec.of(spec.path, store)
     stopped = read_journal(path)

@@ -143,21 +143,42 @@ def error_document(text: str) -> bool:
     return isinstance(parsed, dict) and bool(keys & set(parsed))
 
 
-def model_answer(reply: str, again: Sequence[str | None], elsewhere: Iterable[str]) -> bool:
-    """Whether a reply that made a cell suspect is the model's own answer after all.
+def not_an_answer(
+    reply: str,
+    cell: Sequence[str | None],
+    elsewhere: Iterable[str],
+    canary: Iterable[str] = (),
+) -> str | None:
+    """Why a reply that made a cell suspect cannot be the model's own answer (``None``: it may).
 
-    ``again``: what the same prompts answered when asked a second time
-    (``None``: that call failed); ``elsewhere``: every reply other models on the
-    same endpoint gave tonight (:func:`reply_kind`). A model's canned refusal
-    comes back the same for the same prompts, reads as words, and is its own;
-    an outage's page or error object, or a text the endpoint gave other
-    models too, is not.
+    ``cell``: the cell's replies in the order they were sent; ``elsewhere``:
+    the replies other models on the same endpoint gave tonight; ``canary``:
+    the model's canary answers tonight (all :func:`reply_kind`). A canned
+    refusal answers some prompts among real answers; an outage's text answers
+    everything from some request on, or other models too, or the canary.
+    Told before anything is asked again: such a reply is not worth a call.
     """
-    if not reply or error_document(reply) or reply.startswith(ERROR_PAGE):
-        return False
-    if not again or any(text is None or reply_kind(text) != reply for text in again):
-        return False
-    return reply not in set(elsewhere)
+    if not reply:
+        return "empty replies are never an answer"
+    if error_document(reply) or reply.startswith(ERROR_PAGE):
+        return "it is an error page or an error object, not words"
+    if reply in set(elsewhere):
+        return "another model on the same endpoint gave it tonight: the endpoint's, not a model's"
+    if reply in set(canary):
+        return "the model's canary got it too"
+    kinds = [reply_kind(text) for text in cell]
+    if reply not in kinds:
+        return None
+    first = kinds.index(reply)
+    if all(kind == reply for kind in kinds[first:]):
+        what = "every prompt" if first == 0 else "every prompt from one request on"
+        return f"it answered {what}: an outage's pattern, not a refusal's"
+    return None
+
+
+def model_answer(reply: str, again: Sequence[str | None]) -> bool:
+    """Whether the prompts a suspect reply answered, asked again, gave the same text."""
+    return bool(again) and all(text is not None and reply_kind(text) == reply for text in again)
 
 
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)

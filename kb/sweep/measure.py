@@ -21,6 +21,7 @@ from kb.engine.requests import endpoint
 from kb.engine.runs import PlannedRun
 from kb.engine.scheduler import Engine
 from kb.evals.suite import CaseRun, CaseVerdict, run_pairs
+from kb.money import usd as dollars
 from kb.stats import wilson_arrays
 from kb.store.baselines import BaselinesFile, CanaryBaselines
 from kb.store.models import ModelClaim
@@ -30,11 +31,12 @@ from kb.sweep.canary import CanaryResult, SensitiveTier, canary_change, measure_
 from kb.sweep.cells import SweepCell, cell_claim, group_cells
 from kb.sweep.epochs import DEFAULT_RULE, EpochRule
 from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
-from kb.sweep.health import RECHECKS, answer_health, model_answer, reply_kind
+from kb.sweep.health import RECHECKS, answer_health, model_answer, not_an_answer, reply_kind
 from kb.sweep.nightly import nightly_rule
 from kb.sweep.plan import SweepPlan
 from kb.sweep.resume import ResumedModel, ResumeGuard
 from kb.sweep.sampling import CellEpochNight, CellKey, NightSampler
+from kb.textwidth import shorten
 
 MeasuredCell = tuple[SweepCell, ModelClaim | None]
 
@@ -54,6 +56,8 @@ class Measurement:
     resumed: tuple[ResumedModel, ...] = ()
     """Models whose journaled runs a resume asked again (their canary changed or could not
     be compared: :class:`kb.sweep.resume.ResumeGuard`)."""
+    rechecks: tuple[str, ...] = ()
+    """What was asked again to tell a canned answer from an outage (:class:`Recheck`)."""
 
     @property
     def measured_any(self) -> bool:
@@ -105,7 +109,7 @@ def measure(
     changed = resumed.check(canaries) if resumed is not None else ()
     targets = plan.job.phase("targets")
     judge_usd = spec.budgets.judge_usd
-    recheck = Recheck(engine, plan, targets, envelope)
+    recheck = Recheck(engine, plan, targets, envelope, canaries)
     if not plan.suites:
         verdicts = run_pairs(engine, plan.pairs, targets, envelope, judge_usd=judge_usd)
         recheck.after(dict(enumerate(verdicts)))
@@ -136,7 +140,7 @@ def measure(
         pairs = [plan.pairs[index] for index in sorted(merged)]
     engine.finish()
     fingerprints = {c.member.key: c.fingerprint for c in canaries if c.may_flip}
-    cells = measured_cells(plan, pairs, verdicts, fingerprints, nights, recheck.accepted)
+    cells = measured_cells(plan, pairs, verdicts, fingerprints, nights, recheck)
     context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
     runs = canary_records(canaries, context) + [
         record for cell, _ in cells for record in cell_records(cell, context)
@@ -144,7 +148,13 @@ def measure(
     reused = sum(1 for cell, _ in cells for run in cell.runs if run.reused)
     reused += sum(1 for c in canaries for probe in c.probes for run in probe.runs if run.reused)
     return Measurement(
-        tuple(canaries), tuple(cells), tuple(runs), usd(envelope.debited), reused, changed
+        tuple(canaries),
+        tuple(cells),
+        tuple(runs),
+        usd(envelope.debited),
+        reused,
+        changed,
+        tuple(recheck.notes),
     )
 
 
@@ -219,7 +229,7 @@ def measured_cells(
     verdicts: Sequence[CaseVerdict],
     fingerprints: dict[str, str],
     nights: Mapping[CellKey, CellEpochNight] | None = None,
-    accepted: Mapping[CellKey, frozenset[str]] | None = None,
+    recheck: Recheck | None = None,
 ) -> list[MeasuredCell]:
     """Steps 6–7: the cells of the verdicts (aligned with ``pairs``) and the claim each emits.
 
@@ -233,19 +243,20 @@ def measured_cells(
         np.array([cell.n for cell in grouped], dtype=np.float64),
     )
     cases = {pair.name: pair.case for pair in pairs}
+    accepted = recheck.accepted if recheck is not None else {}
     cells = [
         replace(
             cell,
             interval=(float(low), float(high)),
             suspicion=answer_health(
-                cell.verdicts,
-                cases,
-                (accepted or {}).get((cell.member.key, cell.task_class), frozenset()),
+                cell.verdicts, cases, accepted.get((cell.member.key, cell.task_class), frozenset())
             ),
             epoch=nights.get((cell.member.key, cell.task_class)),
         )
         for cell, low, high in zip(grouped, lows, highs, strict=True)
     ]
+    if recheck is not None:
+        cells = [recheck.explained(cell) for cell in cells]
     return [
         (
             cell,
@@ -269,67 +280,105 @@ AGAIN = "~again"
 class Recheck:
     """A reply that made a cell suspect is asked again once: a model's answer or an outage's.
 
-    After each pass of target runs, the replies that make a cell suspect
-    because one text answered many prompts (:mod:`kb.sweep.health`) are asked
-    a second time — up to :data:`~kb.sweep.health.RECHECKS` of their prompts,
-    each reply once a night, paid from the envelope's room (a refused re-ask
-    leaves the cell suspect). Where the same text comes back, reads as words
-    (no HTML page, no JSON error object) and no other model on the same
-    endpoint gave it tonight, it is the model's own answer — a canned refusal
-    — and is scored (:attr:`accepted`); otherwise the cell stays suspect.
+    After each pass of target runs, a reply that makes a cell suspect because
+    one text answered many prompts (:mod:`kb.sweep.health`) is first judged
+    without a call (:func:`~kb.sweep.health.not_an_answer`: a page, a text
+    other models on the endpoint or the model's canary got too, or one that
+    answered everything from some request on is an outage's); if it may be
+    the model's own, up to :data:`~kb.sweep.health.RECHECKS` of its prompts
+    are asked a second time, each reply once a night, paid from the
+    envelope's room (a refused re-ask leaves the cell suspect). The same text
+    again is the model's answer — a canned refusal — and is scored
+    (:attr:`accepted`); otherwise the cell stays suspect and its reason says
+    why (:attr:`rejected`). :attr:`notes` says what was asked again.
     """
 
     def __init__(
-        self, engine: Engine, plan: SweepPlan, targets: Phase, envelope: SpendEnvelope
+        self,
+        engine: Engine,
+        plan: SweepPlan,
+        targets: Phase,
+        envelope: SpendEnvelope,
+        canaries: Sequence[CanaryResult] = (),
     ) -> None:
         self.engine = engine
         self.plan = plan
         self.runs = {run.label: run for run in targets.runs}
         self.envelope = envelope
+        self.canary = {
+            c.member.key: {reply_kind(o) for probe in c.probes for o in probe.outputs}
+            for c in canaries
+        }
         self.accepted: dict[CellKey, frozenset[str]] = {}
+        self.rejected: dict[CellKey, str] = {}
+        self.notes: list[str] = []
         self._asked: set[tuple[CellKey, str]] = set()
 
     def after(self, verdicts: Mapping[int, CaseVerdict]) -> None:
-        """Ask again what makes a cell suspect in ``verdicts`` (every pass so far)."""
+        """Judge, and ask again, what makes a cell suspect in ``verdicts`` (every pass so far)."""
         cases = {pair.name: pair.case for pair in self.plan.pairs}
         by_cell: dict[CellKey, list[CaseVerdict]] = {}
         for index in sorted(verdicts):
             pair = self.plan.pairs[index]
             by_cell.setdefault((pair.member.key, pair.case.task_class), []).append(verdicts[index])
+        replies = _replies_by_endpoint(self.plan, verdicts)
         asks: list[tuple[CellKey, str, list[str]]] = []
         for cell, found in by_cell.items():
             suspicion = answer_health(found, cases, self.accepted.get(cell, frozenset()))
-            if (
-                suspicion is None
-                or suspicion.reply is None
-                or (cell, suspicion.reply) in self._asked
-            ):
+            if suspicion is None or suspicion.reply is None:
                 continue
-            self._asked.add((cell, suspicion.reply))
+            reply = suspicion.reply
+            if (cell, reply) in self._asked:
+                continue
+            self._asked.add((cell, reply))
             labels = [v.target.label for v in found if v.target.label in suspicion.labels]
-            asks.append((cell, suspicion.reply, labels[:RECHECKS]))
-        if not asks:
-            return
+            where = _endpoint_of(self.runs[labels[0]])
+            others = {
+                k for m, kinds in replies.get(where, {}).items() if m != cell[0] for k in kinds
+            }
+            sent = sorted(
+                (v.target for v in found if v.target.status == "ok"),
+                key=lambda run: run.started_at or 0.0,
+            )
+            why = not_an_answer(
+                reply, [r.output for r in sent], others, self.canary.get(cell[0], ())
+            )
+            if why is not None:
+                self.rejected[cell] = why
+                continue
+            asks.append((cell, reply, labels[:RECHECKS]))
+        if asks:
+            self._ask(asks)
+
+    def _ask(self, asks: Sequence[tuple[CellKey, str, list[str]]]) -> None:
         again = [
             replace(self.runs[label], label=f"{label}{AGAIN}")
             for _, _, labels in asks
             for label in labels
         ]
+        ran = self.engine.run(again, self.envelope)
         said = {
-            run.label.removesuffix(AGAIN): run.output if run.status == "ok" else None
-            for run in self.engine.run(again, self.envelope)
+            run.label.removesuffix(AGAIN): run.output if run.status == "ok" else None for run in ran
         }
-        replies = _replies_by_endpoint(self.plan, verdicts)
+        cost = sum(run.cost_usd for run in ran)
         for cell, reply, labels in asks:
-            where = _endpoint_of(self.runs[labels[0]])
-            others = {
-                kind
-                for member, kinds in replies.get(where, {}).items()
-                if member != cell[0]
-                for kind in kinds
-            }
-            if model_answer(reply, [said.get(label) for label in labels], others):
+            shown = shorten(reply, 40)
+            asked = f"{cell[0]} · {cell[1]}: {len(labels)} prompts answered {shown!r} asked again"
+            if model_answer(reply, [said.get(label) for label in labels]):
                 self.accepted[cell] = self.accepted.get(cell, frozenset()) | {reply}
+                self.notes.append(f"{asked}: the same text, the model's own answer (scored)")
+            else:
+                self.rejected[cell] = "asked again, it did not come back the same"
+                self.notes.append(f"{asked}: another text came back (the cell stays suspect)")
+        self.notes.append(f"asking again cost {dollars(cost)}")
+
+    def explained(self, cell: SweepCell) -> SweepCell:
+        """``cell`` with its suspect reason saying why the reply is not the model's answer."""
+        why = self.rejected.get((cell.member.key, cell.task_class))
+        found = cell.suspicion
+        if why is None or found is None or found.reply is None:
+            return cell
+        return replace(cell, suspicion=replace(found, reason=f"{found.reason}; {why}"))
 
 
 def _endpoint_of(run: PlannedRun) -> tuple[str, str]:

@@ -183,6 +183,17 @@ def ledger_of(transport: object) -> BatchLedger | None:
     return None
 
 
+def replays(transport: object) -> bool:
+    """Whether a wrapper chain answers from a cassette (no provider is called or paid)."""
+    from kb.engine.transports.replay import ReplayTransport
+
+    while transport is not None:
+        if isinstance(transport, ReplayTransport):
+            return True
+        transport = getattr(transport, "inner", None)
+    return False
+
+
 class BatchTransport(Protocol):
     """Takes groups of runs to a provider's batch API."""
 
