@@ -46,8 +46,9 @@ class Metrics:
     cycles: list[list[str]] = field(default_factory=list)
     """Cycles of imports that run when a module is imported."""
     deferred_cycles: list[list[str]] = field(default_factory=list)
-    """Cycles once the imports inside functions are counted too (a deferred import that
-    only breaks a cycle at import time: the modules still depend on each other)."""
+    """Cycles once the imports inside functions and for type checking are counted too (a
+    deferred import only breaks a cycle at import time: the modules still depend on each
+    other)."""
     judge_isinstance: list[str] = field(default_factory=list)
 
 
@@ -67,6 +68,8 @@ def _runtime_imports(
     def visit(nodes: list[ast.stmt]) -> None:
         for node in nodes:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                if deferred:  # a type's module is a dependency too, if not at import time
+                    visit(node.body)
                 continue
             if deferred and isinstance(
                 node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.With
@@ -216,8 +219,8 @@ def main() -> None:
     print(f"  module import cycles at import time: {len(found.cycles)} ({cycles})   goal 0")
     deferred = "; ".join(" <-> ".join(c) for c in found.deferred_cycles) or "none"
     print(
-        f"  ... counting imports inside functions: {len(found.deferred_cycles)} ({deferred})"
-        "   goal 0"
+        f"  ... counting imports inside functions and for types: {len(found.deferred_cycles)} "
+        f"({deferred})   goal 0"
     )
     print(
         f"  isinstance(..., JudgeGrader) outside the graders: {len(found.judge_isinstance)} "

@@ -190,3 +190,12 @@ def test_every_module_imports_alone(path: Path) -> None:
         [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_no_two_modules_depend_on_each_other() -> None:
+    """SPEC 14.2: 0 module cycles, counting imports inside functions and for types too."""
+    from bench.code_metrics import measure
+
+    found = measure()
+    assert found.cycles == []
+    assert found.deferred_cycles == []

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kb.engine.budget import Reservation, SpendEnvelope, debit_micros, usd
+from kb.engine.config import EngineConfig
 from kb.engine.pacing import (
     PROBE_EVERY_S,
     BucketPace,
@@ -79,37 +80,6 @@ if TYPE_CHECKING:
     from kb.engine.workers import WorkerPool
 
 __all__ = ["Engine", "EngineConfig", "PlannedRun"]
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How hard to drive providers."""
-
-    concurrency: int = 8
-    """Calls in flight at once, across all providers."""
-    per_provider: int = 8
-    """Calls in flight at once per provider (the part of the ref before ``:``)."""
-    timeout_s: float = 120.0
-    """Per-call timeout; a call that takes longer is retried, then settles ``error``."""
-    max_retries: int = 3
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    batch: bool = False
-    """Send the runs of providers with a batch API as batches (:mod:`kb.engine.batch`)."""
-    batch_poll_s: float = 2.0
-    """The first wait before polling a batch; it doubles up to ``batch_poll_max_s``."""
-    batch_poll_max_s: float = 60.0
-    deadline: float | None = None
-    """When the job must stop (wall-clock seconds since the epoch, ``--deadline``): no call
-    starts after it, the calls in flight are cut short, what settled stays journaled."""
-
-    def __post_init__(self) -> None:
-        for name in ("concurrency", "per_provider"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, f"must be a positive integer, got {value!r}")
-        if self.max_retries < 0 or self.timeout_s <= 0:
-            raise ConfigError("engine", "max_retries must be >= 0 and timeout_s > 0")
 
 
 @dataclass

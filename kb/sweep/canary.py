@@ -43,7 +43,6 @@ from kb.sweep.pool import build_pool
 from kb.sweep.sensitive import (
     SensitiveProbes,
     SensitiveResult,
-    SensitiveSettings,
     judge_member,
     member_secrets,
     outage_judged,
@@ -52,7 +51,7 @@ from kb.sweep.sensitive import (
     sensitive_record,
     tier_runs,
 )
-from kb.sweep.spec import SweepSpec, judge_models
+from kb.sweep.spec import SensitiveSettings, SweepSpec, judge_models
 from kb.textwidth import shorten
 
 CanaryStatus = Literal["no-drift", "drift", "rebaselined", "incomplete", "unstable"]

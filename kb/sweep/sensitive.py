@@ -52,7 +52,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from kb.distribution_shift import bonferroni_alarm, logprob_shift, shift_p_value
 from kb.engine.known_params import PROVIDER_PARAMS
@@ -69,9 +69,7 @@ from kb.logprobs import TopLogprobs, cut_tokens
 from kb.sidefile import SideFormat
 from kb.store.canonical import js_stringify, normalize_output, sha256_hex
 from kb.store.records import SensitiveRecord, ShiftProbeRecord
-
-if TYPE_CHECKING:
-    from kb.sweep.spec import SweepSpec
+from kb.sweep.spec import SensitiveSettings, SweepSpec
 
 SensitiveStatus = Literal["steady", "shift", "uncalibrated", "incomplete"]
 PROBES = SideFormat("sensitive probes", key="format")
@@ -168,20 +166,6 @@ def probes_for(spec: SweepSpec) -> SensitiveProbes | None:
     if spec.canary is None or spec.canary.sensitive is None:
         return None
     return SensitiveProbes.read(Path(spec.canary.sensitive.probes))
-
-
-@dataclass(frozen=True)
-class SensitiveSettings:
-    """How the tier samples: ``[sensitive]`` of the canary (resolved)."""
-
-    probes_path: Path
-    samples: int = 16
-    alpha: float = 0.01
-    max_tokens: int = 8
-    logprobs: int = 5
-    """Top-k of each logprob reading (0: no logprob readings)."""
-    readings: int = 4
-    """Logprob readings per probe a night (temperature 0, one token)."""
 
 
 def probe_run(

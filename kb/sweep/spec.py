@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -48,9 +48,6 @@ from kb.evals.graders import judge_spec
 from kb.schema import ModelRefText, StrictModel, validate_into
 from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
 from kb.tomlfile import read_toml
-
-if TYPE_CHECKING:
-    from kb.sweep.sensitive import SensitiveSettings
 
 #: A call that takes longer than a day is a configuration mistake, not patience.
 MAX_TIMEOUT_S = 86_400.0
@@ -177,6 +174,20 @@ class ModelEntry(StrictModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SensitiveSettings:
+    """How the tier samples: ``[sensitive]`` of the canary (resolved)."""
+
+    probes_path: Path
+    samples: int = 16
+    alpha: float = 0.01
+    max_tokens: int = 8
+    logprobs: int = 5
+    """Top-k of each logprob reading (0: no logprob readings)."""
+    readings: int = 4
+    """Logprob readings per probe a night (temperature 0, one token)."""
+
+
 class SensitiveSection(StrictModel):
     """``[sensitive]`` of a canary: border probes sampled at temperature 1 (SPEC 13.4)."""
 
@@ -198,8 +209,6 @@ class SensitiveSection(StrictModel):
         return self.model_copy(update={"probes": str(_resolve(base, self.probes))})
 
     def settings(self) -> SensitiveSettings:
-        from kb.sweep.sensitive import SensitiveSettings
-
         return SensitiveSettings(
             Path(self.probes),
             self.samples,

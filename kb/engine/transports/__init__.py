@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kb.engine.cassette import Cassette
-    from kb.engine.scheduler import EngineConfig
+    from kb.engine.config import EngineConfig
     from kb.engine.transports.base import BatchTransport, Transport
     from kb.engine.workers import WorkerPool
 

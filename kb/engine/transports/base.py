@@ -185,10 +185,8 @@ def ledger_of(transport: object) -> BatchLedger | None:
 
 def replays(transport: object) -> bool:
     """Whether a wrapper chain answers from a cassette (no provider is called or paid)."""
-    from kb.engine.transports.replay import ReplayTransport
-
     while transport is not None:
-        if isinstance(transport, ReplayTransport):
+        if getattr(transport, "replaying", False):
             return True
         transport = getattr(transport, "inner", None)
     return False

@@ -17,6 +17,8 @@ class ReplayTransport:
 
     retries = False
     resumable = False
+    replaying = True
+    """Answers from a cassette: no provider is called, nothing is paid."""
 
     def __init__(self, cassette: Cassette) -> None:
         self.cassette = cassette
