@@ -278,16 +278,16 @@ def test_every_write_of_a_commit_can_fail_and_nothing_is_half_done(
             else:
                 patch.setattr(where, fail)
         elif step.endswith("temp"):
-            from kb.store import filestore
+            from kb.store import committing  # where a commit writes its temps
 
-            real_temp = filestore.stream_temp_beside
+            real_temp = committing.stream_temp_beside
 
             def temp(path: Path, fill: Any, owner: str = "") -> tuple[Path, str]:
                 if path.name.endswith(where):
                     fail()
                 return real_temp(path, fill, owner)
 
-            patch.setattr(filestore, "stream_temp_beside", temp)
+            patch.setattr(committing, "stream_temp_beside", temp)
         else:
             import os
 

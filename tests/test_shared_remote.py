@@ -183,7 +183,7 @@ NOTE = [
 def test_push_exhaustion_keeps_and_names_the_local_commit(
     isolated: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kb.errors import CasAttemptsExhausted
+    from kb.errors import CasAttemptsExhausted, PushRejected
     from kb.store import git as store_git
     from kb.store.filestore import CommitContext
     from tests.factories import add, eval_claim
@@ -191,7 +191,7 @@ def test_push_exhaustion_keeps_and_names_the_local_commit(
     _, a = remote_with_clone(isolated)
 
     def always_lose(*args: object) -> None:  # a remote that keeps moving
-        raise store_git.PushRejected("[rejected] (fetch first)")
+        raise PushRejected("[rejected] (fetch first)")
 
     monkeypatch.setattr(store_git, "push", always_lose)
     store = KnowledgeStore(a / "rulvar.models.json")

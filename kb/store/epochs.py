@@ -33,7 +33,7 @@ from kb.errors import ConfigError, MergeConflict
 from kb.schema import validation_issues
 from kb.sidefile import SideFormat
 from kb.store.merge import leave_textual_conflict
-from kb.store.records import WireModel
+from kb.store.wire import WireModel
 
 EPOCHS = SideFormat("epochs")
 EPOCHS_FORMAT = EPOCHS.current

@@ -36,8 +36,9 @@ from kb.store.baselines import BaselinesFile, CanaryBaselines, judge, probe_set_
 from kb.store.canonical import js_stringify, normalize_output, sha256_hex
 from kb.store.filestore import Change, CommitContext, KnowledgeStore
 from kb.store.ops import MarkStale, Op
-from kb.store.records import CanaryRecord, ProbeRecord, cut_texts
+from kb.store.records import CanaryRecord, ProbeRecord
 from kb.store.snapshot import ClaimEntry, Snapshot
+from kb.store.wire import cut_texts
 from kb.sweep.health import ERROR_PAGE, reply_kind
 from kb.sweep.pool import build_pool
 from kb.sweep.sensitive import (

@@ -24,10 +24,10 @@ from kb.store.records import (
     PoolRecord,
     PriorStands,
     ReportFile,
-    cut_texts,
 )
 from kb.store.snapshot import ClaimEntry, Snapshot
 from kb.store.ttl import format_instant
+from kb.store.wire import cut_texts
 from kb.sweep.canary import CanaryResult
 from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
