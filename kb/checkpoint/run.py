@@ -54,7 +54,7 @@ from kb.engine.requests import ModelSpec, ProviderRequest, build_request
 from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.scheduler import Engine
 from kb.errors import ConfigError
-from kb.evals.cases import Case, JudgeGrader, unique_names
+from kb.evals.cases import Case, unique_names
 from kb.evals.suite import CaseRun, CaseVerdict, judge_phase, run_pairs, target_phase
 from kb.paired import SequentialDesign, seed_from
 from kb.store.filestore import ReadOnlyStore
@@ -240,7 +240,7 @@ def plan_checkpoint(spec: CheckpointSpec, store: ReadOnlyStore, *, as_of: int) -
             for r in routed
         ),
     )
-    routed_judges = sum(1 for r in routed for g in r.case.graders if isinstance(g, JudgeGrader))
+    routed_judges = sum(len(r.case.judges) for r in routed)
     case_runs = [pair for _, pair in pairs]
     phases = [
         target_phase(case_runs, budgets.target_usd),

@@ -13,7 +13,7 @@ from pydantic import Field
 from kb.card import Ladder, LaddersFile, Profile, load_ladders, parse_ladders
 from kb.engine.requests import ModelSpec
 from kb.errors import ConfigError
-from kb.evals.cases import Case, JudgeGrader
+from kb.evals.cases import Case
 from kb.schema import ModelRefText, StrictModel, subject_key, validate_into
 from kb.store.models import ModelClaim
 from kb.sweep.spec import (
@@ -251,7 +251,7 @@ def _budget_issues(spec: _CheckpointFile, eval_cases: Sequence[Case]) -> list[st
         return []
     needed = ["target_usd", "orchestrator_usd", "max_total_usd"]
     cases = [*eval_cases, *spec.orchestrated]
-    if any(isinstance(g, JudgeGrader) for case in cases for g in case.graders):
+    if any(case.judges for case in cases):
         needed.append("judge_usd")
     return [
         f"budgets.{name}: missing (or set checkpoint.allow_unbounded)"

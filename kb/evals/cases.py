@@ -255,14 +255,13 @@ class PythonGrader(StrictModel):
         return f"python {self.function}"
 
 
-GraderSpec = Annotated[
-    GoldenGrader | RubricGrader | JudgeGrader | PythonGrader, Field(discriminator="kind")
-]
+Grader = GoldenGrader | RubricGrader | JudgeGrader | PythonGrader
+"""Every kind of grader: the one place the union is spelled."""
+GraderSpec = Annotated[Grader, Field(discriminator="kind")]
+"""A grader as a spec writes it (its ``kind`` picks the class)."""
 
 
-def expected_text(
-    graders: Sequence[GoldenGrader | RubricGrader | JudgeGrader | PythonGrader],
-) -> str:
+def expected_text(graders: Sequence[Grader]) -> str:
     """What a case's graders take as a pass, in words, one grader after another."""
     return " · ".join(grader.expects for grader in graders)
 
@@ -278,6 +277,11 @@ class Case(StrictModel):
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     """JSON Schema for structured output, passed to the model."""
     graders: list[GraderSpec] = Field(min_length=1)
+
+    @property
+    def judges(self) -> tuple[JudgeGrader, ...]:
+        """The case's judge graders (each one judge run per target run that settles ok)."""
+        return tuple(grader for grader in self.graders if isinstance(grader, JudgeGrader))
 
 
 def unique_names(cases: Sequence[Case]) -> list[str]:

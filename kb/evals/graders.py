@@ -16,7 +16,15 @@ from typing import Any
 
 from kb.engine.requests import ModelSpec, ProviderRequest, build_request
 from kb.errors import GraderError
-from kb.evals.cases import Case, Criterion, GoldenGrader, JudgeGrader, PythonGrader, RubricGrader
+from kb.evals.cases import (
+    Case,
+    Criterion,
+    GoldenGrader,
+    Grader,
+    JudgeGrader,
+    PythonGrader,
+    RubricGrader,
+)
 from kb.evals.jsonpath import answer_json, find, parse_path
 from kb.evals.python_graders import case_view, read_result
 
@@ -170,12 +178,17 @@ def grade_python(grader: PythonGrader, output: str, case: Case | None) -> Grade:
 
 
 def grade(
-    grader: GoldenGrader | RubricGrader | PythonGrader,
+    grader: Grader,
     output: str,
     case_name: str,
     case: Case | None = None,
 ) -> Grade:
-    """Run a deterministic grader; an exception inside it fails the job loudly."""
+    """Run a deterministic grader; an exception inside it fails the job loudly.
+
+    A judge grades through its own run (:func:`parse_verdict`), never here.
+    """
+    if isinstance(grader, JudgeGrader):
+        raise GraderError(f"{case_name}: a judge grades through its run, not locally")
     try:
         if isinstance(grader, GoldenGrader):
             return grade_golden(grader, output)

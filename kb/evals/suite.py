@@ -136,7 +136,7 @@ def target_phase(pairs: Sequence[CaseRun], target_usd: float | None) -> Phase:
 
 def judge_phase(pairs: Sequence[CaseRun], judge_usd: float | None, name: str = "judges") -> Phase:
     """The judge runs of ``pairs``: at most one per judge grader, decided by the targets."""
-    judges = sum(1 for p in pairs for g in p.case.graders if isinstance(g, JudgeGrader))
+    judges = sum(len(p.case.judges) for p in pairs)
     return Phase(
         name,
         later=judges,
@@ -274,12 +274,11 @@ def quick_pass(pair: CaseRun, result: RunResult) -> bool | None:
     ``None`` when a judge must decide, the run failed, or a grader cannot grade:
     the cell's verdict comes later, from :func:`run_pairs`, never from this.
     """
-    if result.status != "ok" or any(isinstance(g, JudgeGrader) for g in pair.case.graders):
+    if result.status != "ok" or pair.case.judges:
         return None
     try:
         return all(
-            grade(g, result.output or "", pair.name, pair.case).passed  # type: ignore[arg-type]
-            for g in pair.case.graders
+            grade(g, result.output or "", pair.name, pair.case).passed for g in pair.case.graders
         )
     except GraderError:
         return None

@@ -42,7 +42,7 @@ from kb.engine.requests import (
     unset_default_key,
 )
 from kb.errors import ConfigError
-from kb.evals.cases import Case, JudgeGrader, PythonGrader
+from kb.evals.cases import Case, PythonGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, grouped_issues, load_dataset
 from kb.evals.graders import judge_spec
 from kb.schema import ModelRefText, StrictModel, validate_into
@@ -372,11 +372,10 @@ def _judges_by_config(cases: Sequence[Case]) -> dict[tuple[str, str], tuple[Mode
     """Each judge configuration (model, effort, params) and the cases that call it."""
     found: dict[tuple[str, str], tuple[ModelSpec, list[str]]] = {}
     for case in cases:
-        for grader in case.graders:
-            if isinstance(grader, JudgeGrader):
-                spec = judge_spec(grader)
-                params = json.dumps(spec.params, sort_keys=True, default=str)
-                found.setdefault((spec.key, params), (spec, []))[1].append(case.name)
+        for grader in case.judges:
+            spec = judge_spec(grader)
+            params = json.dumps(spec.params, sort_keys=True, default=str)
+            found.setdefault((spec.key, params), (spec, []))[1].append(case.name)
     return found
 
 
@@ -423,8 +422,7 @@ def _credential_issues(raw: Mapping[str, Any], cases: Sequence[Case]) -> list[st
     where += [
         (f"cases {case.name!r}: judge {grader.model} params.api_key_env", grader.params)
         for case in cases
-        for grader in case.graders
-        if isinstance(grader, JudgeGrader)
+        for grader in case.judges
     ]
     found = []
     for path, params in where:
@@ -609,7 +607,7 @@ def _budget_issues(
         issues.append("budgets.max_total_usd: missing")
     if budgets.target_usd is None:
         issues.append("budgets.target_usd: missing (every target run needs a ceiling)")
-    has_judge = any(isinstance(g, JudgeGrader) for case in cases for g in case.graders)
+    has_judge = any(case.judges for case in cases)
     if has_judge and budgets.judge_usd is None:
         issues.append("budgets.judge_usd: missing (the cases use judge graders)")
     if canary is not None and budgets.canary_usd is None:
