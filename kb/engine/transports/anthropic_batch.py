@@ -33,14 +33,12 @@ a schema into a tool call; a batch would not).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
 import re
-import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -49,15 +47,13 @@ from kb.engine.batch import (
     BatchAnswer,
     BatchMembers,
     BatchState,
-    answered_run,
     batchable,
-    failed_run,
     group_key,
-    poll_delays,
 )
 from kb.engine.requests import ProviderRequest, endpoint, scrub_secrets, secret_values
 from kb.engine.runs import PlannedRun, PriceSource, RunResult, Usage
 from kb.engine.transports.base import BatchPhase
+from kb.engine.transports.lifecycle import settle_batch
 from kb.errors import ConfigError, ProviderFailure
 
 if TYPE_CHECKING:
@@ -69,9 +65,6 @@ MESSAGE_PARAMS = frozenset(
     {"temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking", "service_tier"}
 )
 """Call params the Messages API takes as they are."""
-POLL_TRIES = 4
-"""Consecutive polls that may fail on a retryable status before the batch's runs settle
-``error`` (the batch stays journaled: ``kb sweep --resume`` polls it again)."""
 _RETRYABLE = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
 """What a batch id may look like: it goes into the URLs the key is sent to."""
@@ -260,102 +253,33 @@ class AnthropicBatchTransport:
         on_batch: Callable[[BatchState], None] | None,
     ) -> list[RunResult]:
         """Send ``runs`` as one batch (or poll the one a resume finds), then settle each."""
-        names = BatchMembers(tuple((run.label, run.request.key) for run in runs))
-        started = time.monotonic()
-        batch_id = phase.batch_for(names.key)
         target = where(runs[0])
-        async with _Api(target) as api:
-            try:
-                if batch_id is None:
-                    if phase.stopped:
-                        return [
-                            failed_run(run, "cancelled", started, cancelled=True) for run in runs
-                        ]
-                    most = self.live.adapter().anthropic_max_tokens(runs[0].request.model)
-                    requests = [
-                        message_params(names.custom_id(i), run.request, most)
-                        for i, run in enumerate(runs)
-                    ]
-                    batch_id = await api.create(requests)
-                    if not phase.note_batch(names.key, batch_id):
-                        await api.cancel_quietly(batch_id)  # no resume could collect it
-                        return [
-                            failed_run(run, "cancelled", started, cancelled=True) for run in runs
-                        ]
-                state = await self._wait(api, batch_id, phase, on_batch)
-                if state is None:  # stopped while waiting: journaled, --resume polls it
-                    cut = [failed_run(run, "cancelled", started, cancelled=True) for run in runs]
-                    return [replace(result, batch_id=batch_id) for result in cut]
-                answers = read_results(await api.results(state), target.secrets)
-            except ProviderFailure as failure:
-                cut = [failed_run(run, failure.message, started) for run in runs]
-                return [replace(result, batch_id=batch_id) for result in cut]
-        if state.status != "completed":
-            phase.note_batch_end(batch_id, state.status)
-        ended = time.monotonic()
-        return [
-            replace(
-                self._answered(run, answers.get(names.custom_id(i)), state, started, ended),
-                batch_id=batch_id,
+        most = self.live.adapter().anthropic_max_tokens(runs[0].request.model)
+        async with _Api(target, most) as api:
+            return await settle_batch(
+                api,
+                runs,
+                phase,
+                on_batch,
+                poll_s=self.poll_s,
+                poll_max_s=self.poll_max_s,
+                price=self._price,
             )
-            for i, run in enumerate(runs)
-        ]
 
-    async def _wait(
-        self,
-        api: _Api,
-        batch_id: str,
-        phase: BatchPhase,
-        on_batch: Callable[[BatchState], None] | None,
-    ) -> BatchState | None:
-        """Poll until the batch ended (``None``: the phase stopped first)."""
-        phase.opened(batch_id)
-        delays = poll_delays(self.poll_s, self.poll_max_s)
-        failures = 0
-        while True:
-            try:
-                state = batch_state(await api.retrieve(batch_id))
-            except ProviderFailure as failure:
-                failures += 1
-                if not failure.retryable or failures >= POLL_TRIES:
-                    raise
-            else:
-                failures = 0
-                if state.batch_id != batch_id:
-                    raise ProviderFailure(
-                        f"polling the batch {batch_id}: the reply describes another batch",
-                        retryable=False,
-                    )
-                if on_batch is not None:
-                    on_batch(state)
-                # only "ended" ends it: a status Anthropic has not documented is polled again
-                if state.status in ("completed", "cancelled", "expired"):
-                    phase.closed(batch_id)
-                    return state
-            if phase.stopped:
-                return None
-            await asyncio.sleep(next(delays))
-
-    def _answered(
-        self,
-        run: PlannedRun,
-        found: BatchAnswer | None,
-        state: BatchState,
-        started: float,
-        ended: float,
-    ) -> RunResult:
+    def _price(self, run: PlannedRun) -> Callable[[Usage], tuple[float, PriceSource]]:
         def price(usage: Usage) -> tuple[float, PriceSource]:
             return self.live.adapter().batch_cost(run.spec, run.request, usage)
 
-        missing = f"the batch {state.batch_id} has no result for it"
-        return answered_run(run, found, missing, state, price, started, ended)
+        return price
 
 
 class _Api:
-    """The Message Batches calls of one endpoint and key."""
+    """The Message Batches calls of one endpoint and key (a :class:`BatchApi`)."""
 
-    def __init__(self, target: Where) -> None:
+    def __init__(self, target: Where, max_tokens: int) -> None:
         self.target = target
+        self.max_tokens = max_tokens
+        """What a live call sends as ``max_tokens`` when none is given (litellm's default)."""
         self.client = httpx.AsyncClient(
             base_url=target.base, headers=target.headers(), timeout=httpx.Timeout(60.0)
         )
@@ -366,8 +290,12 @@ class _Api:
     async def __aexit__(self, *exc: object) -> None:
         await self.client.aclose()
 
-    async def create(self, requests: list[dict[str, Any]]) -> str:
+    async def create(self, runs: Sequence[PlannedRun], members: BatchMembers) -> str:
         """The new batch's id."""
+        requests = [
+            message_params(members.custom_id(i), run.request, self.max_tokens)
+            for i, run in enumerate(runs)
+        ]
         made = await self._call(
             "creating the batch", "POST", "/v1/messages/batches", {"requests": requests}
         )
@@ -378,9 +306,22 @@ class _Api:
             )
         return batch_id
 
-    async def retrieve(self, batch_id: str) -> dict[str, Any]:
+    async def poll(self, batch_id: str) -> BatchState:
         """The batch as the provider describes it now."""
-        return await self._call("polling the batch", "GET", f"/v1/messages/batches/{batch_id}")
+        found = await self._call("polling the batch", "GET", f"/v1/messages/batches/{batch_id}")
+        return batch_state(found)
+
+    def ended(self, state: BatchState) -> bool:
+        """Only "ended" ends it: a status Anthropic has not documented is polled again."""
+        return state.status in ("completed", "cancelled", "expired")
+
+    async def answers(self, state: BatchState) -> dict[str, BatchAnswer]:
+        """The results file, read (a key quoted in a result's error cut)."""
+        return read_results(await self.results(state), self.target.secrets)
+
+    def missing(self, state: BatchState) -> str:
+        """A request the results file does not name."""
+        return f"the batch {state.batch_id} has no result for it"
 
     async def results(self, state: BatchState) -> bytes:
         """The results file (JSONL): where the batch says, else its documented path."""
@@ -396,7 +337,7 @@ class _Api:
         response = await self._send("reading the batch's results", "GET", str(url))
         return response.content
 
-    async def cancel_quietly(self, batch_id: str) -> None:
+    async def cancel(self, batch_id: str) -> None:
         """Ask the provider to cancel; a failure here changes nothing kb reports."""
         try:
             await self._call(
