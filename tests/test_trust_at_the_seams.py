@@ -620,3 +620,24 @@ def test_a_sweep_meeting_a_lock_left_by_git_refuses_before_paying(repo: Path) ->
     assert "index.lock: no git process is running" in swept.stderr
     assert "nothing was sent, nothing paid" in swept.stderr
     assert (repo / ".git" / "index.lock").exists()
+
+
+def test_a_night_stopped_in_its_commit_resumes_without_asking_anything(repo: Path) -> None:
+    """Every run was measured before the commit: the resume pools nothing new, so it need not
+    ask the canary again (and a night killed in its commit window resumes offline)."""
+    assert run_kb(repo, "init").exit_code == 0
+    with fake_openai_server() as (base, seen):
+        spec = loopback_spec(repo / "s.toml", base, cases=20, canary=True)
+        assert run_kb(repo, "sweep", "s.toml", "--observed-at", NIGHT_1).exit_code == 0
+        killed = subprocess.run(  # night 2 killed at its commit's first rename (the intent)
+            ["strace", "-o", "/dev/null", "-e", "trace=rename", "-e",
+             "inject=rename:signal=KILL:when=1", sys.executable, "-m", "kb", "sweep", str(spec),
+             "--quiet", "--observed-at", NIGHT_2],
+            cwd=repo, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        asked = len(seen.requests)
+        resumed = run_kb(repo, "sweep", "s.toml", "--resume")
+        assert len(seen.requests) == asked  # not even the canary
+    assert resumed.exit_code == 0, resumed.stderr
+    assert git(repo, "log", "--format=%s").count("kb: sweep") == 2

@@ -60,6 +60,9 @@ class JournalState:
     """Runs journaled in all (ok or not)."""
     batches: Mapping[str, str] = field(default_factory=dict)
     """The batches created and not ended: the members' key → the batch id."""
+    measured: bool = False
+    """The stopped invocation measured the whole night (it stopped in its commit): a
+    resume asks nothing of any provider, so its journaled runs are all one night's."""
 
     def reusable(self, label: str, key: str) -> RunResult | None:
         """The journaled ok run for ``label``, if it answered the same request."""
@@ -127,6 +130,13 @@ class RunJournal:
                 }
             )
         return journal
+
+    def record_measured(self) -> None:
+        """Every run of the night settled and none is to be asked again.
+
+        Only the commit is left: a resume of it calls no provider.
+        """
+        self._write({"measured": True})
 
     def discard(self, labels: Iterable[str]) -> None:
         """Mark settled runs as not to be reused (a suspect cell's answers: an outage's)."""
@@ -243,6 +253,7 @@ def read_journal(path: Path) -> JournalState | None:
         raise ConfigError(str(path), f"not a kb run journal: {exc}") from None
     settled: dict[str, tuple[str, RunResult]] = {}
     batches: dict[str, str] = {}
+    measured = False
     count = 0
     for number, line in enumerate(lines[1:], 2):
         try:
@@ -250,6 +261,10 @@ def read_journal(path: Path) -> JournalState | None:
             if isinstance(entry, dict) and "discard" in entry:
                 for label in entry["discard"]:
                     settled.pop(str(label), None)
+                measured = False
+                continue
+            if isinstance(entry, dict) and "measured" in entry:
+                measured = bool(entry["measured"])
                 continue
             if isinstance(entry, dict) and "batch" in entry:
                 batches[str(entry["members"])] = str(entry["batch"])
@@ -272,7 +287,7 @@ def read_journal(path: Path) -> JournalState | None:
             settled[result.label] = (str(entry["key"]), result)
         else:
             settled.pop(result.label, None)
-    return JournalState(path, report_id, observed_at, spec, settled, count, batches)
+    return JournalState(path, report_id, observed_at, spec, settled, count, batches, measured)
 
 
 def _result(entry: Mapping[str, Any]) -> RunResult:

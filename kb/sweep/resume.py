@@ -223,13 +223,22 @@ class ResumeGuard:
 
     @staticmethod
     def served(journal: JournalState) -> JournalState:
-        """What the resumed night may serve from ``journal`` before its canary: no probe."""
+        """What the resumed night may serve from ``journal`` before its canary: no probe.
+
+        Unless the stopped invocation measured the whole night (it stopped in its
+        commit): the resume then asks no provider anything, every answer it pools
+        is the stopped night's, and its journaled canary is that night's too.
+        """
+        if journal.measured:
+            return journal
         return journal.without(
             label for label, (_, run) in journal.settled.items() if run.kind == "canary"
         )
 
     def check(self, canaries: Sequence[CanaryResult]) -> tuple[ResumedModel, ...]:
         """Tonight's canaries against the journaled ones; forget what cannot be reused."""
+        if self.journal.measured:
+            return ()  # the canary was the stopped night's own: nothing was asked again
         found = []
         for canary in canaries:
             key = canary.member.key

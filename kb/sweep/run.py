@@ -18,6 +18,7 @@ provider call; :func:`execute_sweep` is then a short sequence:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
@@ -26,7 +27,7 @@ from pathlib import Path
 from kb.engine.batch import BatchForecast
 from kb.engine.journal import RunJournal, read_journal
 from kb.engine.scheduler import Engine, journaled
-from kb.errors import ConfigError
+from kb.errors import ConfigError, JournalUnwritable
 from kb.schema import DEFAULT_ATTEMPTS
 from kb.store.baselines import BaselinesFile
 from kb.store.changes import (
@@ -419,7 +420,12 @@ def execute_sweep(
                 measurement = measure(
                     plan, engine, BaselinesFile.read(store.home.canary_baselines), resumed=guard
                 )
-            opened.discard(outage_answers(measurement))
+            outage = outage_answers(measurement)
+            if outage:
+                opened.discard(outage)
+            elif all(cell.complete for cell, _ in measurement.cells):
+                with contextlib.suppress(JournalUnwritable):  # then a resume probes again
+                    opened.record_measured()  # a resume asks nothing: only the commit is left
         finally:
             opened.close()
         result = None
