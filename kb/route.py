@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kb.card import (
     Ladder,
@@ -51,11 +51,16 @@ from kb.engine.known_providers import DEFAULT_KEY_ENV
 from kb.engine.requests import MIN_SECRET_LENGTH, ModelSpec, litellm_model
 from kb.errors import ConfigError
 from kb.money import usd
+from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
 from kb.store.epochs import EpochsFile
 from kb.store.models import ModelClaim
 from kb.store.ttl import format_instant
 from kb.tomlfile import read_toml
+
+if TYPE_CHECKING:
+    from kb.store.filestore import KnowledgeStore
+    from kb.sweep.spec import SweepSpec
 
 ALIAS_PREFIX = "kb/"
 ENDPOINT_PARAMS = ("api_base", "base_url", "api_version")
@@ -621,3 +626,84 @@ def render_yaml(
             ((alias, names),) = entry.items()
             lines.append(f"    - {json.dumps(alias)}: [{', '.join(json.dumps(n) for n in names)}]")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    """What ``kb route`` writes, decided: the routes, what to warn about, the deployments."""
+
+    routes: list[Route]
+    warnings: list[str]
+    """Every warning (unknown task classes and rungs, routes the store doubts, missing
+    evidence), in the order a person reads them."""
+    models: dict[str, ModelSpec]
+    """The sweep spec's models by key (each rung's ``api_base`` and key), or none."""
+    as_of: int
+    policy: str
+    margin: float
+
+    def json(self) -> dict[str, Any]:
+        """``--format json``."""
+        return routes_json(self.routes, self.as_of, self.models)
+
+    def yaml(self, ladders_name: str, store_name: str) -> str:
+        """``--format litellm``: the Router/proxy config, each alias with why it goes there."""
+        why = (
+            "Each kb/<task class> is the rung the verified claims recommend (the ladder's start "
+            "moved at most one rung)"
+            if self.policy == "card"
+            else f"Policy evidence (margin {self.margin}): each kb/<task class> is the cheapest "
+            "rung non-inferior (paired) to the best measured one"
+        )
+        header = (
+            f"kb route {ladders_name}: generated from {store_name} as of "
+            f"{format_instant(self.as_of)}; regenerate rather than edit.\n{why};\nits fallbacks "
+            "are the higher rungs in escalation order; the comment above each alias says why "
+            "it goes there."
+        )
+        notes = {route.alias: route.why for route in self.routes}
+        return render_yaml(router_config(self.routes, self.models), header, notes)
+
+
+def route_config(
+    ladders: LaddersFile,
+    store: KnowledgeStore,
+    as_of: int,
+    *,
+    spec: SweepSpec | None = None,
+    policy: str = "card",
+    margin: float = DEFAULT_MARGIN,
+    evidence_dir: Path | None = None,
+) -> RouteConfig:
+    """Decide ``kb route``: the routes of ``ladders`` from the store's claims (and evidence).
+
+    ``spec`` (``--spec``): the sweep spec whose models give every rung its endpoint and
+    key (a rung it lacks is refused); ``policy``: ``card`` (the start tier moved at most
+    one rung, rulvar's rule) or ``evidence`` (the cheapest rung non-inferior to the best
+    measured one, from the evidence beside the store or in ``evidence_dir``).
+    """
+    from kb.store.epochs import read_epochs
+    from kb.store.evidence import runs_reader
+
+    models = {m.key: m for m in spec.models} if spec else {}
+    if spec is not None:
+        issues = spec_issues(ladders, models)
+        if issues:
+            raise ConfigError(f"--spec {spec.path}", issues)
+    claims = store.read().claims
+    evidence = None
+    missing = None
+    if policy == "evidence":
+        runs_of = runs_reader(store, evidence_dir)
+        evidence = evidence_costs(read_epochs(store.home.epochs_file), runs_of, margin)
+    routes, warnings = plan_routes(ladders, claims, as_of, evidence)
+    if policy == "evidence":
+        missing = runs_of.warning()
+    cases = [case.task_class for case in spec.cases] if spec else None
+    refs = [m.ref for m in spec.models] if spec else None
+    unknown = [
+        *unknown_task_classes(ladders, claims, cases),
+        *unknown_rungs(ladders, claims, refs),
+    ]
+    said = [*unknown, *warnings, *([missing] if missing is not None else [])]
+    return RouteConfig(routes, said, models, as_of, policy, margin)

@@ -543,66 +543,24 @@ def route(
     evidence_dir: Path | None,
 ) -> None:
     """Write a LiteLLM routing config: per task class the rung the store recommends."""
-    from kb.route import (
-        evidence_costs,
-        load_route_ladders,
-        plan_routes,
-        render_yaml,
-        router_config,
-        routes_json,
-        spec_issues,
-        unknown_rungs,
-        unknown_task_classes,
-    )
-    from kb.store.ttl import format_instant
+    from kb.route import load_route_ladders, route_config
     from kb.sweep.spec import load_spec
 
-    ladders = load_route_ladders(spec_path)
-    spec = load_spec(sweep_spec) if sweep_spec else None
-    models = {m.key: m for m in spec.models} if spec else {}
-    if sweep_spec is not None:
-        issues = spec_issues(ladders, models)
-        if issues:
-            raise ConfigError(f"--spec {sweep_spec}", issues)
-    claims = app.store.read().claims
-    evidence = None
-    if policy == "evidence":
-        from kb.store.epochs import read_epochs
-        from kb.store.evidence import runs_reader
-
-        epochs = read_epochs(app.store.home.epochs_file)
-        runs_of = runs_reader(app.store, evidence_dir)
-        evidence = evidence_costs(epochs, runs_of, margin)
-    routes, warnings = plan_routes(ladders, claims, app.as_of, evidence)
-    if policy == "evidence" and (missing := runs_of.warning()) is not None:
-        warnings.append(missing)
-    cases = [case.task_class for case in spec.cases] if spec else None
-    config = router_config(routes, models)
-    spec_models = [m.ref for m in spec.models] if spec else None
-    unknown = [
-        *unknown_task_classes(ladders, claims, cases),
-        *unknown_rungs(ladders, claims, spec_models),
-    ]
-    for warning in [*unknown, *warnings]:
+    found = route_config(
+        load_route_ladders(spec_path),
+        app.store,
+        app.as_of,
+        spec=load_spec(sweep_spec) if sweep_spec else None,
+        policy=policy,
+        margin=margin,
+        evidence_dir=evidence_dir,
+    )
+    for warning in found.warnings:
         click.echo(f"warning: {warning}", err=True)
     if output_format == "json":
-        echo_json(routes_json(routes, app.as_of, models))
-        return
-    header = (
-        f"kb route {spec_path.name}: generated from {app.store.path.name} as of "
-        f"{format_instant(app.as_of)}; regenerate rather than edit.\n"
-        + (
-            "Each kb/<task class> is the rung the verified claims recommend (the ladder's start "
-            "moved at most one rung)"
-            if policy == "card"
-            else f"Policy evidence (margin {margin}): each kb/<task class> is the cheapest rung "
-            "non-inferior (paired) to the best measured one"
-        )
-        + ";\nits fallbacks are the higher rungs in escalation order; the comment above each "
-        "alias says why it goes there."
-    )
-    notes = {route.alias: route.why for route in routes}
-    click.echo(render_yaml(config, header, notes), nl=False)
+        echo_json(found.json())
+    else:
+        click.echo(found.yaml(spec_path.name, app.store.path.name), nl=False)
 
 
 CHECKPOINT_EPILOG = """\b
