@@ -91,51 +91,34 @@ def measure(
     """
     spec = plan.spec
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
-    canaries: list[CanaryResult] = []
-    if spec.canary is not None:
-        tier = None
-        if plan.probes is not None and spec.canary.sensitive is not None:
-            known = baselines.parsed if baselines is not None else CanaryBaselines()
-            tier = SensitiveTier(plan.probes, spec.canary.sensitive.settings(), known)
-        canaries = measure_canaries(
-            engine,
-            plan.members,
-            spec.canary.prompts,
-            envelope,
-            repeats=spec.canary.repeats,
-            probes=plan.job.phase("canary"),
-            tier=tier,
-        )
+    canaries = _canaries(plan, engine, baselines, envelope)
     changed = resumed.check(canaries) if resumed is not None else ()
-    targets = plan.job.phase("targets")
-    judge_usd = spec.budgets.judge_usd
-    recheck = Recheck(engine, plan, targets, envelope, canaries)
+    recheck = Recheck(engine, plan, plan.job.phase("targets"), envelope, canaries)
     if not plan.suites:
-        verdicts = run_pairs(engine, plan.pairs, targets, envelope, judge_usd=judge_usd)
+        verdicts = run_pairs(
+            engine,
+            plan.pairs,
+            plan.job.phase("targets"),
+            envelope,
+            judge_usd=spec.budgets.judge_usd,
+        )
         recheck.after(dict(enumerate(verdicts)))
         pairs = list(plan.pairs)
         nights: dict[CellKey, CellEpochNight] = {}
     else:
-        epoch_night = NightSampler(
+        restart = _drifted(plan, canaries, baselines) | {m.member for m in changed if m.changed}
+        sampler = NightSampler(
             plan.suites,
             replace(rule, max_cases=spec.sweep.max_cases),
             spec.sweep.sampling,
-            _drifted(plan, canaries, baselines) | {m.member for m in changed if m.changed},
+            restart,
             shifted=frozenset(c.member.key for c in canaries if c.shifted),
             report_id=plan.report_id,
             observed_at=format_instant(plan.observed_at),
             nightly=nightly_rule(spec),
         )
-        merged: dict[int, CaseVerdict] = {}
-        names, only = epoch_night.first(), False
-        while names or not only:
-            ran = _run_some(
-                engine, plan, _chosen(plan, names, only=only), targets, envelope, judge_usd
-            )
-            merged.update(ran)
-            recheck.after(merged)
-            names, only = epoch_night.more(*_pass_scores(plan, ran, recheck.accepted)), True
-        nights = epoch_night.finish()
+        merged = _passes(plan, engine, sampler, recheck, envelope)
+        nights = sampler.finish()
         verdicts = [merged[index] for index in sorted(merged)]
         pairs = [plan.pairs[index] for index in sorted(merged)]
     engine.finish()
@@ -147,15 +130,51 @@ def measure(
     ]
     reused = sum(1 for cell, _ in cells for run in cell.runs if run.reused)
     reused += sum(1 for c in canaries for probe in c.probes for run in probe.runs if run.reused)
-    return Measurement(
-        tuple(canaries),
-        tuple(cells),
-        tuple(runs),
-        usd(envelope.debited),
-        reused,
-        changed,
-        tuple(recheck.notes),
+    spent = usd(envelope.debited)
+    rechecks = tuple(recheck.notes)
+    return Measurement(tuple(canaries), tuple(cells), tuple(runs), spent, reused, changed, rechecks)
+
+
+def _canaries(
+    plan: SweepPlan, engine: Engine, baselines: BaselinesFile | None, envelope: SpendEnvelope
+) -> list[CanaryResult]:
+    """Step 4: the canary of every member (both tiers when the canary has ``[sensitive]``)."""
+    spec = plan.spec
+    if spec.canary is None:
+        return []
+    tier = None
+    if plan.probes is not None and spec.canary.sensitive is not None:
+        known = baselines.parsed if baselines is not None else CanaryBaselines()
+        tier = SensitiveTier(plan.probes, spec.canary.sensitive.settings(), known)
+    return measure_canaries(
+        engine,
+        plan.members,
+        spec.canary.prompts,
+        envelope,
+        repeats=spec.canary.repeats,
+        probes=plan.job.phase("canary"),
+        tier=tier,
     )
+
+
+def _passes(
+    plan: SweepPlan,
+    engine: Engine,
+    sampler: NightSampler,
+    recheck: Recheck,
+    envelope: SpendEnvelope,
+) -> dict[int, CaseVerdict]:
+    """Step 5 under the interval gate: passes of target runs until the sampler asks no more."""
+    targets = plan.job.phase("targets")
+    judge_usd = plan.spec.budgets.judge_usd
+    merged: dict[int, CaseVerdict] = {}
+    names, only = sampler.first(), False
+    while names or not only:
+        ran = _run_some(engine, plan, _chosen(plan, names, only=only), targets, envelope, judge_usd)
+        merged.update(ran)
+        recheck.after(merged)
+        names, only = sampler.more(*_pass_scores(plan, ran, recheck.accepted)), True
+    return merged
 
 
 def _drifted(

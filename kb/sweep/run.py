@@ -19,7 +19,7 @@ provider call; :func:`execute_sweep` is then a short sequence:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from pathlib import Path
@@ -58,7 +58,7 @@ from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
-from kb.sweep.order import cells_with_newer, newer_nights
+from kb.sweep.order import CellKey, cells_with_newer, newer_nights
 from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_future_instant, refuse_used_report_id
 from kb.sweep.report import sweep_report
 from kb.sweep.resume import (
@@ -128,34 +128,9 @@ def decide_change(
     epoch.
     """
     spec = plan.spec
-    prompts = tuple(spec.canary.prompts) if spec.canary is not None else ()
     cells = [cell for cell, _ in measurement.cells if cell.complete]
     newer = newer_nights(cells, plan.observed_at, snapshot, epochs.file if epochs else None)
-    held_back = cells_with_newer(newer)
-    found = canary_change(
-        [c for c in measurement.canaries if c.member.key not in held_back],
-        snapshot,
-        baselines,
-        prompts,
-    )
-    # an older night's canary is judged (what it saw is said) but never applied
-    older = canary_change(
-        [c for c in measurement.canaries if c.member.key in held_back],
-        snapshot,
-        baselines,
-        prompts,
-    )
-    shown = replace(
-        found,
-        outcomes={
-            **{key: (status, ()) for key, (status, _) in older.outcomes.items()},
-            **found.outcomes,
-        },
-    )
-    not_applied = {
-        key: f"not applied: the store holds a newer night ({night})"
-        for (key, _), night in newer.items()
-    }
+    found, shown = _canary_decided(plan, measurement, snapshot, baselines, newer)
     decided = replace(
         measurement,
         cells=tuple(
@@ -167,20 +142,16 @@ def decide_change(
     judged = [c for c in decided.cells if (c[0].member.key, c[0].task_class) not in newer]
     ops = (*found.ops, *sweep_ops(snapshot, judged, gate, spec.gate))
     version = (snapshot.version + 1 if ops else snapshot.version) if committing else None
+    not_applied = {
+        key: f"not applied: the store holds a newer night ({night})"
+        for (key, _), night in newer.items()
+    }
     canary = classified(measurement.canaries, shown, version, not_applied)
     report = sweep_report(plan, decided, ops, canary, version, newer, snapshot)
     files = dict(found.files)
     notes = [found.note] if found.note else []
     if evidence is not None:
-        runs_file, report_file = evidence_paths(evidence.directory, plan.report_id)
-        records = night_runs(plan, measurement)
-        runs = render_runs(records)
-        report = report.model_copy(
-            update={"run_count": len(records), "runs_sha256": sha256(runs).hexdigest()}
-        )
-        files[str(runs_file)] = runs
-        files[str(report_file)] = report.render()
-        files.update(evidence.settings)
+        report = _with_evidence(plan, measurement, report, evidence, files)
         if not ops:
             notes.append("evidence only")
     if epochs is not None:
@@ -189,6 +160,49 @@ def decide_change(
             files[epochs.path.name] = updated.render()
             files.update(epochs.attributes)
     return SweepChange(ops, files, ", ".join(notes) or None, outcomes=found.outcomes, report=report)
+
+
+def _canary_decided(
+    plan: SweepPlan,
+    measurement: Measurement,
+    snapshot: Snapshot,
+    baselines: BaselinesFile,
+    newer: Mapping[CellKey, str],
+) -> tuple[CanaryChange, CanaryChange]:
+    """The canary's change (flips, baselines) and what each member's canary is shown as.
+
+    An older night's canary (the store holds a newer night of its cells) is
+    judged — what it saw is said — but never applied.
+    """
+    prompts = tuple(plan.spec.canary.prompts) if plan.spec.canary is not None else ()
+    held_back = cells_with_newer(newer)
+    mine = [c for c in measurement.canaries if c.member.key not in held_back]
+    found = canary_change(mine, snapshot, baselines, prompts)
+    older = canary_change(
+        [c for c in measurement.canaries if c.member.key in held_back], snapshot, baselines, prompts
+    )
+    judged = {key: (status, ()) for key, (status, _) in older.outcomes.items()}
+    return found, replace(found, outcomes={**judged, **found.outcomes})
+
+
+def _with_evidence(
+    plan: SweepPlan,
+    measurement: Measurement,
+    report: ReportFile,
+    evidence: EvidenceTarget,
+    files: dict[str, bytes],
+) -> ReportFile:
+    """The night's runs file and report file into ``files``; the report that says so."""
+    runs_file, report_file = evidence_paths(evidence.directory, plan.report_id)
+    records = night_runs(plan, measurement)
+    runs = render_runs(records)
+    report = report.model_copy(
+        update={"run_count": len(records), "runs_sha256": sha256(runs).hexdigest()}
+    )
+    files[str(runs_file)] = runs
+    files[str(report_file)] = report.render()
+    files.update(evidence.settings)
+    return report
 
 
 def _epochs_at(store: KnowledgeStore) -> EpochsAt:
@@ -398,36 +412,7 @@ def execute_sweep(
     with store.lease(plan.report_id):
         _ready_to_spend(plan, store, journal, writes, push)
         created = not journal.parent.exists()
-        if store.git is not None:
-            store.git.exclude(journal)  # a working file of this clone, never committed
-        context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
-        opened = RunJournal.open(
-            journal,
-            plan.report_id,
-            format_instant(plan.observed_at),
-            spec=SweptSpec.of(plan.spec.path, store).name,
-            cut=context.cut,
-        )
-        earlier = plan.resume.journal if plan.resume is not None else None
-        canary = plan.spec.canary
-        try:
-            # a resume asks the canary again before it reuses any journaled run
-            served = ResumeGuard.served(earlier) if earlier and canary else earlier
-            with journaled(engine, opened, served) as kept:
-                guard = None
-                if earlier is not None and canary is not None:
-                    guard = ResumeGuard(earlier, kept.forget, canary.repeats)
-                measurement = measure(
-                    plan, engine, BaselinesFile.read(store.home.canary_baselines), resumed=guard
-                )
-            outage = outage_answers(measurement)
-            if outage:
-                opened.discard(outage)
-            elif all(cell.complete for cell, _ in measurement.cells):
-                with contextlib.suppress(JournalUnwritable):  # then a resume probes again
-                    opened.record_measured()  # a resume asks nothing: only the commit is left
-        finally:
-            opened.close()
+        measurement = _measure_journaled(plan, store, engine, journal)
         result = None
         if measurement.measured_any:
             result = store.commit_with_rebase(
@@ -454,6 +439,47 @@ def execute_sweep(
             if created and not any(journal.parent.iterdir()):
                 journal.parent.rmdir()  # made only for the journal (evidence turned off)
     return _report(plan, measurement, store, target, result, writes)
+
+
+def _measure_journaled(
+    plan: SweepPlan, store: KnowledgeStore, engine: Engine, journal: Path
+) -> Measurement:
+    """Measure with every settled run journaled, a stopped night's journal reused.
+
+    A resume asks the canary again before it reuses any journaled run
+    (:class:`~kb.sweep.resume.ResumeGuard`); afterwards an outage's answers
+    are marked not to be reused, or a night measured whole and clean is
+    marked so (a resume of it then asks nothing).
+    """
+    if store.git is not None:
+        store.git.exclude(journal)  # a working file of this clone, never committed
+    context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
+    opened = RunJournal.open(
+        journal,
+        plan.report_id,
+        format_instant(plan.observed_at),
+        spec=SweptSpec.of(plan.spec.path, store).name,
+        cut=context.cut,
+    )
+    earlier = plan.resume.journal if plan.resume is not None else None
+    canary = plan.spec.canary
+    try:
+        served = ResumeGuard.served(earlier) if earlier and canary else earlier
+        with journaled(engine, opened, served) as kept:
+            guard = None
+            if earlier is not None and canary is not None:
+                guard = ResumeGuard(earlier, kept.forget, canary.repeats)
+            baselines = BaselinesFile.read(store.home.canary_baselines)
+            measurement = measure(plan, engine, baselines, resumed=guard)
+        outage = outage_answers(measurement)
+        if outage:
+            opened.discard(outage)
+        elif all(cell.complete for cell, _ in measurement.cells):
+            with contextlib.suppress(JournalUnwritable):  # then a resume probes again
+                opened.record_measured()  # a resume asks nothing: only the commit is left
+    finally:
+        opened.close()
+    return measurement
 
 
 def _already_committed(plan: SweepPlan, target: EvidenceTarget) -> SweepReport:
