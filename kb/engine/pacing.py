@@ -411,35 +411,44 @@ class BucketPace:
         if reading is not None and self.doubted:
             reading = _believed(reading, found[0])
         if reading is not None:
-            later = [cost for s, (cost, _) in self.in_flight.items() if s > seq]
-            if reading.requests is not None:
-                room = held and reading.requests.wait_for(1.0) <= RETRY_AFTER_MAX_S
-                self.requests.observe(reading.requests, seq, float(len(later)), sent_at, force=room)
-            if reading.tokens is not None and (
-                seq >= self.tokens.seq
-                or (held and reading.tokens.wait_for(found[0]) <= RETRY_AFTER_MAX_S)
-            ):
-                self._learn_cost(reading.tokens, seq, sent_at)
-                self.reading_level = reading.tokens.remaining
-                self.reading_at = sent_at
-                self.tokens.observe(reading.tokens, seq, float(sum(later)), sent_at)
-                self.limited_seqs = {s for s in self.limited_seqs if s > seq}
-        if limited and reading is not None:
-            self._learn_from_refusal(reading)
+            self._observe(reading, seq, found[0], sent_at, held)
         if limited:
-            if seq > self.shrunk_at:
-                self.window = max(1.0, self.window / 2.0)
-                self.shrunk_at = self.sent
-            wait = reading.retry_after_s if reading is not None else None
-            hold = min(wait, RETRY_AFTER_MAX_S) if wait is not None else 1.0
-            self.hold_until = max(self.hold_until, now + hold)
-            # the provider's bucket is empty, whatever the mirror thought
-            if self.requests.limit is not None and seq >= self.requests.seq:
-                self.requests.level = min(self.requests.level, 0.0)
-                self.requests.at = now
+            self._refused(reading, seq, now)
         else:
             self.window = min(float(self.ceiling), self.window + 1.0 / self.window)
         return self._quota(reading, limited, found[0], now)
+
+    def _observe(
+        self, reading: RateReading, seq: int, cost: float, sent_at: float, held: bool
+    ) -> None:
+        """Take a reply's reading into the mirrors (one with room whatever its order, if held)."""
+        later = [each for s, (each, _) in self.in_flight.items() if s > seq]
+        if reading.requests is not None:
+            room = held and reading.requests.wait_for(1.0) <= RETRY_AFTER_MAX_S
+            self.requests.observe(reading.requests, seq, float(len(later)), sent_at, force=room)
+        if reading.tokens is not None and (
+            seq >= self.tokens.seq or (held and reading.tokens.wait_for(cost) <= RETRY_AFTER_MAX_S)
+        ):
+            self._learn_cost(reading.tokens, seq, sent_at)
+            self.reading_level = reading.tokens.remaining
+            self.reading_at = sent_at
+            self.tokens.observe(reading.tokens, seq, float(sum(later)), sent_at)
+            self.limited_seqs = {s for s in self.limited_seqs if s > seq}
+
+    def _refused(self, reading: RateReading | None, seq: int, now: float) -> None:
+        """A 429: learn from it, halve the window once a burst, hold the whole bucket."""
+        if reading is not None:
+            self._learn_from_refusal(reading)
+        if seq > self.shrunk_at:
+            self.window = max(1.0, self.window / 2.0)
+            self.shrunk_at = self.sent
+        wait = reading.retry_after_s if reading is not None else None
+        hold = min(wait, RETRY_AFTER_MAX_S) if wait is not None else 1.0
+        self.hold_until = max(self.hold_until, now + hold)
+        # the provider's bucket is empty, whatever the mirror thought
+        if self.requests.limit is not None and seq >= self.requests.seq:
+            self.requests.level = min(self.requests.level, 0.0)
+            self.requests.at = now
 
     def _quota(
         self, reading: RateReading | None, limited: bool, cost: float, now: float

@@ -308,40 +308,8 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
     warnings: list[str] = []
     git = store.git
     if git is not None:
-        last_version: int | None = None
         compacted = set(git.trailer_values(COMPACTED_TRAILER, None, "HEAD"))
-        for commit in git.store_history():
-            short = commit.oid[:12]
-            blob = git.blob_in(commit.oid)
-            if blob is None:
-                last_version = None
-                continue
-            checked += 1
-            data = git.read_blob(blob)
-            try:
-                snapshot = parse_store(data, f"{short}:{git.rel}")
-            except ConfigError as exc:
-                if conflict_lines(data.decode("utf-8", "replace")):
-                    missing = _missing_from(git, commit.parents, set(), current, compacted)
-                    if current is not None and not missing:
-                        warnings.append(
-                            f"commit {short}: a store with git conflict markers was committed; "
-                            "the store was made whole since and holds every claim of both sides"
-                        )
-                    else:
-                        issues.append(_committed_conflict(short, git.rel, missing))
-                else:
-                    issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
-                last_version = None
-                continue
-            if len(commit.parents) > 1:
-                issues += _merge_issues(git, commit, snapshot.version)
-            elif last_version is not None and snapshot.version != last_version + 1:
-                issues.append(
-                    f"commit {short}: version {snapshot.version} follows version "
-                    f"{last_version} (must rise by exactly 1)"
-                )
-            last_version = snapshot.version
+        checked = _history_issues(git, current, compacted, issues, warnings)
         # Every merge, including one that kept a side's store as it was (git lists it under
         # no store change): did it drop claims a branch had?
         for commit in git.merges():
@@ -365,6 +333,54 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
         raise ConfigError(str(store.path), issues)
     assert current is not None
     return VerifyReport(current.version, len(current), checked, (*current.warnings, *warnings))
+
+
+def _history_issues(
+    git: GitStoreRepo,
+    current: Snapshot | None,
+    compacted: set[str],
+    issues: list[str],
+    warnings: list[str],
+) -> int:
+    """Every store version on the first-parent line: it parses, versions rise by one.
+
+    Adds what it finds to ``issues`` and ``warnings``; returns how many versions it read.
+    """
+    checked = 0
+    last_version: int | None = None
+    for commit in git.store_history():
+        short = commit.oid[:12]
+        blob = git.blob_in(commit.oid)
+        if blob is None:
+            last_version = None
+            continue
+        checked += 1
+        data = git.read_blob(blob)
+        try:
+            snapshot = parse_store(data, f"{short}:{git.rel}")
+        except ConfigError as exc:
+            if conflict_lines(data.decode("utf-8", "replace")):
+                missing = _missing_from(git, commit.parents, set(), current, compacted)
+                if current is not None and not missing:
+                    warnings.append(
+                        f"commit {short}: a store with git conflict markers was committed; "
+                        "the store was made whole since and holds every claim of both sides"
+                    )
+                else:
+                    issues.append(_committed_conflict(short, git.rel, missing))
+            else:
+                issues.extend(f"commit {short}: {issue}" for issue in exc.issues)
+            last_version = None
+            continue
+        if len(commit.parents) > 1:
+            issues += _merge_issues(git, commit, snapshot.version)
+        elif last_version is not None and snapshot.version != last_version + 1:
+            issues.append(
+                f"commit {short}: version {snapshot.version} follows version "
+                f"{last_version} (must rise by exactly 1)"
+            )
+        last_version = snapshot.version
+    return checked
 
 
 def epoch_drops(git: GitStoreRepo, rel: str | None) -> list[str]:

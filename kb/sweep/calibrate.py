@@ -28,9 +28,9 @@ from pathlib import Path
 from kb.atomicfile import write_atomic
 from kb.engine.budget import SpendEnvelope
 from kb.engine.journal import RunJournal, read_journal
-from kb.engine.phases import Phase, job_plan
+from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec
-from kb.engine.runs import RunResult
+from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.scheduler import Engine, journaled
 from kb.engine.transports.base import replays
 from kb.errors import ConfigError
@@ -225,22 +225,9 @@ def _calibrate(
     screen_probes = SensitiveProbes(probes.path, {m.key: tried for m in members})
     canary_usd = spec.budgets.canary_usd
     screen = sample_runs(members, screen_probes, settings, canary_usd, f"calibrate-{at}")
-    reading = sum(CALIBRATION_READINGS for m in members if takes_logprobs(m) and section.logprobs)
-    baseline_size = len(members) * section.keep * BASELINE_FACTOR * settings.samples
-    baseline_size += section.keep * reading
-    job = job_plan(
-        [
-            Phase("canary", screen),
-            Phase(
-                "baseline",
-                later=baseline_size,
-                later_ceiling_usd=canary_usd,
-                later_what="baseline samples of the kept probes",
-            ),
-        ],
-        spec.budgets.max_total_usd,
+    _screen_plan(spec, members, screen).refuse_overspend(
+        allow_partial=allow_partial or spec.sweep.allow_partial
     )
-    job.refuse_overspend(allow_partial=allow_partial or spec.sweep.allow_partial)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
     try:
         screened = engine.run(screen, envelope)
@@ -270,6 +257,25 @@ def _calibrate(
     if commit:
         _write(results, probes, store, spec)
     return results
+
+
+def _screen_plan(
+    spec: SweepSpec, members: Sequence[ModelSpec], screen: Sequence[PlannedRun]
+) -> JobPlan:
+    """The calibration's job: the screen, and the most its baselines can ask afterwards."""
+    assert spec.canary is not None and spec.canary.sensitive is not None
+    section = spec.canary.sensitive
+    samples = section.settings().samples
+    reading = sum(CALIBRATION_READINGS for m in members if takes_logprobs(m) and section.logprobs)
+    baseline_size = len(members) * section.keep * BASELINE_FACTOR * samples
+    baseline_size += section.keep * reading
+    baseline = Phase(
+        "baseline",
+        later=baseline_size,
+        later_ceiling_usd=spec.budgets.canary_usd,
+        later_what="baseline samples of the kept probes",
+    )
+    return job_plan([Phase("canary", tuple(screen)), baseline], spec.budgets.max_total_usd)
 
 
 def _choose(
