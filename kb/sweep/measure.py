@@ -124,15 +124,27 @@ def measure(
     engine.finish()
     fingerprints = {c.member.key: c.fingerprint for c in canaries if c.may_flip}
     cells = measured_cells(plan, pairs, verdicts, fingerprints, nights, recheck)
+    return _measurement(plan, canaries, cells, usd(envelope.debited), changed, recheck.notes)
+
+
+def _measurement(
+    plan: SweepPlan,
+    canaries: Sequence[CanaryResult],
+    cells: Sequence[MeasuredCell],
+    spent: float,
+    changed: tuple[ResumedModel, ...],
+    rechecks: Sequence[str],
+) -> Measurement:
+    """The night's measurement, with every run's evidence record and what was reused."""
     context = EvidenceContext.of([*(m.spec for m in plan.pool), *plan.judge_models])
     runs = canary_records(canaries, context) + [
         record for cell, _ in cells for record in cell_records(cell, context)
     ]
     reused = sum(1 for cell, _ in cells for run in cell.runs if run.reused)
     reused += sum(1 for c in canaries for probe in c.probes for run in probe.runs if run.reused)
-    spent = usd(envelope.debited)
-    rechecks = tuple(recheck.notes)
-    return Measurement(tuple(canaries), tuple(cells), tuple(runs), spent, reused, changed, rechecks)
+    return Measurement(
+        tuple(canaries), tuple(cells), tuple(runs), spent, reused, changed, tuple(rechecks)
+    )
 
 
 def _canaries(

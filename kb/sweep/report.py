@@ -31,7 +31,7 @@ from kb.store.wire import cut_texts
 from kb.sweep.canary import CanaryResult
 from kb.sweep.cells import SweepCell
 from kb.sweep.evidence import EvidenceContext
-from kb.sweep.falsify import live_eval_claims, retirements
+from kb.sweep.falsify import Retirement, live_eval_claims, retirements
 from kb.sweep.gate import CellEstimate, GatePolicy
 from kb.sweep.measure import Measurement
 from kb.sweep.plan import SweepPlan
@@ -80,19 +80,7 @@ def cell_record(
             else CellEstimate(cell.passed, cell.n, cell.interval).interval
         ),
         repeats=cell.repeats if cell.repeats > 1 else None,
-        cases=(
-            tuple(
-                CaseStability(
-                    name=case.name,
-                    passes=case.passes,
-                    runs=len(case.verdicts),
-                    stability=case.stability,
-                )
-                for case in cell.cases
-            )
-            if cell.repeats > 1
-            else None
-        ),
+        cases=_stabilities(cell) if cell.repeats > 1 else None,
         outcome=cell.outcome(gate),
         claim_id=claim_id,
         prior_stands=(
@@ -102,6 +90,45 @@ def cell_record(
         # a newer night's epoch is the cell's now: this night's own view of it would mislead
         epoch=epoch_record(cell) if cell.complete and newer_night is None else None,
         newer_night=newer_night,
+    )
+
+
+def _cell_records(
+    plan: SweepPlan,
+    measurement: Measurement,
+    retired: Sequence[Retirement],
+    newer: Mapping[tuple[str, str], str],
+    snapshot: Snapshot | None,
+) -> tuple[CellRecord, ...]:
+    """The report's cells: the ones a stopped invocation committed, then tonight's."""
+    live = live_eval_claims(snapshot if snapshot is not None else plan.snapshot)
+    gone = {r.claim_id for r in retired}
+
+    def stands(cell: SweepCell) -> list[ClaimEntry]:
+        key = (cell.member.ref, cell.member.effort, cell.task_class)
+        return [claim for _, claim in live.get(key, []) if claim.id not in gone]
+
+    done = plan.resume.done if plan.resume is not None else ()
+    tonight = (
+        cell_record(
+            cell,
+            plan.spec.gate,
+            claim.id if claim else None,
+            stands(cell),
+            newer.get((cell.member.key, cell.task_class)),
+        )
+        for cell, claim in measurement.cells
+    )
+    return (*done, *tonight)
+
+
+def _stabilities(cell: SweepCell) -> tuple[CaseStability, ...]:
+    """Each case's repeats: stable-pass, flaky or stable-fail."""
+    return tuple(
+        CaseStability(
+            name=case.name, passes=case.passes, runs=len(case.verdicts), stability=case.stability
+        )
+        for case in cell.cases
     )
 
 
@@ -153,38 +180,16 @@ def sweep_report(
     store the change is decided against (the plan's by default), whose live
     claims are the ones that stand.
     """
-    held = newer or {}
-    gate = plan.spec.gate
-    live = live_eval_claims(snapshot if snapshot is not None else plan.snapshot)
     retired = retirements(ops)
-    gone = {r.claim_id for r in retired}
-
-    def stands(cell: SweepCell) -> list[ClaimEntry]:
-        key = (cell.member.ref, cell.member.effort, cell.task_class)
-        return [claim for _, claim in live.get(key, []) if claim.id not in gone]
-
     carried = plan.resume.committed if plan.resume is not None else None
-    done = plan.resume.done if plan.resume is not None else ()
     report = ReportFile(
         report_id=plan.report_id,
         observed_at=format_instant(plan.observed_at),
-        gate=gate.record(),
+        gate=plan.spec.gate.record(),
         pool=tuple(pool_record(member) for member in plan.pool),
         worst_case_usd=plan.worst_case_usd,
         spent_usd=measurement.spent_usd,
-        cells=(
-            *done,
-            *(
-                cell_record(
-                    cell,
-                    gate,
-                    claim.id if claim else None,
-                    stands(cell),
-                    held.get((cell.member.key, cell.task_class)),
-                )
-                for cell, claim in measurement.cells
-            ),
-        ),
+        cells=_cell_records(plan, measurement, retired, newer or {}, snapshot),
         claims=(
             *(carried.claims if carried is not None else ()),
             *(claim_to_wire(claim) for _, claim in measurement.cells if claim),

@@ -14,7 +14,7 @@ from kb.markdown import code_span, table_code
 from kb.money import usd, usd_or_unbounded
 from kb.stats import wilson_interval
 from kb.store.canonical import to_fixed_2
-from kb.store.records import CellRecord, EpochRecord, ReportFile
+from kb.store.records import CanaryRecord, CellRecord, EpochRecord, ReportFile
 from kb.textwidth import fit, wrapped
 
 CANARY_WORDS = {
@@ -173,21 +173,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
     """The human summary of a report: cells, claims, retirements, commit, spend."""
     lines = ["cells:"]
     for cell in report.cells:
-        # the cell's name, then its numbers, each wrapped to 80 columns: a model id of 30
-        # characters and a task class of 20 would push one long line past any terminal
-        head = f"{cell.subject_key} · {cell.task_class}: {cell.outcome}"
-        if cell.incomplete_reason:
-            head += f" ({cell.incomplete_reason})"
-        if cell.newer_night:
-            head += f" (not decided: the store holds a newer night, {cell.newer_night})"
-        for prior in cell.prior_stands or ():
-            head += f"; prior {prior.polarity} stands: {prior.claim_id}"
-        lines += wrapped(head, "  ", "      ")
-        lines += wrapped(_numbers(cell), "    ")
-        if cell.epoch is not None:
-            lines += wrapped(epoch_text(cell.epoch), "    ")
-        if cell.first_error:
-            lines += wrapped(f"first error: {cell.first_error}", "    ")
+        lines += _cell_lines(cell)
     claims, retired = report.claims, report.retired
     if report.reused_runs:
         lines.append(
@@ -203,18 +189,7 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         how = f"superseded by {entry.by}" if entry.by else f"archived ({entry.reason})"
         lines += wrapped(f"-\xa0{entry.claim_id}: {how}", "  ", "      ")
     for canary in report.canary:
-        count = len(canary.flipped)
-        flipped = f", {count} claim{'s' if count != 1 else ''} flipped stale" if count else ""
-        words = CANARY_WORDS.get(canary.status, canary.status)
-        why = f" ({canary.reason})" if canary.reason else ""
-        lines.append(f"canary {canary.subject_key}: {words}{why}{flipped}")
-        if canary.sensitive is not None:
-            dropped = (
-                "; its baselines are dropped with the drift: kb canary --calibrate SPEC"
-                if canary.status == "drift" and canary.sensitive.probes
-                else ""
-            )
-            lines += wrapped(f"sensitive: {canary.sensitive.line}{dropped}", "  ", "    ")
+        lines += _canary_lines(canary)
     if report.committed_version is not None:
         git = f" [git {git_commit[:12]}]" if git_commit else ""
         lines.append(f"committed: store v{report.committed_version}{git}")
@@ -233,6 +208,44 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
         + f"; worst case authorized {usd_or_unbounded(report.worst_case_usd)}"
     )
     return fit("\n".join(lines))
+
+
+def _cell_lines(cell: CellRecord) -> list[str]:
+    """A cell's name, then its numbers, each wrapped to 80 columns.
+
+    (A model id of 30 characters and a task class of 20 would push one long line past
+    any terminal.)
+    """
+    head = f"{cell.subject_key} · {cell.task_class}: {cell.outcome}"
+    if cell.incomplete_reason:
+        head += f" ({cell.incomplete_reason})"
+    if cell.newer_night:
+        head += f" (not decided: the store holds a newer night, {cell.newer_night})"
+    for prior in cell.prior_stands or ():
+        head += f"; prior {prior.polarity} stands: {prior.claim_id}"
+    lines = wrapped(head, "  ", "      ") + wrapped(_numbers(cell), "    ")
+    if cell.epoch is not None:
+        lines += wrapped(epoch_text(cell.epoch), "    ")
+    if cell.first_error:
+        lines += wrapped(f"first error: {cell.first_error}", "    ")
+    return lines
+
+
+def _canary_lines(canary: CanaryRecord) -> list[str]:
+    """What a member's canary said tonight (and its sensitive tier, when it has one)."""
+    count = len(canary.flipped)
+    flipped = f", {count} claim{'s' if count != 1 else ''} flipped stale" if count else ""
+    words = CANARY_WORDS.get(canary.status, canary.status)
+    why = f" ({canary.reason})" if canary.reason else ""
+    lines = [f"canary {canary.subject_key}: {words}{why}{flipped}"]
+    if canary.sensitive is not None:
+        dropped = (
+            "; its baselines are dropped with the drift: kb canary --calibrate SPEC"
+            if canary.status == "drift" and canary.sensitive.probes
+            else ""
+        )
+        lines += wrapped(f"sensitive: {canary.sensitive.line}{dropped}", "  ", "    ")
+    return lines
 
 
 def _batched_lines(report: ReportFile) -> list[str]:
