@@ -21,11 +21,8 @@ over cases for fractional ones (:mod:`kb.paired`), Bonferroni-adjusted over
 the pairs shown for the task class, seeded from the two suite fingerprints
 so the same evidence prints the same bytes.
 
-**Cost and latency** come from the evidence of the epoch's nights (the target
-runs on the shared cases): mean cost per case (a case's cost is the mean over
-its runs, as its score is) and nearest-rank p50/p90 latency over ok runs, so
-a reported p90 is a latency that occurred. A night without evidence files
-(``--no-evidence``) leaves them unknown, never zero; so does an unpriced run.
+**Cost and latency** are the index's (:mod:`kb.evidence_index`): read once
+per command, on the cell's type; no comparison rescans a night's runs.
 """
 
 from __future__ import annotations
@@ -33,112 +30,34 @@ from __future__ import annotations
 import difflib
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from kb.errors import ConfigError
+from kb.evidence_index import ArmCosts, CellEvidence, EvidenceIndex, RunsOf
 from kb.paired import (
     DifferenceReading,
     PairedDifference,
     PairedScores,
     Reading,
     bonferroni_z,
-    nearest_rank_percentile,
     paired_difference,
     read_difference,
     seed_from,
 )
 from kb.schema import DEFAULT_MARGIN
-from kb.store.epochs import CellEpoch, EpochsFile
-from kb.store.records import RunRecord
 
-RunsOf = Callable[[str], Sequence[RunRecord] | None]
-"""A report id's runs (``None``: its evidence is nowhere to be found)."""
-
-
-@dataclass(frozen=True)
-class ArmCosts:
-    """What a model's answers on a set of cases cost and how long they took."""
-
-    cost_per_case: float | None
-    """Mean USD per case (``None``: unknown — no evidence, or a run nobody priced)."""
-    p50_ms: float | None
-    p90_ms: float | None
-    ok_runs: int
-    """The ok runs the latencies are over."""
-
-
-@dataclass(frozen=True)
-class EpochCell:
-    """One model's current epoch on one task class: its per-case scores."""
-
-    subject: str
-    task_class: str
-    epoch: CellEpoch
-    scores: Mapping[str, float] = field(default_factory=dict)
-    """Case name → mean score over its repeats and nights (measured cases only)."""
-
-    @classmethod
-    def of(cls, subject: str, task_class: str, epoch: CellEpoch) -> EpochCell:
-        """The cell with its measured cases' mean scores."""
-        scores = {
-            case: score / count
-            for case, score, count in zip(epoch.cases, epoch.scores, epoch.counts, strict=True)
-            if count > 0
-        }
-        return cls(subject, task_class, epoch, scores)
-
-    @property
-    def pass_rate(self) -> float:
-        """The mean of the measured cases' scores (what the interval gate judged)."""
-        return math.fsum(self.scores.values()) / len(self.scores) if self.scores else 0.0
-
-
-def epoch_cells(epochs: EpochsFile) -> dict[str, dict[str, EpochCell]]:
-    """Task class → subject → its current epoch's cell (cells that measured nothing left out)."""
-    found: dict[str, dict[str, EpochCell]] = {}
-    for key, epoch in sorted(epochs.cells.items()):
-        subject, _, task_class = key.partition("|")
-        cell = EpochCell.of(subject, task_class, epoch)
-        if cell.scores:
-            found.setdefault(task_class, {})[subject] = cell
-    return found
-
-
-def arm_costs(cell: EpochCell, cases: Iterable[str], runs_of: RunsOf) -> ArmCosts:
-    """Cost per case and latency of ``cell``'s target runs on ``cases``, from its evidence."""
-    wanted = set(cases)
-    costs: dict[str, list[float]] = {}
-    latencies: list[float] = []
-    unknown = False
-    for night in cell.epoch.nights:
-        ran = wanted.intersection(night.cases)
-        if not ran:
-            continue
-        runs = runs_of(night.report_id)
-        if runs is None:
-            unknown = True
-            continue
-        for run in runs:
-            if (
-                run.kind != "target"
-                or run.case not in ran
-                or run.subject_key != cell.subject
-                or run.task_class != cell.task_class
-            ):
-                continue
-            unknown |= run.price_source == "unpriced"
-            costs.setdefault(run.case, []).append(run.cost_usd)
-            if run.status == "ok" and run.latency_ms is not None:
-                latencies.append(run.latency_ms)
-    per_case = [math.fsum(c) / len(c) for c in costs.values()]
-    known = not unknown and per_case and len(per_case) == len(wanted)
-    return ArmCosts(
-        cost_per_case=math.fsum(per_case) / len(per_case) if known else None,
-        p50_ms=nearest_rank_percentile(latencies, 0.5),
-        p90_ms=nearest_rank_percentile(latencies, 0.9),
-        ok_runs=len(latencies),
-    )
+__all__ = [
+    "ArmCosts",
+    "CellCost",
+    "ClassComparison",
+    "PairComparison",
+    "RunsOf",
+    "check_compare_filters",
+    "class_costs",
+    "compare_models",
+    "compare_pair",
+]
 
 
 @dataclass(frozen=True)
@@ -193,7 +112,7 @@ class ClassComparison:
 
 
 def compare_pair(
-    a: EpochCell, b: EpochCell, runs_of: RunsOf, *, z: float, margin: float
+    a: CellEvidence, b: CellEvidence, *, z: float, margin: float
 ) -> PairComparison | None:
     """``a`` against ``b`` on their shared cases (``None``: no case in common).
 
@@ -214,8 +133,8 @@ def compare_pair(
         reading=read_difference(difference, margin),
         rate_a=math.fsum(a.scores[c] for c in shared) / len(shared),
         rate_b=math.fsum(b.scores[c] for c in shared) / len(shared),
-        costs_a=arm_costs(a, shared, runs_of),
-        costs_b=arm_costs(b, shared, runs_of),
+        costs_a=a.costs(shared),
+        costs_b=b.costs(shared),
         discordant=tuple(
             DiscordantCase(c, a.scores[c], b.scores[c])
             for c in shared
@@ -225,10 +144,10 @@ def compare_pair(
     )
 
 
-def _cheaper_first(a: EpochCell, b: EpochCell, runs_of: RunsOf) -> tuple[EpochCell, EpochCell]:
+def _cheaper_first(a: CellEvidence, b: CellEvidence) -> tuple[CellEvidence, CellEvidence]:
     shared = sorted(set(a.scores) & set(b.scores))
-    cost_a = arm_costs(a, shared, runs_of).cost_per_case
-    cost_b = arm_costs(b, shared, runs_of).cost_per_case
+    cost_a = a.costs(shared).cost_per_case
+    cost_b = b.costs(shared).cost_per_case
     if cost_a is not None and cost_b is not None and cost_b < cost_a:
         return b, a
     return a, b
@@ -249,8 +168,7 @@ def wanted_pairs(subjects: Sequence[str], named: Sequence[str]) -> list[tuple[st
 
 
 def compare_models(
-    epochs: EpochsFile,
-    runs_of: RunsOf,
+    index: EvidenceIndex,
     *,
     task_class: str | None = None,
     models: Sequence[str] = (),
@@ -264,7 +182,7 @@ def compare_models(
     for that task class (95 % family-wise).
     """
     found = []
-    for name, cells in epoch_cells(epochs).items():
+    for name, cells in index.cells.items():
         if task_class is not None and name != task_class:
             continue
         pairs = wanted_pairs(sorted(cells), models)
@@ -274,8 +192,8 @@ def compare_models(
         z = bonferroni_z(max(len(sharing), 1))
         compared = []
         for x, y in sharing:
-            a, b = _cheaper_first(cells[x], cells[y], runs_of)
-            pair = compare_pair(a, b, runs_of, z=z, margin=margin)
+            a, b = _cheaper_first(cells[x], cells[y])
+            pair = compare_pair(a, b, z=z, margin=margin)
             assert pair is not None  # sharing has cases in common
             compared.append(pair)
         unshared = tuple(p for p in pairs if p not in sharing)
@@ -303,8 +221,7 @@ class CellCost:
 
 
 def class_costs(
-    epochs: EpochsFile,
-    runs_of: RunsOf,
+    index: EvidenceIndex,
     *,
     margin: float = DEFAULT_MARGIN,
     subjects: Iterable[str] | None = None,
@@ -321,11 +238,11 @@ def class_costs(
     """
     allowed = set(subjects) if subjects is not None else None
     found: dict[str, dict[str, CellCost]] = {}
-    for name, all_cells in epoch_cells(epochs).items():
+    for name, all_cells in index.cells.items():
         cells = {s: c for s, c in all_cells.items() if allowed is None or s in allowed}
         if not cells:
             continue
-        costs = {s: arm_costs(cell, cell.scores, runs_of) for s, cell in cells.items()}
+        costs = {s: cell.cost for s, cell in cells.items()}
 
         # the highest mean score; on a tie the cheaper (a known cost first), then by name
         best = min(
@@ -338,9 +255,7 @@ def class_costs(
         )
         others = [s for s in sorted(cells) if s != best]
         z = bonferroni_z(max(len(others), 1))
-        versus = {
-            s: compare_pair(cells[s], cells[best], runs_of, z=z, margin=margin) for s in others
-        }
+        versus = {s: compare_pair(cells[s], cells[best], z=z, margin=margin) for s in others}
         row = {
             s: CellCost(
                 s,
@@ -375,10 +290,10 @@ def _as_good(pair: PairComparison | None) -> bool:
 
 
 def check_compare_filters(
-    epochs: EpochsFile, task_class: str | None, models: Sequence[str]
+    index: EvidenceIndex, task_class: str | None, models: Sequence[str]
 ) -> None:
     """A task class or model no current epoch measured is a ``ConfigError`` naming the known."""
-    cells = epoch_cells(epochs)
+    cells = index.cells
     if task_class is not None and task_class not in cells:
         known = ", ".join(sorted(cells)) or "none yet"
         close = difflib.get_close_matches(task_class, sorted(cells), n=1)

@@ -46,14 +46,14 @@ from kb.card import (
     parse_ladders,
     usable_claims,
 )
-from kb.compare import CellCost, RunsOf, class_costs
+from kb.compare import CellCost, class_costs
 from kb.engine.known_providers import DEFAULT_KEY_ENV
 from kb.engine.requests import MIN_SECRET_LENGTH, ModelSpec, litellm_model
 from kb.errors import ConfigError
+from kb.evidence_index import EvidenceIndex
 from kb.money import usd
 from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
-from kb.store.epochs import EpochsFile
 from kb.store.models import ModelClaim
 from kb.store.ttl import format_instant
 from kb.tomlfile import read_toml
@@ -325,11 +325,11 @@ def _on_ladder(ladder: Ladder, claims: Sequence[ModelClaim], task_class: str) ->
     return any(c.task_class == task_class and c.subject_key in keys for c in claims)
 
 
-def evidence_costs(epochs: EpochsFile, runs_of: RunsOf, margin: float) -> CostsOf:
+def evidence_costs(index: EvidenceIndex, margin: float) -> CostsOf:
     """The evidence policy's view of a ladder: :func:`kb.compare.class_costs` of its rungs."""
 
     def costs(subjects: Sequence[str]) -> dict[str, dict[str, CellCost]]:
-        return class_costs(epochs, runs_of, margin=margin, subjects=subjects)
+        return class_costs(index, margin=margin, subjects=subjects)
 
     return costs
 
@@ -682,9 +682,6 @@ def route_config(
     one rung, rulvar's rule) or ``evidence`` (the cheapest rung non-inferior to the best
     measured one, from the evidence beside the store or in ``evidence_dir``).
     """
-    from kb.store.epochs import read_epochs
-    from kb.store.evidence import runs_reader
-
     models = {m.key: m for m in spec.models} if spec else {}
     if spec is not None:
         issues = spec_issues(ladders, models)
@@ -694,11 +691,11 @@ def route_config(
     evidence = None
     missing = None
     if policy == "evidence":
-        runs_of = runs_reader(store, evidence_dir)
-        evidence = evidence_costs(read_epochs(store.home.epochs_file), runs_of, margin)
+        rungs = {rung.key for ladder in ladders.ladders for rung in ladder.rungs}
+        index = EvidenceIndex.load(store, evidence_dir, subjects=rungs)
+        evidence = evidence_costs(index, margin)
+        missing = index.warning()
     routes, warnings = plan_routes(ladders, claims, as_of, evidence)
-    if policy == "evidence":
-        missing = runs_of.warning()
     cases = [case.task_class for case in spec.cases] if spec else None
     refs = [m.ref for m in spec.models] if spec else None
     unknown = [

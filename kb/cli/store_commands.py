@@ -227,13 +227,11 @@ def matrix(
         found = claim_matrix(snapshot, app.as_of, archive_reasons(app.store))
     if cost:
         from kb.compare import class_costs
-        from kb.store.epochs import read_epochs
-        from kb.store.evidence import runs_reader
+        from kb.evidence_index import EvidenceIndex
 
-        epochs = read_epochs(app.store.home.epochs_file)
-        runs_of = runs_reader(app.store, evidence_dir)
-        found = found.with_costs(class_costs(epochs, runs_of, margin=margin), margin)
-        warn_missing_evidence(runs_of.warning())
+        index = EvidenceIndex.load(app.store, evidence_dir)
+        found = found.with_costs(class_costs(index, margin=margin), margin)
+        warn_missing_evidence(index.warning())
     elif margin != DEFAULT_MARGIN:
         raise ConfigError("--margin", "applies to --cost only (kb matrix --cost --margin D)")
     if as_json:
@@ -284,16 +282,14 @@ def compare(
 ) -> None:
     """Compare models pairwise on the cases both measured: difference, interval, reading, cost."""
     from kb.compare import check_compare_filters, compare_models
-    from kb.store.epochs import read_epochs
-    from kb.store.evidence import runs_reader
+    from kb.evidence_index import EvidenceIndex
     from kb.views.compare import compare_json, compare_markdown, compare_text
 
     one_output_format(as_json, markdown)
-    epochs = read_epochs(app.store.home.epochs_file)
-    check_compare_filters(epochs, task_class, models)
-    runs_of = runs_reader(app.store, evidence_dir)
-    found = compare_models(epochs, runs_of, task_class=task_class, models=models, margin=margin)
-    warn_missing_evidence(runs_of.warning())
+    check_compare_filters(EvidenceIndex.load(app.store, runs=False), task_class, models)
+    index = EvidenceIndex.load(app.store, evidence_dir, task_class=task_class)
+    found = compare_models(index, task_class=task_class, models=models, margin=margin)
+    warn_missing_evidence(index.warning())
     if as_json:
         echo_json(compare_json(found))
     elif markdown:

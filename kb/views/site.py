@@ -32,6 +32,7 @@ from pathlib import Path
 from kb.card import usable_claims
 from kb.compare import compare_models
 from kb.errors import ConfigError
+from kb.evidence_index import EvidenceIndex
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.changes import CellAlarm, cell_alarms
@@ -573,7 +574,7 @@ def build_site(
     pages = {report_id: layout.href for report_id, layout in layouts.items()}
     runs = {n.report.report_id: list(n.runs) for n in nights}
     chosen = epochs if epochs is not None else EpochsFile()
-    found = compare_models(chosen, runs.get)
+    found = compare_models(EvidenceIndex.build(chosen, runs.get))
     write(MODELS_PAGE, page_html("kb models compared", models_page_body(found, chosen, pages)))
     by_id = {n.report.report_id: n for n in nights}
     for claim in claims:

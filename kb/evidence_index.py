@@ -1,0 +1,261 @@
+"""The evidence behind every current epoch, read once per command and indexed (SPEC 14.2).
+
+Every decision kb shows — ``kb compare``, ``kb matrix --cost``, ``kb route
+--policy evidence``, the site's models page, a Python caller — reads the same
+thing: each cell's current epoch (the epochs file) and the target runs of
+the nights it pooled (the evidence files). :class:`EvidenceIndex` is that,
+loaded once: each night's runs are read once and grouped by (model, task
+class, case), so a cell's cost per case, its latency percentiles and its
+interval are properties of its :class:`CellEvidence` (as httpx's
+``Response.is_success`` lives on the response) and no view computes one.
+
+**The unit.** A model's score on a case is the mean over its repeats and
+its nights in the current epoch; an older epoch measured a model that may
+since have changed and is not read.
+
+**Cost and latency** come from the target runs of the epoch's nights on the
+cases asked about: mean cost per case (a case's cost is the mean over its
+runs, as its score is) and nearest-rank p50/p90 latency over ok runs, so a
+reported p90 is a latency that occurred. A night without evidence files
+(``--no-evidence``, a directory moved away) or an unpriced run leaves the
+cost unknown, never zero; the index names such nights (:meth:`EvidenceIndex.warning`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kb.paired import nearest_rank_percentile
+from kb.stats import wilson_interval
+from kb.store.epochs import CellEpoch, EpochsFile, read_epochs
+from kb.store.records import RunRecord
+
+if TYPE_CHECKING:
+    from kb.store.filestore import KnowledgeStore
+
+RunsOf = Callable[[str], Sequence[RunRecord] | None]
+"""A report id's runs (``None``: its evidence is nowhere to be found)."""
+
+
+@dataclass(frozen=True)
+class ArmCosts:
+    """What a model's answers on a set of cases cost and how long they took."""
+
+    cost_per_case: float | None
+    """Mean USD per case (``None``: unknown — no evidence, or a run nobody priced)."""
+    p50_ms: float | None
+    p90_ms: float | None
+    ok_runs: int
+    """The ok runs the latencies are over."""
+
+
+@dataclass(frozen=True)
+class CaseRuns:
+    """One case's target runs over the nights of a cell's epoch that ran it."""
+
+    costs: tuple[float, ...] = ()
+    latencies_ms: tuple[float, ...] = ()
+    """Of the runs that settled ok."""
+    unknown: bool = False
+    """A night that ran the case has no evidence, or one of its runs was unpriced."""
+
+
+@dataclass(frozen=True)
+class CellEvidence:
+    """One model's current epoch on one task class: its case scores and their runs."""
+
+    subject: str
+    task_class: str
+    epoch: CellEpoch
+    scores: Mapping[str, float] = field(default_factory=dict)
+    """Case name → mean score over its repeats and nights (measured cases only)."""
+    runs: Mapping[str, CaseRuns] = field(default_factory=dict)
+    """Case name → its target runs in the epoch (empty: the runs were not read)."""
+
+    @classmethod
+    def of(
+        cls,
+        subject: str,
+        task_class: str,
+        epoch: CellEpoch,
+        runs: Mapping[str, CaseRuns] | None = None,
+    ) -> CellEvidence:
+        """The cell with its measured cases' mean scores."""
+        scores = {
+            case: score / count
+            for case, score, count in zip(epoch.cases, epoch.scores, epoch.counts, strict=True)
+            if count > 0
+        }
+        return cls(subject, task_class, epoch, scores, dict(runs or {}))
+
+    @property
+    def n(self) -> int:
+        """Distinct cases measured in the epoch."""
+        return len(self.scores)
+
+    @property
+    def pass_rate(self) -> float:
+        """The mean of the measured cases' scores (what the interval gate judged)."""
+        return math.fsum(self.scores.values()) / len(self.scores) if self.scores else 0.0
+
+    @cached_property
+    def interval(self) -> tuple[float, float]:
+        """The 95 % interval of the pass rate, cases the unit of sampling (the gate's)."""
+        return wilson_interval(math.fsum(self.scores.values()), len(self.scores))
+
+    @cached_property
+    def cost(self) -> ArmCosts:
+        """Cost per case and latency over every measured case."""
+        return self.costs(self.scores)
+
+    def costs(self, cases: Iterable[str]) -> ArmCosts:
+        """Cost per case and latency of the cell's target runs on ``cases``."""
+        wanted = set(cases)
+        per_case: list[float] = []
+        latencies: list[float] = []
+        unknown = False
+        for case in wanted:
+            found = self.runs.get(case)
+            if found is None:
+                continue
+            unknown |= found.unknown
+            if found.costs:
+                per_case.append(math.fsum(found.costs) / len(found.costs))
+            latencies.extend(found.latencies_ms)
+        known = not unknown and per_case and len(per_case) == len(wanted)
+        return ArmCosts(
+            cost_per_case=math.fsum(per_case) / len(per_case) if known else None,
+            p50_ms=nearest_rank_percentile(latencies, 0.5),
+            p90_ms=nearest_rank_percentile(latencies, 0.9),
+            ok_runs=len(latencies),
+        )
+
+
+Key = tuple[str, str, str]
+"""(subject key, task class, case)."""
+
+
+@dataclass(frozen=True)
+class EvidenceIndex:
+    """Every current epoch's cell, by task class and model, with the runs behind it."""
+
+    cells: Mapping[str, Mapping[str, CellEvidence]]
+    """Task class → subject → its current epoch (cells that measured nothing left out)."""
+    missing: tuple[str, ...] = ()
+    """Nights an epoch pooled whose evidence is nowhere (their cost is unknown)."""
+
+    @classmethod
+    def build(
+        cls,
+        epochs: EpochsFile,
+        runs_of: RunsOf | None = None,
+        *,
+        task_class: str | None = None,
+        subjects: Collection[str] | None = None,
+    ) -> EvidenceIndex:
+        """The index of ``epochs``, each night's runs read once through ``runs_of``.
+
+        ``task_class`` and ``subjects`` keep only those cells (and read only their
+        nights). Without ``runs_of`` only the scores are indexed (costs are unknown).
+        """
+        kept = {
+            key: epoch
+            for key, epoch in epochs.cells.items()
+            if (task_class is None or key.partition("|")[2] == task_class)
+            and (subjects is None or key.partition("|")[0] in subjects)
+        }
+        epochs = EpochsFile(cells=kept)
+        nights = sorted({n.report_id for e in epochs.cells.values() for n in e.nights})
+        grouped: dict[str, dict[Key, list[RunRecord]] | None] = {}
+        missing: list[str] = []
+        for report_id in nights if runs_of is not None else ():
+            assert runs_of is not None
+            runs = runs_of(report_id)
+            if runs is None:
+                grouped[report_id] = None
+                missing.append(report_id)
+                continue
+            by_case: dict[Key, list[RunRecord]] = {}
+            for run in runs:
+                if run.kind == "target" and run.case is not None and run.task_class is not None:
+                    where = (run.subject_key, run.task_class, run.case)
+                    by_case.setdefault(where, []).append(run)
+            grouped[report_id] = by_case
+        found: dict[str, dict[str, CellEvidence]] = {}
+        for name, epoch in sorted(epochs.cells.items()):
+            subject, _, measured = name.partition("|")
+            case_runs = _case_runs(subject, measured, epoch, grouped) if runs_of else None
+            cell = CellEvidence.of(subject, measured, epoch, case_runs)
+            if cell.scores:
+                found.setdefault(measured, {})[subject] = cell
+        return cls(found, tuple(missing))
+
+    @classmethod
+    def load(
+        cls,
+        store: KnowledgeStore,
+        evidence_dir: Path | None = None,
+        *,
+        runs: bool = True,
+        task_class: str | None = None,
+        subjects: Collection[str] | None = None,
+    ) -> EvidenceIndex:
+        """The store's epochs and their evidence (``evidence_dir`` first when given).
+
+        ``runs=False`` indexes the scores only (no evidence file is read);
+        ``task_class`` and ``subjects`` keep only those cells.
+        """
+        from kb.store.evidence import runs_reader
+
+        epochs = read_epochs(store.home.epochs_file)
+        reader = runs_reader(store, evidence_dir) if runs else None
+        return cls.build(epochs, reader, task_class=task_class, subjects=subjects)
+
+    def cell(self, subject: str, task_class: str) -> CellEvidence | None:
+        """One model's current epoch on one task class (``None``: none measured)."""
+        return self.cells.get(task_class, {}).get(subject)
+
+    def warning(self) -> str | None:
+        """One line naming the nights without evidence (``None``: every night had it)."""
+        if not self.missing:
+            return None
+        count = len(self.missing)
+        shown = ", ".join(self.missing[:3]) + (" …" if count > 3 else "")
+        return (
+            f"no evidence for {count} night{'s' if count != 1 else ''} ({shown}): their cost "
+            "and latency are unknown (kb sweep wrote none with --no-evidence, or the "
+            "directory moved: --evidence-dir)"
+        )
+
+
+def _case_runs(
+    subject: str,
+    task_class: str,
+    epoch: CellEpoch,
+    grouped: Mapping[str, Mapping[Key, list[RunRecord]] | None],
+) -> dict[str, CaseRuns]:
+    """Each case's target runs over the epoch's nights that ran it."""
+    costs: dict[str, list[float]] = {}
+    latencies: dict[str, list[float]] = {}
+    unknown: set[str] = set()
+    for night in epoch.nights:
+        by_case = grouped.get(night.report_id)
+        for case in night.cases:
+            if by_case is None:
+                unknown.add(case)
+                continue
+            for run in by_case.get((subject, task_class, case), ()):
+                if run.price_source == "unpriced":
+                    unknown.add(case)
+                costs.setdefault(case, []).append(run.cost_usd)
+                if run.status == "ok" and run.latency_ms is not None:
+                    latencies.setdefault(case, []).append(run.latency_ms)
+    return {
+        case: CaseRuns(tuple(costs.get(case, ())), tuple(latencies.get(case, ())), case in unknown)
+        for case in {*costs, *unknown, *latencies}
+    }
