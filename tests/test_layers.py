@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kb.__main__",
     ),
     ("kb.store",),
+    ("kb.evidence_index",),
     ("kb.engine",),
     ("kb.evals",),
     ("kb.sweep",),
