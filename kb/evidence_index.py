@@ -23,6 +23,7 @@ cost unknown, never zero; the index names such nights (:meth:`EvidenceIndex.warn
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,13 +31,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kb.errors import ConfigError
 from kb.paired import nearest_rank_percentile
 from kb.stats import wilson_interval
 from kb.store.epochs import CellEpoch, EpochsFile, read_epochs
-from kb.store.records import RunRecord
+from kb.store.records import ReportFile, RunRecord
 
 if TYPE_CHECKING:
+    from kb.store.evidence import LoadedEvidence
     from kb.store.filestore import KnowledgeStore
+    from kb.store.models import ModelClaim
 
 RunsOf = Callable[[str], Sequence[RunRecord] | None]
 """A report id's runs (``None``: its evidence is nowhere to be found)."""
@@ -259,3 +263,107 @@ def _case_runs(
         case: CaseRuns(tuple(costs.get(case, ())), tuple(latencies.get(case, ())), case in unknown)
         for case in {*costs, *unknown, *latencies}
     }
+
+
+@dataclass(frozen=True)
+class RecordedNight:
+    """One night's report with its runs, as its evidence files hold them."""
+
+    report: ReportFile
+    runs: tuple[RunRecord, ...]
+
+
+def recorded_nights(store: KnowledgeStore) -> tuple[list[RecordedNight], list[str]]:
+    """Every night with readable evidence in the store's evidence directories, oldest first.
+
+    The second list says, per night left out, which file could not be read and why
+    (a broken file never hides the other nights).
+    """
+    from kb.store.evidence import REPORT_SUFFIX, load_evidence
+
+    nights: list[RecordedNight] = []
+    left_out: list[str] = []
+    seen: set[str] = set()
+    for directory in store.home.evidence_dirs():
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob(f"*{REPORT_SUFFIX}")):
+            try:
+                report_id = json.loads(path.read_text("utf-8"))["reportId"]
+            except json.JSONDecodeError as exc:
+                left_out.append(
+                    f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}); "
+                    "its night is left out"
+                )
+                continue
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+                left_out.append(f"{path}: cannot be read ({str(exc)[:160]}); its night is left out")
+                continue
+            try:
+                found = load_evidence(store, str(report_id), directory)
+            except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError) as exc:
+                left_out.append(f"{report_id}: {str(exc)[:200]}; its night is left out")
+                continue
+            if found is None or found.report is None or report_id in seen:
+                continue
+            seen.add(report_id)
+            nights.append(RecordedNight(found.report, tuple(found.runs)))
+    nights.sort(key=lambda n: n.report.observed_at)
+    return nights, left_out
+
+
+@dataclass(frozen=True)
+class ClaimNight:
+    """The target runs behind an eval claim in one of the nights it cites."""
+
+    report_id: str
+    runs: tuple[RunRecord, ...] | None
+    """The claim's subject's runs on its task class (``None``: no evidence found)."""
+    source: str = ""
+    """Where the evidence was read: ``the work tree`` or ``git <commit>``."""
+
+
+def claim_nights(
+    store: KnowledgeStore, claim: ModelClaim, directory: Path | None = None
+) -> list[ClaimNight]:
+    """The runs behind each report ``claim`` cites (none for an editorial claim)."""
+    from kb.store.evidence import load_evidence
+
+    found: list[ClaimNight] = []
+    for evidence in claim.evidence:
+        if evidence["kind"] != "eval":
+            continue
+        report_id = evidence["reportId"]
+        loaded = load_evidence(store, report_id, directory)
+        if loaded is None:
+            found.append(ClaimNight(report_id, None))
+            continue
+        runs = tuple(
+            run
+            for run in loaded.runs
+            if run.kind == "target"
+            and run.model == claim.model
+            and run.effort == claim.effort
+            and run.task_class == claim.task_class
+        )
+        found.append(ClaimNight(report_id, runs, loaded.source))
+    return found
+
+
+def night_evidence(
+    store: KnowledgeStore, report_id: str, directory: Path | None = None
+) -> LoadedEvidence | None:
+    """One night's report and runs (work tree, else git history; ``None``: nowhere)."""
+    from kb.store.evidence import load_evidence
+
+    return load_evidence(store, report_id, directory)
+
+
+def reports_before(directory: Path, observed_at: str) -> list[ReportFile]:
+    """The reports in evidence ``directory`` observed before ``observed_at``, oldest first.
+
+    Reports only (no runs are read): a trend needs each night's cells, not its answers.
+    """
+    from kb.store.evidence import earlier_reports
+
+    return earlier_reports(directory, observed_at)

@@ -200,3 +200,29 @@ def test_no_two_modules_depend_on_each_other() -> None:
     found = measure()
     assert found.cycles == []
     assert found.deferred_cycles == []
+
+
+#: What reads runs and computes intervals (SPEC 14.2): the evidence index and the core.
+_EVIDENCE_READERS = {"load_evidence", "runs_reader", "RunsReader", "earlier_reports"}
+_INTERVALS = {"wilson_interval", "wilson_arrays", "newcombe_paired_interval", "newcombe_arrays"}
+
+
+def _imported_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kb."):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(KB / "views").glob("*.py"), *(KB / "cli").glob("*.py")]),
+    ids=lambda p: module_name(p),
+)
+def test_no_command_or_view_reads_runs_or_computes_an_interval(path: Path) -> None:
+    names = _imported_names(path)
+    assert not names & _EVIDENCE_READERS, (
+        f"{path.name} reads evidence by hand: use kb.evidence_index"
+    )
+    assert not names & _INTERVALS, f"{path.name} computes an interval: it belongs on the type"

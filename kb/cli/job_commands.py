@@ -287,8 +287,8 @@ def show_sweep(
     done: SweepReport, app: App, html_path: Path | None, summary_path: Path | None, as_json: bool
 ) -> None:
     """What a sweep did: the files asked for, the report, drifts and alarms (stderr)."""
+    from kb.evidence_index import reports_before
     from kb.store.diff import diff_markdown
-    from kb.store.evidence import earlier_reports
     from kb.views.html import cell_history, report_html
     from kb.views.report_text import (
         SHIFT,
@@ -307,7 +307,7 @@ def show_sweep(
         return
     if html_path:
         assert done.history_dir is not None
-        earlier = earlier_reports(done.history_dir, report.observed_at)
+        earlier = reports_before(done.history_dir, report.observed_at)
         html_path.write_text(report_html(report, cell_history(earlier)), encoding="utf-8")
     if summary_path:
         changes = diff_markdown(done.store_diff) if done.store_diff is not None else None
@@ -665,19 +665,19 @@ def report(
     app: App, report_id: str, html_path: Path | None, as_json: bool, evidence_dir: Path | None
 ) -> None:
     """Re-render a past sweep's report from its evidence (work tree or git history)."""
-    from kb.store.evidence import earlier_reports, load_evidence
+    from kb.evidence_index import night_evidence, reports_before
     from kb.views.html import cell_history, report_html
     from kb.views.report_text import report_header, summary_text
 
     _output_dir_exists(html_path, "--html")
-    found = load_evidence(app.store, report_id, evidence_dir)
+    found = night_evidence(app.store, report_id, evidence_dir)
     report = found.full_report() if found is not None else None
     if found is None or report is None:
         where = app.store.home.evidence_dir(evidence_dir)
         history = " or its git history" if app.store.git is not None else ""
         raise ConfigError("report", f"no evidence for report {report_id!r} in {where}{history}")
     if html_path:
-        earlier = earlier_reports(app.store.home.evidence_dir(evidence_dir), report.observed_at)
+        earlier = reports_before(app.store.home.evidence_dir(evidence_dir), report.observed_at)
         html_path.write_text(report_html(report, cell_history(earlier)), encoding="utf-8")
     if as_json:
         echo_json(report.to_wire())

@@ -305,6 +305,7 @@ def compare(
 @pass_app
 def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     """Show one claim, the git commits that touched it, and the cases behind it."""
+    from kb.evidence_index import claim_nights
     from kb.store.audit import claim_history, compacted_claim
     from kb.store.baselines import read_baselines
     from kb.store.epochs import read_epochs
@@ -338,7 +339,7 @@ def show(app: App, claim_id: str, evidence_dir: Path | None) -> None:
     if canary is not None:
         click.echo(canary)
     click.echo(format_history(claim_history(app.store, claim_id)))
-    click.echo(claim_evidence(app.store, claim, evidence_dir))
+    click.echo(claim_evidence(claim_nights(app.store, claim, evidence_dir)))
 
 
 DIFF_EPILOG = """\b

@@ -140,37 +140,21 @@ def report_observed_at(path: Path) -> str | None:
 class RunsReader:
     """A report id's runs, each report read once (``None``: its evidence is nowhere).
 
-    ``missing`` names the reports asked for whose evidence was not found (swept
-    with ``--no-evidence``, or a directory moved away): what they would have
-    told — cost, latency — is unknown, and a command says so.
+    :class:`kb.evidence_index.EvidenceIndex` names the reports whose evidence was
+    not found (what they would have told — cost, latency — is unknown).
     """
 
     def __init__(self, store: KnowledgeStore, directory: Path | None = None) -> None:
         self._store = store
         self._directory = directory
         self._cache: dict[str, list[RunRecord] | None] = {}
-        self.missing: list[str] = []
 
     def __call__(self, report_id: str) -> list[RunRecord] | None:
         if report_id not in self._cache:
             loaded = load_evidence(self._store, report_id, self._directory)
             runs = loaded.runs if loaded is not None and loaded.runs else None
             self._cache[report_id] = runs
-            if runs is None:
-                self.missing.append(report_id)
         return self._cache[report_id]
-
-    def warning(self) -> str | None:
-        """One line naming the nights without evidence (``None``: every night had it)."""
-        if not self.missing:
-            return None
-        count = len(self.missing)
-        shown = ", ".join(self.missing[:3]) + (" …" if count > 3 else "")
-        return (
-            f"no evidence for {count} night{'s' if count != 1 else ''} ({shown}): their cost "
-            "and latency are unknown (kb sweep wrote none with --no-evidence, or the "
-            "directory moved: --evidence-dir)"
-        )
 
 
 def runs_reader(store: KnowledgeStore, directory: Path | None = None) -> RunsReader:

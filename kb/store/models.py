@@ -16,6 +16,7 @@ absent, never written as ``null`` (:func:`claim_to_wire`).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
@@ -45,6 +46,7 @@ from kb.schema import (
     subject_key,
     utf16_length,
 )
+from kb.stats import wilson_interval
 from kb.store.canonical import LONE_SURROGATE
 from kb.store.ttl import parse_instant, read_stored_instant
 
@@ -223,6 +225,31 @@ class ModelClaim(StrictModel):
     def canary_fingerprint(self) -> str | None:
         """The canary fingerprint recorded when the claim was measured."""
         return self.model_epoch.get("canaryFingerprint") if self.model_epoch else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The 95 % interval the gate used (``None`` for a note): see :func:`metrics_interval`."""
+        return metrics_interval(self.metrics)
+
+
+def metrics_successes(metrics: Metrics | Mapping[str, Any]) -> float:
+    """The successes behind stored metrics: ``passRate × n`` held to ``[0, n]``.
+
+    Fractional when the cases were repeated (a case's score is its mean over repeats).
+    """
+    n = float(metrics["n"])
+    return min(n, max(0.0, float(metrics["passRate"]) * n))
+
+
+def metrics_interval(metrics: Metrics | Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """The 95 % Wilson interval of a claim's metrics (``None`` for a note).
+
+    Over ``n`` cases of the stored mean case score: the interval the gate used, so a
+    view shows it and never recomputes it its own way.
+    """
+    if metrics is None:
+        return None
+    return wilson_interval(metrics_successes(metrics), int(metrics["n"]))
 
 
 def subject_wire(subject: Subject) -> SubjectWire:

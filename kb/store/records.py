@@ -42,6 +42,7 @@ from pydantic import (
 from kb.errors import ConfigError
 from kb.schema import subject_key, validation_issues
 from kb.sidefile import SideFormat, parse_json
+from kb.stats import wilson_interval
 from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.wire import WireModel
 
@@ -340,6 +341,20 @@ class CellRecord(WireModel):
     def shown_rate(self) -> float:
         """The pass rate the cell is judged by: its epoch's pooled estimate, else tonight's."""
         return self.epoch.pass_rate if self.epoch is not None else self.pass_rate
+
+    @property
+    def answered_estimate(self) -> tuple[float, tuple[float, float]] | None:
+        """An incomplete cell's pass rate over the cases that answered tonight, and its interval.
+
+        The interval is Wilson's over the same answered cases, so it always holds the
+        rate (the epoch's pooled interval need not: an incomplete night is not part of
+        its epoch). ``None`` when nothing answered, or when the answers look like an
+        outage (``suspect``): there is no rate to show then, never a bare 0.00.
+        """
+        if self.n == 0 or self.suspect:
+            return None
+        successes = min(float(self.n), max(0.0, self.pass_rate * self.n))
+        return self.pass_rate, wilson_interval(successes, self.n)
 
 
 class RetiredRecord(WireModel):

@@ -7,25 +7,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
+from kb.evidence_index import ClaimNight
 from kb.money import usd
-from kb.stats import successes_from_rate, wilson_interval
+from kb.stats import successes_from_rate
 from kb.store.audit import ClaimEvent
 from kb.store.baselines import CanaryBaselines
 from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.diff import StoreDiff, unchanged_line
 from kb.store.epochs import EpochsFile, cell_key, suite_grader_id
-from kb.store.evidence import load_evidence
-from kb.store.filestore import KnowledgeStore
 from kb.store.jsjson import js_plain_value
-from kb.store.models import ModelClaim
+from kb.store.models import ModelClaim, metrics_interval, metrics_successes
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import stored_instant
 from kb.textwidth import wrapped
-from kb.views.decision import metrics_interval
 from kb.views.report_text import EPOCH_WORDS
 
 _MAX_CASES_SHOWN = 5
@@ -73,8 +70,8 @@ def metrics_line(claim: ModelClaim) -> str | None:
         return None
     n = metrics["n"]
     rate = metrics["passRate"]
-    successes = min(float(n), max(0.0, rate * n))
-    low, high = wilson_interval(successes, n)
+    successes = metrics_successes(metrics)
+    low, high = claim.interval or (0.0, 0.0)
     whole = successes_from_rate(rate, n)
     count = f"{whole}/{n}" if abs(whole - successes) < 1e-9 else f"{successes:.2f}/{n}"
     line = (
@@ -177,32 +174,23 @@ def _excerpt(text: str, width: int = _EXCERPT) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def claim_evidence(store: KnowledgeStore, claim: ModelClaim, directory: Path | None) -> str:
+def claim_evidence(nights: Sequence[ClaimNight]) -> str:
     """The ``cases:`` block of ``kb show``: every case run behind the claim's measurement."""
-    reports = [ev["reportId"] for ev in claim.evidence if ev["kind"] == "eval"]
-    if not reports:
+    if not nights:
         return "cases: none (an editorial claim points at a journal, not at eval runs)"
     lines = []
-    for report_id in reports:
-        found = load_evidence(store, report_id, directory)
-        if found is None:
+    for night in nights:
+        report_id, runs = night.report_id, night.runs
+        if runs is None:
             lines.append(
                 f"cases: no evidence file for report {report_id} (a sweep run with "
                 "--no-evidence, elsewhere with evidence_dir, or before kb wrote evidence)"
             )
             continue
-        runs = [
-            run
-            for run in found.runs
-            if run.kind == "target"
-            and run.model == claim.model
-            and run.effort == claim.effort
-            and run.task_class == claim.task_class
-        ]
         passed = sum(1 for run in runs if run.passed)
         lines += wrapped(
             f"cases ({passed} of {len(runs)} runs passed; evidence of {report_id} from "
-            f"{found.source}):"
+            f"{night.source}):"
         )
         for run in runs:
             verdict = (

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from kb.markdown import table_code
 from kb.money import usd
 from kb.schema import DEFAULT_MARGIN
-from kb.stats import wilson_interval
 from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
 from kb.store.snapshot import Snapshot
@@ -28,23 +27,6 @@ if TYPE_CHECKING:
     from kb.compare import CellCost
 
 DAY_MS = 86_400_000
-
-
-def metrics_interval(metrics: Mapping[str, Any] | None) -> tuple[float, float] | None:
-    """The 95 % Wilson interval of a claim's metrics (``None`` for a note).
-
-    Over ``n`` cases of the stored mean case score: the interval the gate used.
-    """
-    if metrics is None:
-        return None
-    n = metrics["n"]
-    successes = min(float(n), max(0.0, metrics["passRate"] * n))
-    return wilson_interval(successes, n)
-
-
-def claim_interval(claim: ModelClaim) -> tuple[float, float] | None:
-    """The 95 % Wilson interval of an eval claim's metrics (``None`` for a note)."""
-    return metrics_interval(claim.metrics)
 
 
 def newest_first(claims: Sequence[ModelClaim]) -> list[ModelClaim]:
@@ -61,7 +43,7 @@ def _days(ms: int) -> str:
 
 def _rate(claim: ModelClaim) -> tuple[str, str, str]:
     """(pass rate, interval, n) as shown; dashes for a note."""
-    interval = claim_interval(claim)
+    interval = claim.interval
     if claim.metrics is None or interval is None:
         return "note", "—", "—"
     low, high = interval
@@ -425,7 +407,7 @@ def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
                 continue
             claims = []
             for claim in cell.claims:
-                interval = claim_interval(claim)
+                interval = claim.interval
                 claims.append(
                     {
                         "id": claim.id,

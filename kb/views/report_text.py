@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 from kb.markdown import code_span, table_code
 from kb.money import usd, usd_or_unbounded
-from kb.stats import wilson_interval
 from kb.store.canonical import to_fixed_2
 from kb.store.records import CanaryRecord, CellRecord, EpochRecord, ReportFile
 from kb.textwidth import fit, wrapped
@@ -127,20 +126,6 @@ def report_header(report: ReportFile) -> str:
     return fit("\n".join(lines))
 
 
-def answered_estimate(cell: CellRecord) -> tuple[float, tuple[float, float]] | None:
-    """An incomplete cell's pass rate over the cases that answered tonight, and its interval.
-
-    The interval is Wilson's over the same answered cases, so it always holds the
-    rate (the epoch's pooled interval need not: an incomplete night is not part of
-    its epoch). ``None`` when nothing answered, or when the answers look like an
-    outage (``suspect``): there is no rate to show then, never a bare 0.00.
-    """
-    if cell.n == 0 or cell.suspect:
-        return None
-    successes = min(float(cell.n), max(0.0, cell.pass_rate * cell.n))
-    return cell.pass_rate, wilson_interval(successes, cell.n)
-
-
 def answered(cell: CellRecord) -> str:
     """``12/30 answered``: the cases an incomplete cell measured, of those it asked."""
     return f"{cell.n}/{cell.planned_n} answered" + (f" x{cell.repeats}" if cell.repeats else "")
@@ -151,7 +136,7 @@ def _numbers(cell: CellRecord) -> str:
     total = cell.total_cost_usd
     cost = "unpriced" if cell.unpriced_runs or total is None else usd(total)
     if not cell.complete:
-        found = answered_estimate(cell)
+        found = cell.answered_estimate
         if found is None:
             return f"{answered(cell)}  {cost}"
         rate, (low, high) = found
@@ -318,7 +303,7 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
 def _markdown_row(cell: CellRecord) -> str:
     """One cell of the summary's table (an incomplete one: answered/asked, see ``_numbers``)."""
     if not cell.complete:
-        found = answered_estimate(cell)
+        found = cell.answered_estimate
         rate, interval = ("—", "—") if found is None else _shown(found[0], found[1])
         count = answered(cell)
         reason = cell.incomplete_reason

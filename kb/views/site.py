@@ -24,7 +24,6 @@ read is left out with a warning, never fatal.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,16 +31,15 @@ from pathlib import Path
 from kb.card import usable_claims
 from kb.compare import compare_models
 from kb.errors import ConfigError
-from kb.evidence_index import EvidenceIndex
+from kb.evidence_index import EvidenceIndex, recorded_nights
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.changes import CellAlarm, cell_alarms
 from kb.store.epochs import EpochsFile
-from kb.store.evidence import REPORT_SUFFIX, load_evidence
 from kb.store.filestore import KnowledgeStore
 from kb.store.models import ModelClaim
 from kb.store.records import CellRecord, ReportFile
-from kb.views.decision import claim_interval, newest_first
+from kb.views.decision import newest_first
 from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts, name_html
 from kb.views.report_text import EPOCH_WORDS
 from kb.views.site_models import MODELS_PAGE, models_page_body
@@ -57,39 +55,9 @@ from kb.views.site_pages import (
 
 
 def collect_nights(store: KnowledgeStore) -> tuple[list[Night], list[str]]:
-    """Every night with readable evidence in the store's evidence directories, oldest first.
-
-    The second list says, per night left out, which file could not be read and why.
-    """
-    nights: list[Night] = []
-    left_out: list[str] = []
-    seen: set[str] = set()
-    for directory in store.home.evidence_dirs():
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.glob(f"*{REPORT_SUFFIX}")):
-            try:
-                report_id = json.loads(path.read_text("utf-8"))["reportId"]
-            except json.JSONDecodeError as exc:
-                left_out.append(
-                    f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}); "
-                    "its night is left out"
-                )
-                continue
-            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-                left_out.append(f"{path}: cannot be read ({str(exc)[:160]}); its night is left out")
-                continue
-            try:
-                found = load_evidence(store, str(report_id), directory)
-            except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError) as exc:
-                left_out.append(f"{report_id}: {str(exc)[:200]}; its night is left out")
-                continue
-            if found is None or found.report is None or report_id in seen:
-                continue
-            seen.add(report_id)
-            nights.append(Night(found.report, tuple(found.runs)))
-    nights.sort(key=lambda n: n.report.observed_at)
-    return nights, left_out
+    """Every night with readable evidence (:func:`kb.evidence_index.recorded_nights`) as pages."""
+    found, left_out = recorded_nights(store)
+    return [Night(night.report, night.runs) for night in found], left_out
 
 
 def site_directory_issue(directory: Path) -> str | None:
@@ -264,7 +232,7 @@ def index_page(
     live = newest_first(usable_claims(claims, as_of))
     claim_rows = []
     for claim in live:
-        interval = claim_interval(claim)
+        interval = claim.interval
         rate = to_fixed_2(claim.metrics["passRate"]) if claim.metrics else "note"
         shown = f"[{to_fixed_2(interval[0])}, {to_fixed_2(interval[1])}]" if interval else "—"
         n = str(claim.metrics["n"]) if claim.metrics else "—"
@@ -405,7 +373,7 @@ def claim_page_html(
     timeline: Sequence[TimelineNight] = (),
 ) -> str:
     """One claim: what it says, its numbers, its epoch, its timeline, the nights and cases."""
-    interval = claim_interval(claim)
+    interval = claim.interval
     numbers = (
         f"passRate {to_fixed_2(claim.metrics['passRate'])} over {claim.metrics['n']} cases, "
         f"95% [{to_fixed_2(interval[0])}, {to_fixed_2(interval[1])}]"
