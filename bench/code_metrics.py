@@ -132,13 +132,32 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def _surface(name: str, own: dict[str, set[str]], bases: dict[str, list[str]]) -> set[str]:
+    """A class's methods with those it inherits from kb's own classes (its whole surface).
+
+    Splitting a class into a chain of base classes does not shrink what a caller
+    sees, so a class is measured with everything it inherits.
+    """
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in own:
+            continue
+        seen.add(current)
+        found |= own[current]
+        todo.extend(bases.get(current, ()))
+    return found
+
+
 def measure(root: Path = ROOT) -> Metrics:
     """The figures of the package under ``root / "kb"``."""
     package = root / "kb"
     sizes: dict[str, int] = {}
     functions: list[tuple[str, int]] = []
-    methods: dict[str, int] = {}
-    every: dict[str, int] = {}
+    own: dict[str, set[str]] = {}
+    bases: dict[str, list[str]] = {}
     graph: dict[str, set[str]] = {}
     later: dict[str, set[str]] = {}
     judges: list[str] = []
@@ -155,13 +174,12 @@ def measure(root: Path = ROOT) -> Metrics:
                 end = node.end_lineno or node.lineno
                 functions.append((f"{rel}:{node.name}", end - node.lineno + 1))
             elif isinstance(node, ast.ClassDef):
-                defs = [
+                own[node.name] = {
                     item.name
                     for item in node.body
                     if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
-                ]
-                methods[node.name] = sum(1 for name in defs if not name.startswith("_"))
-                every[node.name] = len(defs)
+                }
+                bases[node.name] = [ast.unparse(base).rpartition(".")[2] for base in node.bases]
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
@@ -175,6 +193,9 @@ def measure(root: Path = ROOT) -> Metrics:
     def edges(found: dict[str, set[str]]) -> dict[str, set[str]]:
         return {m: {t for t in targets if t in known and t != m} for m, targets in found.items()}
 
+    surfaces = {name: _surface(name, own, bases) for name in own}
+    methods = {name: sum(1 for m in found if not m.startswith("_")) for name, found in surfaces.items()}
+    every = {name: len(found) for name, found in surfaces.items()}
     lengths = sorted(size for _, size in functions)
     largest_class = max(methods, key=lambda name: methods[name])
     named = ("KnowledgeStore", "GitStoreRepo", "Engine", largest_class)

@@ -192,6 +192,7 @@ Examples:
   kb matrix --markdown       for a pull-request comment or a wiki page
   kb --as-of 2027-01-15 matrix --json
   kb matrix --cost           add $/case and p90 latency; mark the cheapest model as good as the best
+  kb matrix --pareto         per task class, cost per case against pass rate: the frontier
 """
 
 
@@ -202,13 +203,25 @@ Examples:
     is_flag=True,
     help="Add $/case and p90 latency per cell; mark the cheapest model as good as the best.",
 )
+@click.option(
+    "--pareto",
+    is_flag=True,
+    help="Per task class, each model's cost per case against its pass rate, and the "
+    "frontier (dominated: another model as good, paired, for no more money).",
+)
 @margin_option
 @json_option("Print every cell with its claims' numbers.")
 @evidence_dir_option
 @global_options
 @pass_app
 def matrix(
-    app: App, markdown: bool, cost: bool, margin: float, as_json: bool, evidence_dir: Path | None
+    app: App,
+    markdown: bool,
+    cost: bool,
+    pareto: bool,
+    margin: float,
+    as_json: bool,
+    evidence_dir: Path | None,
 ) -> None:
     """Model × task class: each live claim's polarity, pass rate, interval, n and age."""
     from kb.store.audit import archive_reasons
@@ -221,6 +234,9 @@ def matrix(
     )
 
     one_output_format(as_json, markdown)
+    if pareto:
+        matrix_pareto(app, cost, margin, as_json, markdown, evidence_dir)
+        return
     snapshot = app.store.read()
     found = claim_matrix(snapshot, app.as_of)
     if retired_cells(found):  # the history is read only when a cell needs its reason
@@ -233,13 +249,35 @@ def matrix(
         found = found.with_costs(class_costs(index, margin=margin), margin)
         warn_missing_evidence(index.warning())
     elif margin != DEFAULT_MARGIN:
-        raise ConfigError("--margin", "applies to --cost only (kb matrix --cost --margin D)")
+        raise ConfigError(
+            "--margin", "applies to --cost only (and to --pareto): kb matrix --cost --margin D"
+        )
     if as_json:
         echo_json(matrix_json(found))
     elif markdown:
         click.echo(matrix_markdown(found), nl=False)
     else:
         click.echo(matrix_text(found))
+
+
+def matrix_pareto(
+    app: App, cost: bool, margin: float, as_json: bool, markdown: bool, evidence_dir: Path | None
+) -> None:
+    """``kb matrix --pareto``: the current epochs' cost against pass rate, per task class."""
+    from kb.evidence_index import EvidenceIndex
+    from kb.views.pareto import pareto_classes, pareto_json, pareto_markdown, pareto_text
+
+    if cost:
+        raise ConfigError("--pareto", "already shows each model's cost (drop --cost)")
+    index = EvidenceIndex.load(app.store, evidence_dir)
+    found = pareto_classes(index, margin=margin)
+    warn_missing_evidence(index.warning())
+    if as_json:
+        echo_json(pareto_json(found))
+    elif markdown:
+        click.echo(pareto_markdown(found), nl=False)
+    else:
+        click.echo(pareto_text(found))
 
 
 def warn_missing_evidence(line: str | None) -> None:
