@@ -655,29 +655,32 @@ class CheckpointReport:
             return None
         return controls(self.pooled_treatment, self.pooled_baseline, self.pooled_strongest)
 
+    def _cell_json(self, c: StartRungCell) -> dict[str, Any]:
+        """One (ladder, task class) cell of the ``--json`` report."""
+        decision = c.decision(self.options.margin)
+        rulvar = self.options.rule == "rulvar"
+        entry: dict[str, Any] = {
+            "ladder": c.ladder,
+            "taskClass": c.task_class,
+            "defaultTier": c.default_tier,
+            "recommendedTier": c.recommended_tier,
+            "passed": c.passed if rulvar else (decision and decision.verdict == "passed"),
+            "verdict": decision.to_json() if decision else None,
+            "rulvarPassed": c.passed,
+            "baseline": c.baseline.to_json(),
+            "treatment": c.treatment.to_json(),
+        }
+        if c.strongest is not None:
+            entry["strongest"] = c.strongest.to_json()
+        return entry
+
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` report."""
         margin = self.options.margin
         c1, c2 = self.criterion1, self.criterion2
         rulvar = self.options.rule == "rulvar"
         controls_ = self.controls
-        cells = []
-        for c in self.cells:
-            decision = c.decision(margin)
-            entry: dict[str, Any] = {
-                "ladder": c.ladder,
-                "taskClass": c.task_class,
-                "defaultTier": c.default_tier,
-                "recommendedTier": c.recommended_tier,
-                "passed": c.passed if rulvar else (decision and decision.verdict == "passed"),
-                "verdict": decision.to_json() if decision else None,
-                "rulvarPassed": c.passed,
-                "baseline": c.baseline.to_json(),
-                "treatment": c.treatment.to_json(),
-            }
-            if c.strongest is not None:
-                entry["strongest"] = c.strongest.to_json()
-            cells.append(entry)
+        cells = [self._cell_json(c) for c in self.cells]
         return {
             "verdict": self.verdict,
             "passed": self.passed,

@@ -81,6 +81,25 @@ def _grouped(
     return lines
 
 
+def _list_footer(
+    shown: Sequence[ModelClaim], snapshot: Snapshot, as_of: int, *, ids: bool
+) -> list[str]:
+    """What ``kb list`` did not show, and the flags that show it."""
+    stale = sum(1 for c in snapshot.claims if c.status == "stale")
+    expired = sum(1 for c in snapshot.claims if c.status == "active" and claim_expired(c, as_of))
+    footer = [
+        f"{len(shown)} claim{'s' if len(shown) != 1 else ''} shown ({len(snapshot)} in the store"
+    ]
+    if stale and not any(claim.status == "stale" for claim in shown):
+        footer.append(f"{stale} stale after a canary drift: kb list --status stale")
+    if expired:
+        footer.append(f"{expired} active but expired: kb queue")
+    footer[-1] += ")"
+    footer += [*([] if ids else ["--ids for claim ids"]), "--long for the full view"]
+    footer.append("--all for every status")
+    return footer
+
+
 def list_lines(
     chosen: Sequence[ModelClaim],
     snapshot: Snapshot,
@@ -132,18 +151,7 @@ def list_lines(
                         )
                     ]
             lines = grouped
-    stale = sum(1 for c in snapshot.claims if c.status == "stale")
-    expired = sum(1 for c in snapshot.claims if c.status == "active" and claim_expired(c, as_of))
-    footer = [
-        f"{len(shown)} claim{'s' if len(shown) != 1 else ''} shown ({len(snapshot)} in the store"
-    ]
-    if stale and not any(claim.status == "stale" for claim in shown):
-        footer.append(f"{stale} stale after a canary drift: kb list --status stale")
-    if expired:
-        footer.append(f"{expired} active but expired: kb queue")
-    footer[-1] += ")"
-    footer += [*([] if ids else ["--ids for claim ids"]), "--long for the full view"]
-    footer.append("--all for every status")
+    footer = _list_footer(shown, snapshot, as_of, ids=ids)
     return "\n".join([*lines, *wrapped_items(footer, width=width)])
 
 
@@ -397,6 +405,23 @@ def _brief(claim: ModelClaim) -> dict[str, Any]:
     return {"id": claim.id, "polarity": claim.polarity, "observedAt": claim.observed_at}
 
 
+def _claim_json(claim: ModelClaim, as_of: int) -> dict[str, Any]:
+    """One claim of a matrix cell, with its numbers and age."""
+    interval = claim.interval
+    return {
+        "id": claim.id,
+        "polarity": claim.polarity,
+        "status": claim.status,
+        "class": claim.claim_class,
+        "passRate": claim.metrics["passRate"] if claim.metrics else None,
+        "wilson95": list(interval) if interval else None,
+        "n": claim.metrics["n"] if claim.metrics else None,
+        "observedAt": claim.observed_at,
+        "expiresAt": claim.expires_at,
+        "ageDays": (as_of - stored_instant(claim.observed_at)) // DAY_MS,
+    }
+
+
 def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
     """The ``--json`` form: every cell, with each claim's numbers."""
     cells = []
@@ -405,23 +430,7 @@ def matrix_json(matrix: ClaimMatrix) -> dict[str, Any]:
             cell = matrix.cells.get((model, task_class))
             if cell is None:
                 continue
-            claims = []
-            for claim in cell.claims:
-                interval = claim.interval
-                claims.append(
-                    {
-                        "id": claim.id,
-                        "polarity": claim.polarity,
-                        "status": claim.status,
-                        "class": claim.claim_class,
-                        "passRate": claim.metrics["passRate"] if claim.metrics else None,
-                        "wilson95": list(interval) if interval else None,
-                        "n": claim.metrics["n"] if claim.metrics else None,
-                        "observedAt": claim.observed_at,
-                        "expiresAt": claim.expires_at,
-                        "ageDays": (matrix.as_of - stored_instant(claim.observed_at)) // DAY_MS,
-                    }
-                )
+            claims = [_claim_json(claim, matrix.as_of) for claim in cell.claims]
             retired, expired = cell.retired, cell.expired
             cells.append(
                 {

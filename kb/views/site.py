@@ -24,7 +24,7 @@ read is left out with a warning, never fatal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +43,7 @@ from kb.views.decision import newest_first
 from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts, name_html
 from kb.views.report_text import EPOCH_WORDS
 from kb.views.site_models import MODELS_PAGE, models_page_body
-from kb.views.site_night import NightLayout, PriorAnswer, answers_of, night_files
+from kb.views.site_night import PriorAnswer, answers_of, night_files
 from kb.views.site_pages import (
     GENERATOR,
     Night,
@@ -222,6 +222,35 @@ def retired_since(nights: Sequence[Night], claims: Sequence[ModelClaim]) -> str:
     )
 
 
+def _claim_row(claim: ModelClaim) -> str:
+    """One row of the front page's "claims that steer today"."""
+    interval = claim.interval
+    rate = to_fixed_2(claim.metrics["passRate"]) if claim.metrics else "note"
+    shown = f"[{to_fixed_2(interval[0])}, {to_fixed_2(interval[1])}]" if interval else "—"
+    n = str(claim.metrics["n"]) if claim.metrics else "—"
+    return (
+        f'<tr><td class="name"><a href="{claim_page(claim.id)}">{esc(claim.subject_key)}</a>'
+        f'</td><td class="name">{esc(claim.task_class)}</td><td>{esc(claim.polarity)}</td>'
+        f'<td class="num">{rate}</td><td class="num">{shown}</td><td class="num">{n}</td>'
+        f'<td class="name">{esc(claim.expires_at[:10])}</td></tr>'
+    )
+
+
+def _left_out_banner(left_out: Sequence[str]) -> str:
+    """The alarm banner naming nights whose evidence cannot be read (empty: none)."""
+    if not left_out:
+        return ""
+    return (
+        '<div class="banner alarm" role="alert"><strong>'
+        f"{len(left_out)} night{'s' if len(left_out) != 1 else ''} left out:</strong> "
+        "their evidence cannot be read, so the matrix, the retirements and the nights below "
+        "may be older than the store's claims (which are shown as the store holds them)."
+        "<ul>"
+        + "".join(f'<li class="breakable">{esc(why)}</li>' for why in left_out)
+        + "</ul></div>"
+    )
+
+
 def index_page(
     nights: Sequence[Night],
     claims: Sequence[ModelClaim],
@@ -230,33 +259,12 @@ def index_page(
 ) -> str:
     """The site's front page (``left_out``: nights whose evidence could not be read)."""
     live = newest_first(usable_claims(claims, as_of))
-    claim_rows = []
-    for claim in live:
-        interval = claim.interval
-        rate = to_fixed_2(claim.metrics["passRate"]) if claim.metrics else "note"
-        shown = f"[{to_fixed_2(interval[0])}, {to_fixed_2(interval[1])}]" if interval else "—"
-        n = str(claim.metrics["n"]) if claim.metrics else "—"
-        claim_rows.append(
-            f'<tr><td class="name"><a href="{claim_page(claim.id)}">{esc(claim.subject_key)}</a>'
-            f'</td><td class="name">{esc(claim.task_class)}</td><td>{esc(claim.polarity)}</td>'
-            f'<td class="num">{rate}</td><td class="num">{shown}</td><td class="num">{n}</td>'
-            f'<td class="name">{esc(claim.expires_at[:10])}</td></tr>'
-        )
+    claim_rows = [_claim_row(claim) for claim in live]
     options = "".join(
         f'<option value="{esc(n.stem)}">{esc(n.report.report_id)}</option>'
         for n in reversed(nights)
     )
-    missing = (
-        '<div class="banner alarm" role="alert"><strong>'
-        f"{len(left_out)} night{'s' if len(left_out) != 1 else ''} left out:</strong> "
-        "their evidence cannot be read, so the matrix, the retirements and the nights below "
-        "may be older than the store's claims (which are shown as the store holds them)."
-        "<ul>"
-        + "".join(f'<li class="breakable">{esc(why)}</li>' for why in left_out)
-        + "</ul></div>"
-        if left_out
-        else ""
-    )
+    missing = _left_out_banner(left_out)
     body = (
         "<h1>kb: what the store knows</h1>"
         f'<p class="meta">{len(nights)} night{"s" if len(nights) != 1 else ""} · '
@@ -491,6 +499,23 @@ class SiteBuilt:
     """Nights whose evidence could not be read (the index says so in a banner)."""
 
 
+def _write_nights(
+    nights: Sequence[Night],
+    claim_href: Callable[[str], str | None],
+    write: Callable[[str, str], None],
+) -> dict[str, Callable[[str, str], str]]:
+    """Each night's pages, oldest first; per night, how to link to one of its answers."""
+    pages: dict[str, Callable[[str, str], str]] = {}
+    previous: dict[tuple[str, str], PriorAnswer] = {}
+    for index, night in enumerate(nights):
+        layout, files = night_files(night, nights[:index], claim_href, previous)
+        pages[night.report.report_id] = layout.href
+        previous |= answers_of(night, layout)
+        for name, text in files.items():
+            write(name, text)
+    return pages
+
+
 def build_site(
     store: KnowledgeStore,
     directory: Path,
@@ -530,16 +555,8 @@ def build_site(
         return claim_page(claim_id) if claim_id in paged else None
 
     write("index.html", index_page(nights, claims, as_of, left_out))
-    layouts: dict[str, NightLayout] = {}
-    previous: dict[tuple[str, str], PriorAnswer] = {}
-    for index, night in enumerate(nights):
-        layout, files = night_files(night, nights[:index], claim_href, previous)
-        layouts[night.report.report_id] = layout
-        previous |= answers_of(night, layout)
-        for name, text in files.items():
-            write(name, text)
+    pages = _write_nights(nights, claim_href, write)
     write("compare.html", compare_page(nights))
-    pages = {report_id: layout.href for report_id, layout in layouts.items()}
     runs = {n.report.report_id: list(n.runs) for n in nights}
     chosen = epochs if epochs is not None else EpochsFile()
     found = compare_models(EvidenceIndex.build(chosen, runs.get))
