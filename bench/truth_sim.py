@@ -20,8 +20,9 @@ are compared with the truth (SPEC 12.2, 13.7):
 Two ways of running the same rule:
 
 * **vectorized** — the very generators kb's sweep drives pass by pass —
-  ``kb.sweep.nightly.run_nightly`` (``sampling = "adaptive"``) and
-  ``kb.sweep.epochs.run_night`` (``"adaptive-v3"``) — over every simulated
+  ``kb.sweep.nightly.run_nightly`` (``sampling = "adaptive"``) and, as the
+  baseline, v3's rule (``bench/v3_rule.py``: ``"adaptive-v3"``, which left kb
+  in v5) — over every simulated
   cell at once, with the interval gate as kb applies it; ``--seeds`` (≥ 1,000)
   seeds. Beside them v2's interval gate and the point gate (30 cases every
   night; from a pool of 120, its first 30).
@@ -70,16 +71,13 @@ sys.path.insert(0, str(ROOT))
 
 from kb.stats import wilson_arrays  # noqa: E402
 from kb.sweep.epochs import (  # noqa: E402
-    DEFAULT_RULE,
     HELD_NONE,
     HELD_STRENGTH,
     HELD_WEAKNESS,
     EpochArrays,
-    EpochRule,
     NightPass,
     NightResult,
     rotation,
-    run_night,
 )
 from kb.sweep.nightly import (  # noqa: E402
     DEFAULT_NIGHTLY,
@@ -87,6 +85,9 @@ from kb.sweep.nightly import (  # noqa: E402
     NightlyRule,
     run_nightly,
 )
+
+sys.path.insert(0, str(ROOT / "bench"))
+from v3_rule import DEFAULT_RULE, EpochRule, run_night  # noqa: E402
 
 STABLE = (0.98, 0.95, 0.9, 0.85, 0.78, 0.7, 0.62, 0.55, 0.4, 0.25)
 DROPS = ((0.97, 0.85), (0.97, 0.80), (0.97, 0.75), (0.95, 0.85), (0.95, 0.80), (0.95, 0.75))

@@ -4,7 +4,7 @@ Core tests drive :func:`kb.sweep.nightly.run_nightly` pass by pass on
 crafted epochs: each claim state's detectors, escalation up to the pool, the
 cold start's group-sequential stop, the alarm night's half pool and the
 level 8 sweeps back. Property tests hold its invariants on any outcomes.
-CLI tests: ``adaptive-v3`` stays reachable, a v3 epochs file (committed in
+CLI tests: ``adaptive-v3`` is refused with the way on (it left kb in v5), a v3 epochs file (committed in
 ``tests/data/epochs_v3``) is read and continued, and the bench's vectorized
 model equals the real ``kb sweep`` night by night, call count by call count.
 """
@@ -381,9 +381,7 @@ def night(runner: CliRunner, path: Path, day: int) -> dict[str, Any]:
 
 
 @pytest.mark.usefixtures("initialized_store")
-def test_adaptive_is_the_nightly_rule_and_adaptive_v3_stays_reachable(
-    runner: CliRunner, isolated: Path
-) -> None:
+def test_adaptive_is_the_nightly_rule(runner: CliRunner, isolated: Path) -> None:
     # all pass over a pool of 60: the nightly cold start is clear at 35 (z over 12 looks)
     (cell,) = night(runner, spec(isolated / "a.toml"), 1)["cells"]
     assert cell["epoch"]["ran"] == 35 and cell["outcome"] == "strength"
@@ -405,12 +403,17 @@ def test_adaptive_is_the_nightly_rule_and_adaptive_v3_stays_reachable(
 
 
 @pytest.mark.usefixtures("initialized_store")
-def test_adaptive_v3_keeps_v3s_rule(runner: CliRunner, isolated: Path) -> None:
-    (cell,) = night(runner, spec(isolated / "v3.toml", "adaptive-v3"), 1)["cells"]
-    assert cell["epoch"]["ran"] == 60
-    assert cell["epoch"]["why"] == "new epoch (first measurement): all 60 cases"
-    epoch = read_epochs(isolated / "rulvar.models.epochs.json").cells[CELL]
-    assert epoch.paired is None and epoch.nights[0].passes is None  # the bytes v3 wrote
+def test_adaptive_v3_is_refused_with_the_way_on_and_touches_nothing(
+    runner: CliRunner, isolated: Path
+) -> None:
+    store = isolated / "rulvar.models.json"
+    before = store.read_bytes()
+    result = kb(runner, "sweep", str(spec(isolated / "v3.toml", "adaptive-v3")), "--quiet")
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert 'sampling = "adaptive-v3" was removed in kb v5' in line and 'use "adaptive"' in line
+    assert store.read_bytes() == before
+    assert not (isolated / "rulvar.models.epochs.json").exists()
 
 
 @pytest.mark.usefixtures("initialized_store")

@@ -29,7 +29,6 @@ from kb.store.records import RunRecord
 from kb.store.ttl import format_instant
 from kb.sweep.canary import CanaryResult, SensitiveTier, canary_change, measure_canaries
 from kb.sweep.cells import SweepCell, cell_claim, group_cells
-from kb.sweep.epochs import DEFAULT_RULE, EpochRule
 from kb.sweep.evidence import EvidenceContext, canary_records, cell_records
 from kb.sweep.health import RECHECKS, answer_health, model_answer, not_an_answer, reply_kind
 from kb.sweep.nightly import nightly_rule
@@ -75,15 +74,14 @@ def measure(
     engine: Engine,
     baselines: BaselinesFile | None = None,
     *,
-    rule: EpochRule = DEFAULT_RULE,
     resumed: ResumeGuard | None = None,
 ) -> Measurement:
     """Run the plan's phases and decide each cell's claim.
 
     Under the interval gate the targets run in passes after the canary
     (:mod:`kb.sweep.sampling`): the cases each cell's epoch asks for, then
-    more for the cells whose change detector a pass raised, then the rest of
-    the pool for an epoch an alarm began.
+    more, look by look, where the nightly rule goes on (a suspicious detector,
+    an unclear cold start, an alarm's new epoch).
     ``baselines`` (the canary baselines file) tells which subjects drifted
     tonight: their epochs start over. ``resumed`` (a resumed night) checks
     each model's canary against the stopped invocation's before any of its
@@ -109,7 +107,6 @@ def measure(
         restart = _drifted(plan, canaries, baselines) | {m.member for m in changed if m.changed}
         sampler = NightSampler(
             plan.suites,
-            replace(rule, max_cases=spec.sweep.max_cases),
             spec.sweep.sampling,
             restart,
             shifted=frozenset(c.member.key for c in canaries if c.shifted),

@@ -270,13 +270,7 @@ def epochs_line(plan: SweepPlan) -> str:
     text = f"epochs: {going_on} of {len(plan.suites)} cells go on"
     if starting:
         text += f", new: {starting}"
-    if plan.spec.sweep.sampling == "adaptive-v3":
-        runs = sum(first_pass_runs(plan).values())
-        text += (
-            f"\nfirst pass: {runs} target runs (then more where a detector is raised, the "
-            "rest of a pool after an alarm, the whole pool after a canary drift)"
-        )
-    elif plan.spec.sweep.sampling == "adaptive":
+    if plan.spec.sweep.sampling == "adaptive":
         runs = sum(first_pass_runs(plan).values())
         text += (
             f"\nfirst pass: {runs} target runs (then 5 more at a time where a detector is "
@@ -288,15 +282,11 @@ def epochs_line(plan: SweepPlan) -> str:
 
 def first_pass_runs(plan: SweepPlan) -> dict[tuple[str, str], int]:
     """Target runs each epoch cell's first pass makes tonight (cases × repeats)."""
-    from dataclasses import replace
-
-    from kb.sweep.epochs import DEFAULT_RULE
     from kb.sweep.nightly import nightly_rule
     from kb.sweep.sampling import first_pass
 
-    rule = replace(DEFAULT_RULE, max_cases=plan.spec.sweep.max_cases)
     repeats = plan.spec.sweep.repeats
-    found = first_pass(plan.suites, rule, plan.spec.sweep.sampling, nightly_rule(plan.spec))
+    found = first_pass(plan.suites, plan.spec.sweep.sampling, nightly_rule(plan.spec))
     return {key: cases * repeats for key, cases in found.items()}
 
 

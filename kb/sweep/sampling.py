@@ -1,9 +1,10 @@
 """A night of epochs: which cases each cell runs, and what the night does to its epoch.
 
-The rule itself — the detectors, the sampler, the pooled estimate — is
-:mod:`kb.sweep.nightly` under ``sampling = "adaptive"`` (SPEC 13.7) and
-:mod:`kb.sweep.epochs` under ``"adaptive-v3"`` and ``"full"``, vectorized
-over cells; this module is the part that knows kb's cells. Before the first
+The rule itself — the detectors, the sampler, the pooled estimate — is the
+nightly rule of :mod:`kb.sweep.nightly` (SPEC 13.7), vectorized over cells:
+``sampling = "adaptive"`` runs it as it is, ``"full"`` with every case of the
+pool every night (the same detectors, the same epochs); this module is the
+part that knows kb's cells. Before the first
 call the plan builds each cell's :class:`CellSuite` (its cases, their
 fingerprint, its rotation, the epoch the epochs file holds, and why tonight
 must start a new one). After the canary, :class:`NightSampler` says which
@@ -36,23 +37,19 @@ from kb.sweep.epochs import (
     HELD_STRENGTH,
     HELD_WEAKNESS,
     BoolArray,
-    EpochArrays,
-    EpochRule,
     FloatArray,
     IntArray,
     NightPass,
-    NightResult,
     rotation,
-    run_night,
 )
 from kb.sweep.nightly import DEFAULT_NIGHTLY, NightlyArrays, NightlyResult, NightlyRule, run_nightly
 
 CellKey = tuple[str, str]
 """(member key, task class)."""
 Held = Literal["strength", "weakness", "none"]
-Sampling = Literal["adaptive", "adaptive-v3", "full"]
-"""``adaptive``: the nightly rule (:mod:`kb.sweep.nightly`, SPEC 13.7); ``adaptive-v3``:
-v3's rule (:mod:`kb.sweep.epochs`, kept for one version); ``full``: every case every night."""
+Sampling = Literal["adaptive", "full"]
+"""``adaptive``: the nightly rule (:mod:`kb.sweep.nightly`, SPEC 13.7); ``full``: the same
+rule with every case of the pool every night."""
 _HELD_CODE = {"none": HELD_NONE, "strength": HELD_STRENGTH, "weakness": HELD_WEAKNESS}
 
 
@@ -183,7 +180,6 @@ class NightSampler:
     def __init__(
         self,
         suites: Sequence[CellSuite],
-        rule: EpochRule,
         sampling: Sampling,
         drifted: frozenset[str],
         *,
@@ -200,24 +196,20 @@ class NightSampler:
             s.restart or ("drift" if s.member.key in drifted else None) for s in self.suites
         ]
         width = max((len(s.names) for s in self.suites), default=1) or 1
-        if sampling == "full":  # every case every night: the sampler asks for everything
-            rule = replace(
-                rule,
+        if sampling == "full":  # every case every night (max_cases cuts adaptive pools only)
+            nightly = replace(
+                nightly,
+                first_night=width,
                 strength_sample=width,
                 other_sample=width,
-                raised_sample=width,
                 max_cases=width,
             )
-        self.rule = rule
+        self.nightly = nightly
         self.sampling = sampling
         self.width = width
         self.orders = np.tile(np.arange(width, dtype=np.int64), (len(self.suites), 1))
         sizes = np.array([len(s.names) for s in self.suites], dtype=np.int64)
-        self.state: EpochArrays
-        if sampling == "adaptive":
-            self.state = NightlyArrays.blank(sizes, width, nightly.ring)
-        else:
-            self.state = EpochArrays.empty(sizes, width)
+        self.state = NightlyArrays.blank(sizes, width, nightly.ring)
         for row, suite in enumerate(self.suites):
             size = len(suite.names)
             if size:
@@ -229,8 +221,7 @@ class NightSampler:
                 self.state.down[row], self.state.up[row] = prior.down, prior.up
                 self.state.cursor[row] = prior.cursor
                 self.state.level[row] = np.nan if prior.level is None else prior.level
-                if isinstance(self.state, NightlyArrays):
-                    _carry(self.state, row, prior, nightly.ring)
+                _carry(self.state, row, prior, nightly.ring)
         self.new: BoolArray = np.array([r is not None for r in self.restarts], dtype=bool)
         self.held: IntArray = np.array([_HELD_CODE[s.held] for s in self.suites], dtype=np.int64)
         self.forced: BoolArray = np.array(
@@ -238,11 +229,11 @@ class NightSampler:
         )
         """Cells suspicious tonight because the canary's sensitive tier saw a shift."""
         cells, width = len(self.suites), self.width
-        self._passes: Generator[tuple[NightPass, BoolArray], FloatArray, NightResult] | None
+        self._passes: Generator[tuple[NightPass, BoolArray], FloatArray, NightlyResult] | None
         self._passes = None
         self._pending: BoolArray | None = None
         self._kind: NightPass = "first"
-        self._result: NightResult | None = None
+        self._result: NightlyResult | None = None
         self._ok: BoolArray = np.ones(cells, dtype=bool)
         self._ran: dict[NightPass, BoolArray] = {
             kind: np.zeros((cells, width), dtype=bool)
@@ -270,12 +261,9 @@ class NightSampler:
 
     def first(self) -> dict[CellKey, tuple[str, ...]]:
         """The cases each cell runs first tonight."""
-        if isinstance(self.state, NightlyArrays):
-            self._passes = run_nightly(
-                self.state, self.orders, self.new, self.held, self.nightly, forced=self.forced
-            )
-        else:
-            self._passes = run_night(self.state, self.orders, self.new, self.held, self.rule)
+        self._passes = run_nightly(
+            self.state, self.orders, self.new, self.held, self.nightly, forced=self.forced
+        )
         self._kind, self._pending = next(self._passes)
         return self._names(self._pending)
 
@@ -314,18 +302,16 @@ class NightSampler:
             for row, suite in enumerate(self.suites)
         }
 
-    def _cell_night(self, row: int, suite: CellSuite, result: NightResult) -> CellEpochNight:
+    def _cell_night(self, row: int, suite: CellSuite, result: NightlyResult) -> CellEpochNight:
         size = len(suite.names)
         state = result.state
         alarm: Literal["down", "up"] | None = (
             "down" if result.alarm_down[row] else "up" if result.alarm_up[row] else None
         )
         restarted = self.restarts[row] or ("alarm" if alarm else None)
-        ran = {kind: int(mask[row, :size].sum()) for kind, mask in self._ran.items()}
         every = self._ran["first"] | self._ran["confirm"] | self._ran["refill"] | self._ran["more"]
         ran_names = tuple(suite.names[i] for i in np.flatnonzero(every[row, :size]))
-        nightly = isinstance(state, NightlyArrays)
-        passes = float(np.where(every[row], self._tonight[row], 0.0).sum()) if nightly else None
+        passes = float(np.where(every[row], self._tonight[row], 0.0).sum())
         tonight_night = EpochNight(
             report_id=self.report_id,
             observed_at=self.observed_at,
@@ -353,17 +339,13 @@ class NightSampler:
             up=float(state.up[row]),
             cursor=int(state.cursor[row]),
             level=None if np.isnan(level) else level,
-            paired=float(state.paired[row]) if isinstance(state, NightlyArrays) else None,
+            paired=float(state.paired[row]),
         )
-        if isinstance(result, NightlyResult):
-            pool = min(size, self.nightly.max_cases)
-            why = self._nightly_why(row, suite, pool, result, alarm)
-        else:
-            pool = min(size, self.rule.max_cases)
-            why = self._why(row, suite, pool, ran, alarm)
+        pool = min(size, self.nightly.max_cases)
+        why = self._why(row, suite, pool, result, alarm)
         return CellEpochNight(suite, epoch, restarted, alarm, pool, len(ran_names), why)
 
-    def _nightly_why(
+    def _why(
         self,
         row: int,
         suite: CellSuite,
@@ -377,7 +359,14 @@ class NightSampler:
         first = int(result.ran_minimum[row])
         cold = int(result.ran_cold[row])
         cut = f" (max_cases = {pool} of {size})" if pool < size else ""
-        if restart is not None:
+        if self.sampling == "full":
+            every = f"all {pool} cases" + (f" of its pool{cut}" if cut else "")
+            why = (
+                f"new epoch ({_REASONS[restart]}): {every}"
+                if restart is not None
+                else f"sampling = full: {every}"
+            )
+        elif restart is not None:
             total = first + cold
             why = f"new epoch ({_REASONS[restart]}): {total} of its {pool} cases{cut}"
             if total < pool:
@@ -410,38 +399,6 @@ class NightSampler:
             after = int(result.ran_after_alarm[row])
             if after:
                 why += f", so the new epoch measured {after} more cases"
-        return why
-
-    def _why(
-        self,
-        row: int,
-        suite: CellSuite,
-        pool: int,
-        ran: Mapping[NightPass, int],
-        alarm: Literal["down", "up"] | None,
-    ) -> str:
-        restart = self.restarts[row]
-        first = ran["first"]
-        size = len(suite.names)
-        cut = f" of its pool (max_cases = {pool} of {size})" if pool < size else ""
-        if self.sampling == "full":
-            why = f"sampling = full: all {pool} cases{cut}"
-        elif restart is not None:
-            why = f"new epoch ({_REASONS[restart]}): all {pool} cases{cut}"
-        elif suite.prior is not None and suite.prior.n < pool:
-            why = f"the epoch has measured {suite.prior.n} of its {pool} cases: the rest"
-        else:
-            held = {"strength": "a held strength", "weakness": "a held weakness"}.get(
-                suite.held, "no claim held"
-            )
-            why = f"settled ({held}): {first} of {pool} in rotation"
-        if ran["confirm"]:
-            why += f", then {ran['confirm']} more to confirm a raised detector"
-        if alarm is not None:
-            change = "drop" if alarm == "down" else "rise"
-            why += f"; the detector alarmed (a {change})"
-            if ran["refill"]:
-                why += f", so the new epoch measured the other {ran['refill']} cases"
         return why
 
 
@@ -479,12 +436,11 @@ def _carry(state: NightlyArrays, row: int, prior: CellEpoch, ring: int) -> None:
 
 def first_pass(
     suites: Sequence[CellSuite],
-    rule: EpochRule,
     sampling: Sampling,
     nightly: NightlyRule = DEFAULT_NIGHTLY,
 ) -> dict[CellKey, int]:
     """The cases each cell's first pass runs tonight, if no canary drifts (the dry run)."""
     sampler = NightSampler(
-        suites, rule, sampling, frozenset(), report_id="", observed_at="", nightly=nightly
+        suites, sampling, frozenset(), report_id="", observed_at="", nightly=nightly
     )
     return {key: len(names) for key, names in sampler.first().items()}

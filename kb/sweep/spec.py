@@ -109,15 +109,28 @@ class SweepSection(StrictModel):
     """Where evidence goes (relative to this spec); outside the work tree it is not committed."""
     timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
     max_retries: int = Field(default=3, ge=0)
-    sampling: Literal["adaptive", "adaptive-v3", "full"] = "adaptive"
+    sampling: Literal["adaptive", "full"] = "adaptive"
     """``adaptive``: the nightly rule (SPEC 13.7, :mod:`kb.sweep.nightly`) — a
     settled cell measures a rotating minimum each night and 5 more at a time
     while a detector is suspicious, up to the pool; a new epoch stops once its
-    interval is clear of the bands. ``adaptive-v3``: v3's rule (:mod:`kb.sweep.epochs`,
-    kept for one version). ``full``: every case every night. Either way the
-    interval gate pools the nights of an epoch; the point gate has no epochs."""
+    interval is clear of the bands. ``full``: the same rule with every case
+    of the pool every night. Either way the interval gate pools the nights of
+    an epoch; the point gate has no epochs. v3's ``adaptive-v3`` left in v5
+    (SPEC 14.2) and is refused with the way on: its epochs files continue
+    under the nightly rule."""
     max_cases: int = Field(default=120, ge=1)
     """The most cases an epoch draws from a task class (the first in its rotation)."""
+
+    @field_validator("sampling", mode="before")
+    @classmethod
+    def _v3_left(cls, value: object) -> object:
+        if value == "adaptive-v3":
+            raise ValueError(
+                'sampling = "adaptive-v3" was removed in kb v5 (SPEC 14.2): use "adaptive", '
+                "the nightly rule; its epochs files go on under it, no night is lost"
+            )
+        return value
+
     batch: bool = False
     """Send target and judge runs of providers with a batch API (OpenAI) as batches, at
     the batch price (:mod:`kb.engine.batch`); the others run live."""
