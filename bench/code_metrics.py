@@ -5,7 +5,9 @@ Read with :mod:`ast`, never by running kb:
 * module sizes (lines) — the largest, and how many in ``kb/store`` exceed 600;
 * function sizes (lines from ``def`` to the last line of the body) — p50, p90,
   the largest, and how many exceed 60;
-* public methods per class — ``KnowledgeStore`` and ``GitStoreRepo`` by name,
+* public methods per class, those inherited from kb's own classes included (a
+  chain of base classes does not shrink a surface) — ``KnowledgeStore`` and
+  ``GitStoreRepo`` by name,
   and the largest;
 * module import cycles — strongly connected components of the graph of
   ``kb.*`` imports made at module level (imports inside a function or under
@@ -194,7 +196,9 @@ def measure(root: Path = ROOT) -> Metrics:
         return {m: {t for t in targets if t in known and t != m} for m, targets in found.items()}
 
     surfaces = {name: _surface(name, own, bases) for name in own}
-    methods = {name: sum(1 for m in found if not m.startswith("_")) for name, found in surfaces.items()}
+    methods = {
+        name: sum(1 for m in found if not m.startswith("_")) for name, found in surfaces.items()
+    }
     every = {name: len(found) for name, found in surfaces.items()}
     lengths = sorted(size for _, size in functions)
     largest_class = max(methods, key=lambda name: methods[name])

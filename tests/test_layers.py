@@ -202,6 +202,17 @@ def test_no_two_modules_depend_on_each_other() -> None:
     assert found.deferred_cycles == []
 
 
+def test_the_store_and_functions_stay_within_their_sizes() -> None:
+    """SPEC 14.2's figures: no kb/store module over 600 lines, KnowledgeStore's surface
+    (inherited methods included) at most 16 public methods, at most 12 functions over 60."""
+    from bench.code_metrics import measure
+
+    found = measure()
+    assert found.store_over_600 == []
+    assert found.methods["KnowledgeStore"] <= 16
+    assert found.functions_over_60 <= 12, found.largest_functions
+
+
 #: What reads runs and computes intervals (SPEC 14.2): the evidence index and the core.
 _EVIDENCE_READERS = {"load_evidence", "runs_reader", "RunsReader", "earlier_reports"}
 _INTERVALS = {"wilson_interval", "wilson_arrays", "newcombe_paired_interval", "newcombe_arrays"}

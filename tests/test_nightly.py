@@ -4,9 +4,10 @@ Core tests drive :func:`kb.sweep.nightly.run_nightly` pass by pass on
 crafted epochs: each claim state's detectors, escalation up to the pool, the
 cold start's group-sequential stop, the alarm night's half pool and the
 level 8 sweeps back. Property tests hold its invariants on any outcomes.
-CLI tests: ``adaptive-v3`` is refused with the way on (it left kb in v5), a v3 epochs file (committed in
-``tests/data/epochs_v3``) is read and continued, and the bench's vectorized
-model equals the real ``kb sweep`` night by night, call count by call count.
+CLI tests: ``adaptive-v3`` is refused with the way on (it left kb in v5), a
+v3 epochs file (committed in ``tests/data/epochs_v3``) is read and continued,
+and the bench's vectorized model equals the real ``kb sweep`` night by night,
+call count by call count.
 """
 
 from __future__ import annotations
