@@ -93,6 +93,18 @@ def bonferroni_z(pairs: int, alpha: float = 0.05) -> float:
     return normal_quantile(1 - alpha / (2 * pairs))
 
 
+def margin_text(margin: float) -> str:
+    """A margin as typed: ``0.03``, ``0.035``, ``0.1`` → ``0.10`` (two to four decimals).
+
+    Pass rates print with two decimals (``toFixed(2)``), but a margin is a
+    setting the user chose: ``--margin 0.035`` printed as ``0.04`` would state
+    a rule kb did not apply.
+    """
+    text = f"{margin:.4f}".rstrip("0")
+    whole, _, decimals = text.partition(".")
+    return f"{whole}.{decimals.ljust(2, '0')}"
+
+
 def seed_from(*fingerprints: str) -> int:
     """A 64-bit seed from the two suite fingerprints (SPEC 13.3).
 

@@ -52,6 +52,7 @@ from kb.engine.requests import MIN_SECRET_LENGTH, ModelSpec, litellm_model
 from kb.errors import ConfigError
 from kb.evidence_index import EvidenceIndex
 from kb.money import usd
+from kb.paired import margin_text
 from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
@@ -433,7 +434,7 @@ def evidence_why(chosen: CellCost, measured: int) -> str:
         f"evidence: {chosen.subject} is the cheapest rung non-inferior to the best measured "
         f"({chosen.best}) on {d.n} shared cases: difference {to_fixed_2(d.difference)} "
         f"[{to_fixed_2(d.low)}, {to_fixed_2(d.high)}] ({pair.reading.reading}, margin "
-        f"{to_fixed_2(pair.margin)}); {cost} vs {best_cost}"
+        f"{margin_text(pair.margin)}); {cost} vs {best_cost}"
     )
 
 

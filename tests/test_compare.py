@@ -440,7 +440,7 @@ def test_without_evidence_nothing_is_marked_cheapest_and_each_command_says_why(
 def test_matrix_margin_without_cost_is_refused(runner: CliRunner, isolated: Path) -> None:
     result = kb(runner, "matrix", "--margin", "0.1")
     assert result.exit_code == 2
-    assert "--margin: applies to --cost only" in result.stderr
+    assert "--margin: applies to --cost and --pareto only" in result.stderr
 
 
 def test_a_task_class_typo_gets_a_suggestion_and_two_formats_are_refused(

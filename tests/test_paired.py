@@ -21,6 +21,7 @@ from kb.paired import (
     cost_per_case,
     cost_ratio,
     expanded_z,
+    margin_text,
     nearest_rank_percentile,
     newcombe_paired_interval,
     normal_cdf,
@@ -451,3 +452,21 @@ def test_the_detectable_difference_is_never_below_what_the_interval_implies() ->
     assert found.reading == "inconclusive" and found.detectable is not None
     assert found.detectable >= (high - low) / 2 * (Z_95 + 0.8416212335729143) / Z_95 - 1e-12
     assert found.detectable > high
+
+
+def test_a_margin_prints_as_the_user_typed_it() -> None:
+    assert [margin_text(m) for m in (0.03, 0.035, 0.1, 0.0, 0.0125)] == [
+        "0.03",
+        "0.035",
+        "0.10",
+        "0.00",
+        "0.0125",
+    ]
+
+
+@given(st.floats(min_value=0, max_value=1, allow_nan=False))
+def test_a_margin_text_is_the_margin_to_four_decimals(margin: float) -> None:
+    text = margin_text(margin)
+    decimals = text.split(".")[1]
+    assert 2 <= len(decimals) <= 4
+    assert abs(float(text) - margin) <= 0.00005 + 1e-12

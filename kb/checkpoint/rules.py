@@ -31,6 +31,7 @@ from kb.paired import (
     PairedDifference,
     PairedScores,
     checkpoint_criterion,
+    margin_text,
     paired_difference,
 )
 from kb.schema import DEFAULT_MARGIN
@@ -130,7 +131,10 @@ class ValueRule:
                 f" or >= {to_fixed_2(base.pass_rate + self.margin)} at <= "
                 f"${self.better * base.cost_usd:.4f} ({self.better:.2f}x)"
             )
-        return line + f" (beating {to_fixed_2(base.pass_rate)} by {self.margin:.2f} is impossible)"
+        return (
+            line
+            + f" (beating {to_fixed_2(base.pass_rate)} by {margin_text(self.margin)} is impossible)"
+        )
 
 
 START_RUNG = ValueRule(cheaper=0.90, margin=0.05, better=1.00)

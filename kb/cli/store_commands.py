@@ -250,7 +250,7 @@ def matrix(
         warn_missing_evidence(index.warning())
     elif margin != DEFAULT_MARGIN:
         raise ConfigError(
-            "--margin", "applies to --cost only (and to --pareto): kb matrix --cost --margin D"
+            "--margin", "applies to --cost and --pareto only: kb matrix --cost --margin D"
         )
     if as_json:
         echo_json(matrix_json(found))
@@ -273,7 +273,7 @@ def matrix_pareto(
     found = pareto_classes(index, margin=margin)
     warn_missing_evidence(index.warning())
     if as_json:
-        echo_json(pareto_json(found))
+        echo_json(pareto_json(found, margin))
     elif markdown:
         click.echo(pareto_markdown(found), nl=False)
     else:

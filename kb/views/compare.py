@@ -8,7 +8,7 @@ from typing import Any
 from kb.compare import ArmCosts, ClassComparison, PairComparison
 from kb.markdown import code_span, table_code
 from kb.money import usd
-from kb.paired import Reading
+from kb.paired import Reading, margin_text
 from kb.store.canonical import to_fixed_2
 from kb.textwidth import WIDTH, wrapped
 
@@ -29,7 +29,7 @@ def interval_text(pair: PairComparison) -> str:
 
 def reading_text(pair: PairComparison) -> str:
     """The reading in words, with what qualifies it."""
-    found, margin = pair.reading, to_fixed_2(pair.margin)
+    found, margin = pair.reading, margin_text(pair.margin)
     if found.reading is Reading.NON_INFERIOR:
         return f"non-inferior{', lower' if found.lower else ''} (within {margin})"
     if found.reading is Reading.INCONCLUSIVE:
@@ -82,7 +82,7 @@ def compare_text(found: Sequence[ClassComparison], width: int = WIDTH) -> str:
         count = len(group.pairs)
         lines.append(
             f"{group.task_class}: {count} pair{'s' if count != 1 else ''}, margin "
-            f"{to_fixed_2(group.margin)}, 95% intervals"
+            f"{margin_text(group.margin)}, 95% intervals"
             + (f" (Bonferroni over {count} pairs, z {group.z:.2f})" if count > 1 else "")
         )
         for pair in group.pairs:
@@ -130,7 +130,7 @@ def compare_markdown(found: Sequence[ClassComparison]) -> str:
     out: list[str] = []
     for group in found:
         out += [
-            f"### {code_span(group.task_class)} (margin {to_fixed_2(group.margin)})",
+            f"### {code_span(group.task_class)} (margin {margin_text(group.margin)})",
             "",
             "| a | b | n | a − b [95% interval] | reading | $/case a | $/case b | p90 a | p90 b "
             "| a higher on | b higher on |",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb.markdown import table_code
 from kb.money import usd
+from kb.paired import margin_text
 from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
 from kb.store.models import ModelClaim
@@ -298,7 +299,7 @@ def _cost_legend(matrix: ClaimMatrix) -> list[str]:
     return [
         "$/case: mean cost per case in the current epoch; p90: a latency that occurred",
         f"{ROUTE_MARK} the cheapest model non-inferior to the class's best",
-        f"non-inferior: paired on shared cases, margin {to_fixed_2(matrix.margin)} (kb compare)",
+        f"non-inferior: paired on shared cases, margin {margin_text(matrix.margin)} (kb compare)",
     ]
 
 

@@ -32,10 +32,11 @@ from kb.compare import PairComparison, compare_pair
 from kb.evidence_index import CellEvidence, EvidenceIndex
 from kb.markdown import table_code
 from kb.money import usd
-from kb.paired import Reading, bonferroni_z
+from kb.paired import Reading, bonferroni_z, margin_text
 from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
-from kb.textwidth import table_lines
+from kb.textwidth import table_lines, wrapped
+from kb.views.compare import interval_text
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class ParetoPoint:
     """The cheapest model shown to be as good for no more money (``None``: on the frontier)."""
     versus: PairComparison | None = None
     """That model against this one on their shared cases."""
+    dominator_cost: float | None = None
+    """That model's cost per case."""
 
     @property
     def on_frontier(self) -> bool:
@@ -99,19 +102,24 @@ def pareto_classes(
                     if best is None or (cost_y, y) < best[:2]:
                         best = (cost_y, y, pair)
             points.append(
-                ParetoPoint(cells[x], best[1], best[2]) if best else ParetoPoint(cells[x])
+                ParetoPoint(cells[x], best[1], best[2], best[0]) if best else ParetoPoint(cells[x])
             )
         points.sort(key=lambda p: (_cost(p.cell) is None, _cost(p.cell) or 0.0, p.cell.subject))
         found.append(ParetoClass(name, margin, z, tuple(points)))
     return found
 
 
-def _where(point: ParetoPoint) -> str:
-    if point.dominated_by is None:
-        return "frontier" if _cost(point.cell) is not None else "frontier (cost unknown)"
-    assert point.versus is not None
-    how = "better" if point.versus.reading.reading is Reading.BETTER else "as good"
-    return f"dominated: {point.dominated_by} is {how} for less"
+def _how(point: ParetoPoint) -> str:
+    """Why ``point`` is off the frontier, in words (it has a ``versus``)."""
+    assert point.versus is not None and point.dominated_by is not None
+    cost_y, cost_x = point.dominator_cost, _cost(point.cell)
+    reading = point.versus.reading.reading
+    if reading is Reading.BETTER:
+        price = "at the same price" if cost_y == cost_x else "for less"
+        how = f"better {price}"
+    else:
+        how = "as good for less"
+    return f"{point.dominated_by} is {how}"
 
 
 def _row(point: ParetoPoint) -> list[str]:
@@ -123,71 +131,127 @@ def _row(point: ParetoPoint) -> list[str]:
         usd(cost) if cost is not None else "unknown",
         f"{to_fixed_2(cell.pass_rate)} [{to_fixed_2(low)}, {to_fixed_2(high)}]",
         str(cell.n),
-        _where(point),
+        "yes" if point.on_frontier else "no",
     ]
 
 
 _HEADER = ["model", "$/case", "pass rate [95%]", "n", "frontier"]
 
 
+def _rule(found: ParetoClass) -> str:
+    pairs = _pair_count(found)
+    return (
+        f"off the frontier: another model is non-inferior within "
+        f"{margin_text(found.margin)} and strictly cheaper, or better at no higher price; "
+        f"paired on shared cases, z {found.z:.2f} (Bonferroni over {pairs} "
+        f"pair{'s' if pairs != 1 else ''})"
+    )
+
+
+def _pair_count(found: ParetoClass) -> int:
+    count = len(found.points)
+    return max(count * (count - 1) // 2, 1)
+
+
+def _reason(point: ParetoPoint) -> str:
+    """``mid — cheap is as good for less (non-inferior, −0.01 [−0.03, +0.02] on 300 cases)``."""
+    assert point.versus is not None
+    versus = point.versus
+    return (
+        f"{point.cell.subject} — {_how(point)} ({versus.reading.reading.value}, "
+        f"{interval_text(versus)} on {versus.n} cases)"
+    )
+
+
+def _all_unknown(found: ParetoClass) -> bool:
+    return all(_cost(p.cell) is None for p in found.points)
+
+
+_NO_COST = (
+    "no cost is known for any model here (no evidence files, or unpriced runs), "
+    "so no frontier can be drawn: every model stays on it"
+)
+
+
 def pareto_text(classes: list[ParetoClass]) -> str:
-    """One aligned table per task class, cheapest first."""
+    """Per task class: a heading, the rule, an aligned table cheapest first, then the reasons."""
     if not classes:
         return "no current epoch measured anything yet (kb sweep SPEC)"
     blocks = []
     for found in classes:
-        rows = [_HEADER, *(_row(p) for p in found.points)]
-        head = (
-            f"{found.task_class}: cost per case against pass rate (dominated: another model "
-            f"as good, paired within {to_fixed_2(found.margin)}, for no more money)"
-        )
-        blocks.append("\n".join([head, *table_lines(rows, right=frozenset({1, 3}))]))
+        lines = [f"{found.task_class}: cost per case against pass rate, cheapest first"]
+        lines += wrapped(_NO_COST if _all_unknown(found) else _rule(found), "  ")
+        lines += table_lines([_HEADER, *(_row(p) for p in found.points)], right=frozenset({1, 3}))
+        for point in found.points:
+            if point.versus is not None:
+                lines += wrapped(_reason(point), "  ", "      ")
+        blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
 
 def pareto_markdown(classes: list[ParetoClass]) -> str:
-    """One GFM table per task class (names inert)."""
+    """One GFM table per task class (names inert), its rule above and its reasons below."""
     if not classes:
         return "No current epoch measured anything yet.\n"
     parts = []
     for found in classes:
         parts.append(f"### {table_code(found.task_class)}\n")
+        rule = _NO_COST if _all_unknown(found) else _rule(found)
+        parts.append(rule[0].upper() + rule[1:] + ".\n")
         parts.append("| " + " | ".join(_HEADER) + " |")
         parts.append("|---|---:|---|---:|---|")
         for point in found.points:
             row = _row(point)
             row[0] = table_code(row[0])
-            row[4] = row[4].replace(
-                point.dominated_by or "\0", table_code(point.dominated_by or "")
-            )
             parts.append("| " + " | ".join(row) + " |")
+        reasons = [p for p in found.points if p.versus is not None]
+        if reasons:
+            parts.append("")
+        for point in reasons:
+            assert point.versus is not None and point.dominated_by is not None
+            how = _how(point).replace(point.dominated_by, table_code(point.dominated_by), 1)
+            parts.append(
+                f"- {table_code(point.cell.subject)}: {how} "
+                f"({point.versus.reading.reading.value}, {interval_text(point.versus)} "
+                f"on {point.versus.n} cases)"
+            )
         parts.append("")
     return "\n".join(parts) + "\n"
 
 
-def pareto_json(classes: list[ParetoClass]) -> list[dict[str, Any]]:
-    """Every point with its numbers; ``dominatedBy`` with the paired reading behind it."""
-    items: list[dict[str, Any]] = []
-    for found in classes:
-        for point in found.points:
-            cell = point.cell
-            item: dict[str, Any] = {
+def _point_json(point: ParetoPoint) -> dict[str, Any]:
+    cell = point.cell
+    item: dict[str, Any] = {
+        "model": cell.subject,
+        "costPerCase": _cost(cell),
+        "passRate": cell.pass_rate,
+        "wilson95": list(cell.interval),
+        "n": cell.n,
+        "onFrontier": point.on_frontier,
+        "dominatedBy": point.dominated_by,
+    }
+    if point.versus is not None:
+        item["versus"] = {
+            "reading": point.versus.reading.reading.value,
+            "difference": point.versus.difference.difference,
+            "interval": [point.versus.difference.low, point.versus.difference.high],
+            "sharedCases": point.versus.n,
+        }
+    return item
+
+
+def pareto_json(classes: list[ParetoClass], margin: float) -> dict[str, Any]:
+    """The rule's numbers once, then per class its z and every point with the reading behind it."""
+    return {
+        "margin": margin,
+        "classes": [
+            {
                 "taskClass": found.task_class,
-                "model": cell.subject,
-                "costPerCase": _cost(cell),
-                "passRate": cell.pass_rate,
-                "wilson95": list(cell.interval),
-                "n": cell.n,
-                "onFrontier": point.on_frontier,
-                "dominatedBy": point.dominated_by,
+                "z": found.z,
+                "pairs": _pair_count(found),
+                "costKnown": not _all_unknown(found),
+                "points": [_point_json(p) for p in found.points],
             }
-            if point.versus is not None:
-                item["versus"] = {
-                    "reading": point.versus.reading.reading.value,
-                    "difference": point.versus.difference.difference,
-                    "interval": [point.versus.difference.low, point.versus.difference.high],
-                    "sharedCases": point.versus.n,
-                    "margin": found.margin,
-                }
-            items.append(item)
-    return items
+            for found in classes
+        ],
+    }

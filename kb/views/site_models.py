@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from kb.compare import ArmCosts, ClassComparison, PairComparison
 from kb.money import usd
+from kb.paired import margin_text
 from kb.store.canonical import to_fixed_2
 from kb.store.epochs import EpochsFile, cell_key
 from kb.views.compare import interval_text, reading_text
@@ -122,7 +123,7 @@ def models_page_body(
     else:
         sections = "".join(
             f'<h2><span class="name">{esc(group.task_class)}</span></h2>'
-            f'<p class="meta">margin {to_fixed_2(group.margin)}; 95% intervals'
+            f'<p class="meta">margin {margin_text(group.margin)}; 95% intervals'
             + (f", Bonferroni over {len(group.pairs)} pairs" if len(group.pairs) > 1 else "")
             + "</p>"
             + "".join(_pair_html(pair, epochs, pages) for pair in group.pairs)
