@@ -47,7 +47,7 @@ check: $(STAMP)
 	$(VENV)/bin/mypy kb
 
 test: check system-deps
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n auto
 
 # The nightly sweep on the bundled model, in a scratch git workspace (git-ignored):
 # two nights (on the second, one scripted provider improved), then what changed
