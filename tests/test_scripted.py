@@ -96,3 +96,35 @@ def test_litellm_runs_offline_and_quiet() -> None:
 
     assert logging.getLogger("LiteLLM").level == logging.ERROR
     assert logging.getLogger("LiteLLM").propagate is False
+
+
+def test_a_night_builds_a_scripted_models_table_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[object] = []
+    original = ScriptedModel.from_params.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, params, where="scripted"):  # type: ignore[no-untyped-def]
+        built.append(params)
+        return original(cls, params, where)
+
+    monkeypatch.setattr(ScriptedModel, "from_params", classmethod(counting))
+    table = {f"q{i}": f"a{i}" for i in range(50)}
+    spec = scripted(responses=table, cost_usd=0.001)
+    results = run(spec, [f"q{i}" for i in range(50)])
+    assert [r.output for r in results] == [f"a{i}" for i in range(50)]
+    assert all(r.cost_usd == 0.001 for r in results)
+    # one build for the 50 calls (litellm hands over the params without cost_usd) and one
+    # for their 50 prices: not one per call
+    assert len(built) == 2
+
+
+def test_an_edited_script_is_read_again_and_hashed_again(isolated: Path) -> None:
+    from kb.engine.requests import file_identity
+
+    path = isolated / "script.json"
+    path.write_text(json.dumps({"responses": {"q": "before"}}))
+    spec = scripted(script=str(path))
+    first = file_identity(str(path), hash_content=True)
+    assert [r.output for r in run(spec, ["q"])] == ["before"]
+    path.write_text(json.dumps({"responses": {"q": "after, longer"}}))
+    assert file_identity(str(path), hash_content=True) != first
+    assert [r.output for r in run(spec, ["q"])] == ["after, longer"]

@@ -35,7 +35,7 @@ from typing import Any
 
 from kb.engine.prices import declared_cost
 from kb.engine.providers.local import LocalModel
-from kb.engine.providers.scripted import ScriptedModel
+from kb.engine.providers.scripted import scripted_model
 from kb.engine.requests import (
     ModelSpec,
     ProviderRequest,
@@ -187,7 +187,7 @@ def _fill(litellm: Any, kwargs: Mapping[str, Any], text: str, prompt: int, compl
 
 async def _scripted_completion(litellm: Any, kwargs: Mapping[str, Any]) -> Any:
     params = kwargs.get("optional_params") or {}
-    model = ScriptedModel.from_params(params, where=f"scripted:{kwargs['model']}")
+    model = scripted_model(params, where=f"scripted:{kwargs['model']}")
     if model.latency_ms:
         await asyncio.sleep(model.latency_ms / 1000.0)
     try:

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from kb.engine.providers.scripted import ScriptedModel
+from kb.engine.providers.scripted import scripted_model
 from kb.engine.requests import ModelSpec
 from kb.engine.runs import Usage
 
@@ -41,7 +41,7 @@ def declared_cost(spec: ModelSpec, usage: Usage) -> float | None:
     """The call's cost by the spec's declared price (or kb's own provider), if any."""
     params = spec.params
     if spec.provider == "scripted":
-        return ScriptedModel.from_params(params, where=f"scripted:{spec.ref}").cost_usd
+        return scripted_model(params, where=f"scripted:{spec.ref}").cost_usd
     if spec.provider == "local":
         return 0.0
     if "cost_usd" in params:

@@ -7,6 +7,7 @@ maps to litellm's ``provider/model`` route. Nothing here imports litellm.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -221,14 +222,25 @@ def _scrubbed_value(value: Any) -> Any:
 
 
 def file_identity(path: str, *, hash_content: bool) -> str:
-    """A file's content hash (small files) or name and size (model weights)."""
+    """A file's content hash (small files) or name and size (model weights).
+
+    Every planned request is keyed by it, so a content hash is computed once
+    per version of the file (its size, mtime and inode), not once per request.
+    """
     file = Path(path)
     try:
         if hash_content:
-            return "sha256:" + hashlib.sha256(file.read_bytes()).hexdigest()
+            found = file.stat()
+            return _content_hash(path, (found.st_size, found.st_mtime_ns, found.st_ino))
         return f"{file.name}:{file.stat().st_size}"
     except OSError:
         return f"missing:{file.name}"
+
+
+@functools.lru_cache(maxsize=64)
+def _content_hash(path: str, signature: tuple[int, int, int]) -> str:
+    del signature  # part of the cache key only: a rewritten file is hashed again
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 #: Providers kb implements itself (registered with litellm as custom providers).

@@ -24,6 +24,7 @@ The prompt is the last user message of the request.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -63,7 +64,8 @@ class ScriptedModel:
         """Resolve ``params`` (and the ``script`` file they name) into a model."""
         merged: dict[str, Any] = {}
         if params.get("script") is not None:
-            merged.update(_load_script(str(params["script"]), where))
+            path = str(params["script"])
+            merged.update(_load_script(path, file_signature(path), where))
         merged.update({k: v for k, v in params.items() if k in SCRIPTED_KEYS and k != "script"})
         return cls(
             responses=_responses(merged.get("responses", {}), where),
@@ -95,8 +97,50 @@ class ScriptedModel:
         return ScriptedReply(reply, prompt_tokens, len(reply.split()))
 
 
+_BUILT: dict[tuple[Any, ...], tuple[tuple[Any, ...], ScriptedModel]] = {}
+_BUILT_MAX = 256
+
+
+def scripted_model(params: Mapping[str, Any], where: str = "scripted") -> ScriptedModel:
+    """:meth:`ScriptedModel.from_params`, built once per params and script file version.
+
+    A night asks a scripted model thousands of times with the same params
+    (litellm copies the params' top level per call, never the tables in it),
+    and rebuilding a 500-prompt table per call was over half of a rehearsal
+    night's CPU. The cache is keyed by the identity of each param value (the
+    values are kept, so an id is never reused while it is cached) and by the
+    script file's size, mtime and inode, so an edited script is read again.
+    """
+    names = tuple(sorted(k for k in params if k in SCRIPTED_KEYS))
+    values = tuple(params[k] for k in names)
+    script = params.get("script")
+    key = (  # not ``where``: it only names the params in an error, and errors are not cached
+        names,
+        tuple(id(v) for v in values),
+        file_signature(str(script)) if script is not None else None,
+    )
+    hit = _BUILT.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], values, strict=True)):
+        return hit[1]
+    model = ScriptedModel.from_params(params, where)
+    if len(_BUILT) >= _BUILT_MAX:
+        _BUILT.pop(next(iter(_BUILT)))
+    _BUILT[key] = (values, model)
+    return model
+
+
+def file_signature(path: str) -> tuple[int, int, int] | None:
+    """What changes when a file is rewritten: size, mtime (ns), inode (``None``: missing)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return (found.st_size, found.st_mtime_ns, found.st_ino)
+
+
 @lru_cache(maxsize=64)
-def _load_script(path: str, where: str) -> dict[str, Any]:
+def _load_script(path: str, signature: tuple[int, int, int] | None, where: str) -> dict[str, Any]:
+    del signature  # part of the cache key only: a rewritten file is read again
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
