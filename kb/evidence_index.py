@@ -326,17 +326,21 @@ class ClaimNight:
 def claim_nights(
     store: KnowledgeStore, claim: ModelClaim, directory: Path | None = None
 ) -> list[ClaimNight]:
-    """The runs behind each report ``claim`` cites (none for an editorial claim)."""
-    from kb.store.evidence import load_evidence
+    """The runs behind each night ``claim`` rests on, its epoch manifest expanded.
 
+    An editorial claim has none; a manifest that is nowhere (neither in the
+    evidence directory nor in git history) is one night with no runs, named
+    by its ref.
+    """
+    from kb.store.evidence import load_evidence
+    from kb.store.manifests import claim_evidence
+
+    cited = claim_evidence(store.home, store.git, claim, directory)
     found: list[ClaimNight] = []
-    for evidence in claim.evidence:
-        if evidence["kind"] != "eval":
-            continue
-        report_id = evidence["reportId"]
-        loaded = load_evidence(store, report_id, directory)
+    for night in cited.nights:
+        loaded = load_evidence(store, night.report_id, directory)
         if loaded is None:
-            found.append(ClaimNight(report_id, None))
+            found.append(ClaimNight(night.report_id, None))
             continue
         runs = tuple(
             run
@@ -346,7 +350,8 @@ def claim_nights(
             and run.effort == claim.effort
             and run.task_class == claim.task_class
         )
-        found.append(ClaimNight(report_id, runs, loaded.source))
+        found.append(ClaimNight(night.report_id, runs, loaded.source))
+    found += [ClaimNight(ref, None) for ref in cited.missing]
     return found
 
 

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.store.epochs import read_epochs
+from kb.store.manifests import manifest_path, parse_manifest
 from kb.store.validation import parse_store
 from tests.cli_helpers import kb, unwrapped
 from tests.conftest import git
@@ -116,15 +117,23 @@ def test_an_epoch_pools_nights_by_case_and_a_settled_cell_runs_fewer(
     assert claim["statement"].startswith(
         f"sweep passRate 1.00 over {pooled} extraction cases and 2 nights"
     )
-    assert [e["reportId"] for e in claim["evidence"]] == [
+    # It cites the epoch through its manifest (SPEC 14.3), then tonight's night.
+    manifest, tonight = claim["evidence"]
+    pooled = parse_manifest(
+        manifest_path(isolated / "kb-evidence", manifest["reportId"]).read_bytes(),
+        "manifest",
+        manifest["reportId"],
+    )
+    assert pooled.reports == (
         "kb-sweep-2026-11-01T02:00:00.000Z",
         "kb-sweep-2026-11-02T02:00:00.000Z",
-    ]
-    assert len(claim["evidence"][0]["caseIds"]) == 35
-    assert claim["evidence"][1]["caseIds"] == sorted(r["case"] for r in second["runs"])
+    )
+    assert len(pooled.nights[0].cases) == 35
+    assert tonight["reportId"] == "kb-sweep-2026-11-02T02:00:00.000Z"
+    assert tonight["caseIds"] == sorted(r["case"] for r in second["runs"])
     # The rotation moves on: the third night runs cases the second did not.
     third = night(runner, path, 3)
-    assert set(third["claims"][0]["evidence"][2]["caseIds"]) - set(claim["evidence"][1]["caseIds"])
+    assert set(third["claims"][0]["evidence"][1]["caseIds"]) - set(tonight["caseIds"])
     assert third["cells"][0]["epoch"]["why"].startswith("the epoch has measured")
     # once the epoch has covered its pool, a held strength runs its rotating sample
     fourth = night(runner, path, 4)

@@ -548,3 +548,95 @@ def test_a_plain_file_store_moved_elsewhere_resumes_its_night(
         assert resumed.returncode == 0, resumed.stderr
         assert prompts_asked(seen, asked) == ["hang 4"]
     assert "reused 4 journaled runs" in resumed.stdout
+
+
+# -- 5. group sync (SPEC 14.3) ----------------------------------------------------------------
+
+
+def settled_run(index: int) -> Any:
+    from kb.engine.requests import build_request
+    from kb.engine.runs import RunResult, Usage
+    from tests.engine_helpers import scripted
+
+    return RunResult(
+        label=f"target:m/q{index}",
+        kind="target",
+        model="scripted:m",
+        status="ok",
+        output=f"answer {index}",
+        usage=Usage(1, 2),
+        cost_usd=0.001,
+        request=build_request(scripted("m"), f"q{index}"),
+    )
+
+
+class CountedSyncs:
+    """Every fsync of a journal file, counted (the real fsync still runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = os.fsync
+
+        def fsync(fd: int) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".journal.jsonl"):
+                self.count += 1
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_runs_are_synced_in_groups_of_256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syncs = CountedSyncs(monkeypatch)
+    path = tmp_path / "n.journal.jsonl"
+    journal = RunJournal.open(path, "r", "2026-11-28T02:00:00.000Z", spec="s.toml", clock=lambda: 0)
+    assert syncs.count == 1  # the header, at once
+    for index in range(600):
+        journal.record(settled_run(index))
+    assert syncs.count == 1 + 2  # the 256th and the 512th line
+    journal.close()
+    assert syncs.count == 1 + 3  # the last 88 at the end of the night
+    state = read_journal(path)
+    assert state is not None and len(state.settled) == 600
+
+
+def test_a_line_written_100_ms_into_its_group_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    syncs = CountedSyncs(monkeypatch)
+    now = [0.0]
+    path = tmp_path / "n.journal.jsonl"
+    journal = RunJournal.open(
+        path, "r", "2026-11-28T02:00:00.000Z", spec="s.toml", clock=lambda: now[0]
+    )
+    for index in range(9):  # 40 ms apart: a group's third line is 80 ms in, its fourth 120
+        journal.record(settled_run(index))
+        now[0] += 0.04
+    assert syncs.count == 1 + 2  # header; lines 1-4 (120 ms); lines 5-8
+    journal.record_batch("target:m/q9", "batch_1")  # a batch's id is synced at once, with line 9
+    assert syncs.count == 1 + 3
+    journal.close()
+    assert syncs.count == 1 + 3  # nothing left to sync
+
+
+def test_a_killed_process_loses_no_written_run(tmp_path: Path) -> None:
+    """SIGKILL between two group syncs: every line the process wrote is in the file."""
+    path = tmp_path / "n.journal.jsonl"
+    child = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from kb.engine.journal import RunJournal
+from tests.test_journal_faults import settled_run
+journal = RunJournal.open(
+    __import__("pathlib").Path({str(path)!r}), "r", "2026-11-28T02:00:00.000Z",
+    spec="s.toml", clock=lambda: 0,
+)
+for index in range(300):  # the 256th line synced; 44 written after it, never synced
+    journal.record(settled_run(index))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    killed = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    state = read_journal(path)
+    assert state is not None and sorted(state.settled) == sorted(
+        f"target:m/q{i}" for i in range(300)
+    )

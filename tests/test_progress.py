@@ -6,6 +6,7 @@ import os
 import pty
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,20 +55,29 @@ def test_a_terminal_sees_the_progress_and_a_pipe_does_not(isolated: Path) -> Non
         "--no-commit",
     ]
     leader, follower = pty.openpty()
-    done = subprocess.run(
-        command, stdout=subprocess.PIPE, stderr=follower, cwd=isolated, timeout=120
-    )
+    # The terminal is read while kb writes to it: a pty holds a few KB, and a loaded
+    # machine redraws the progress line often enough to fill it and block kb.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower, cwd=isolated)
     os.close(follower)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: kb exited and the terminal closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    out, _ = process.communicate(timeout=120)
+    reader.join(timeout=60)
     os.close(leader)
+    done = subprocess.CompletedProcess(command, process.returncode, out)
+    seen = b"".join(chunks)
     assert done.returncode == 0
     text = seen.decode("utf-8", "replace")
     assert "targets" in text and "/4" in text and "$" in text

@@ -58,6 +58,8 @@ from kb.evals.cases import Case, unique_names
 from kb.evals.suite import CaseRun, CaseVerdict, judge_phase, run_pairs, target_phase
 from kb.paired import SequentialDesign, seed_from
 from kb.store.filestore import ReadOnlyStore
+from kb.store.home import StoreHome
+from kb.store.manifests import claim_evidence
 from kb.store.models import ModelClaim
 
 ROUTER_SYSTEM = (
@@ -217,7 +219,10 @@ def card_task_classes(
 def plan_checkpoint(spec: CheckpointSpec, store: ReadOnlyStore, *, as_of: int) -> CheckpointPlan:
     """Both experiments planned against the store at ``as_of`` (leakage refused here)."""
     claims = store.read().claims
-    issues = leakage_issues(spec, usable_claims(claims, as_of))
+    usable = usable_claims(claims, as_of)
+    home = StoreHome.of(store.path)
+    pooled = {c for claim in usable for c in claim_evidence(home, None, claim).cases}
+    issues = leakage_issues(spec, usable, pooled)
     if issues:
         raise ConfigError(str(spec.path), issues)
     budgets = spec.budgets

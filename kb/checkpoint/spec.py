@@ -260,9 +260,15 @@ def _budget_issues(spec: _CheckpointFile, eval_cases: Sequence[Case]) -> list[st
     ]
 
 
-def leakage_issues(spec: CheckpointSpec, claims: Sequence[ModelClaim]) -> list[str]:
-    """Checkpoint cases that share a name or prompt with the cases behind the claims."""
-    seen_names = {
+def leakage_issues(
+    spec: CheckpointSpec, claims: Sequence[ModelClaim], pooled: Iterable[str] = ()
+) -> list[str]:
+    """Checkpoint cases that share a name or prompt with the cases behind the claims.
+
+    ``pooled``: the cases of the nights the claims' epoch manifests list
+    (:func:`kb.store.manifests.claim_evidence`; a claim names only tonight's).
+    """
+    seen_names = set(pooled) | {
         case_id
         for claim in claims
         if claim.claim_class == "eval-measured"

@@ -423,19 +423,35 @@ def diff(
 
 
 @cli.command()
+@click.option(
+    "--all",
+    "check_all",
+    is_flag=True,
+    help="Read every version in git, not only those after the commit the last verify "
+    "checked through.",
+)
 @global_options
 @pass_app
-def verify(app: App) -> None:
-    """Check the store and every version of it in git (exit 0 valid, 2 invalid)."""
+def verify(app: App, check_all: bool) -> None:
+    """Check the store and its versions in git (exit 0 valid, 2 invalid).
+
+    The first run reads every version; then only the commits after the one
+    the last passing run checked through (a note under .git, never
+    committed). --all reads them all again.
+    """
     from kb.store.audit import verify_store
 
     app.reports_pending = True
-    report = verify_store(app.store)
-    history = (
-        f", {report.history_checked} versions in git checked"
-        if app.store.git is not None
-        else ", not in git"
-    )
+    report = verify_store(app.store, full=check_all)
+    if app.store.git is None:
+        history = ", not in git"
+    elif report.since is not None:
+        history = (
+            f", {report.history_checked} new version{'s' if report.history_checked != 1 else ''}"
+            f" checked since {report.since[:12]} (--all: every one)"
+        )
+    else:
+        history = f", {report.history_checked} versions in git checked"
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
     claims = f"{report.claims} claim{'s' if report.claims != 1 else ''}"

@@ -3,9 +3,19 @@
 A sweep opens a journal beside its evidence (``<report>.journal.jsonl``)
 before its first call. The engine appends one line per run the moment it
 settles — its label, the request's key, status, full output, usage, cost,
-price source, attempts, error and latency — written and fsynced before the
-run's task lets another call start, so a Ctrl-C, a crash or a failed CI
-job loses at most the runs still in flight. The first line names the
+price source, attempts, error and latency — written before the run's task
+lets another call start, so a Ctrl-C, a crash, a kill or a failed CI job
+loses at most the runs still in flight (a written line is in the kernel's
+page cache: a killed process cannot lose it).
+
+**Group sync** (SPEC 14.3). Settled runs are fsynced in groups: a group ends
+at its 256th line, at the first line written 100 ms or more after the group
+began, and at the end of the night, and is synced with one ``fsync`` (one
+per run made the disk the pace of a large night). What a power
+loss can take is the last group's runs (at most 256), which a resume asks
+again. Lines a resume must never miss are synced at once with everything
+before them: the header, a batch's id and end, a discard, the "measured"
+mark. The first line names the
 report, its instant and the spec (relative to the store's work tree, so a
 checkout elsewhere resumes it: :mod:`kb.sweep.resume`).
 
@@ -32,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +54,11 @@ from kb.logprobs import cut_tokens, parse_top_logprobs
 from kb.sidefile import SideFormat
 
 JOURNAL = SideFormat("run journal", key="journal")
+
+GROUP_LINES = 256
+"""A sync group's most lines (SPEC 14.3: what a power loss may make a resume ask again)."""
+GROUP_SECONDS = 0.1
+"""A line written this long after its group began ends the group."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +93,7 @@ class JournalState:
 
 
 class RunJournal:
-    """An open journal the engine appends to (append-only, each line fsynced).
+    """An open journal the engine appends to (append-only, fsynced in groups).
 
     Invariant: the file is whole lines only, except for the tail a crash may
     leave mid-write, which :meth:`open` cuts before the first append. A write
@@ -86,12 +102,25 @@ class RunJournal:
     a line that did not end.
     """
 
-    def __init__(self, path: Path, fd: int, size: int, cut: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        fd: int,
+        size: int,
+        cut: Callable[[str], str],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
         self._fd = fd
         self._size = size
         self._cut = cut
         self._failed: JournalUnwritable | None = None
+        self._clock = clock
+        self._pending = 0
+        """Lines written since the last fsync."""
+        self._group_began = 0.0
+        self.syncs = 0
+        """fsyncs so far (the bench reads it)."""
 
     @classmethod
     def open(
@@ -102,12 +131,15 @@ class RunJournal:
         *,
         spec: str,
         cut: Callable[[str], str] = lambda text: text,
+        clock: Callable[[], float] = time.monotonic,
     ) -> RunJournal:
         """Open ``path`` for appending (written with its header line when new).
 
         ``spec`` names what was swept (a resume of another spec is refused);
-        ``cut`` takes secrets out of every text before it reaches the disk.
-        A torn last line (a crash mid-write) is cut off first.
+        ``cut`` takes secrets out of every text before it reaches the disk;
+        ``clock`` times the sync groups (monotonic seconds; it decides only
+        when an fsync happens, never what is written). A torn last line (a
+        crash mid-write) is cut off first.
         """
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +151,7 @@ class RunJournal:
         except OSError as exc:
             os.close(fd)
             raise _unwritable(path, exc) from None
-        journal = cls(path, fd, size, cut)
+        journal = cls(path, fd, size, cut, clock)
         if size == 0:
             journal._write(
                 {
@@ -127,7 +159,8 @@ class RunJournal:
                     "reportId": report_id,
                     "observedAt": observed_at,
                     "spec": spec,
-                }
+                },
+                durable=True,
             )
         return journal
 
@@ -136,16 +169,20 @@ class RunJournal:
 
         Only the commit is left: a resume of it calls no provider.
         """
-        self._write({"measured": True})
+        self._write({"measured": True}, durable=True)
 
     def discard(self, labels: Iterable[str]) -> None:
         """Mark settled runs as not to be reused (a suspect cell's answers: an outage's)."""
         found = list(labels)
         if found:
-            self._write({"discard": found})
+            self._write({"discard": found}, durable=True)
 
-    def _write(self, value: Mapping[str, Any]) -> None:
-        """Append one line and fsync it, or raise :class:`JournalUnwritable` leaving none."""
+    def _write(self, value: Mapping[str, Any], *, durable: bool = False) -> None:
+        """Append one line (synced with its group, or at once when ``durable``).
+
+        Raises :class:`JournalUnwritable` leaving no part of the line; after
+        a failed write or fsync every later write raises the same error.
+        """
         if self._failed is not None:
             raise self._failed
         encoded = (json.dumps(value, ensure_ascii=False) + "\n").encode()
@@ -153,21 +190,45 @@ class RunJournal:
             left = memoryview(encoded)
             while left:  # a write may take part of the line (the disk filled up mid-line)
                 left = left[os.write(self._fd, left) :]
-            os.fsync(self._fd)
         except OSError as exc:
             self._failed = _unwritable(self.path, exc)
             with contextlib.suppress(OSError):  # else the next open cuts the torn tail
                 os.ftruncate(self._fd, self._size)
             raise self._failed from None
         self._size += len(encoded)
+        now = self._clock()
+        if self._pending == 0:
+            self._group_began = now
+        self._pending += 1
+        if durable or self._pending >= GROUP_LINES or now - self._group_began >= GROUP_SECONDS:
+            self.sync()
+
+    def sync(self) -> None:
+        """Sync the lines written since the last fsync (nothing to do when there are none).
+
+        A failed fsync stops the job like a failed write (:class:`JournalUnwritable`);
+        the lines stay (they are whole): if the kernel could not keep them, the
+        next open cuts what it lost.
+        """
+        if self._pending == 0:
+            return
+        if self._failed is not None:
+            raise self._failed
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._failed = _unwritable(self.path, exc)
+            raise self._failed from None
+        self._pending = 0
+        self.syncs += 1
 
     def record_batch(self, members: str, batch_id: str) -> None:
         """A batch was created for the runs ``members`` names (a resume polls it again)."""
-        self._write({"batch": batch_id, "members": members})
+        self._write({"batch": batch_id, "members": members}, durable=True)
 
     def record_batch_end(self, batch_id: str, status: str) -> None:
         """The batch ended without completing: a resume never waits on it again."""
-        self._write({"batchEnded": batch_id, "status": status})
+        self._write({"batchEnded": batch_id, "status": status}, durable=True)
 
     def record(self, result: RunResult) -> None:
         """Append one settled run (a run served from the journal is not written again)."""
@@ -205,8 +266,12 @@ class RunJournal:
         )
 
     def close(self) -> None:
-        """Close the file (every line written is already on disk)."""
-        os.close(self._fd)
+        """Sync the last group and close the file (a failed fsync still closes it)."""
+        try:
+            if self._failed is None:
+                self.sync()
+        finally:
+            os.close(self._fd)
 
 
 def _unwritable(path: Path, error: OSError) -> JournalUnwritable:

@@ -26,6 +26,7 @@ from kb.store.layout import conflict_lines
 from kb.store.models import ModelClaim
 from kb.store.snapshot import EMPTY_SNAPSHOT, Snapshot, construct_claim
 from kb.store.validation import parse_store
+from kb.store.verify_note import VerifiedThrough, epoch_drops
 
 if TYPE_CHECKING:
     from kb.store.git import GitStoreRepo, StoreCommit
@@ -290,13 +291,35 @@ class VerifyReport:
     """How many historical versions in git were parsed (0 outside git)."""
     warnings: tuple[str, ...] = ()
     """What the current file holds that rulvar accepts but kb would never write."""
+    since: str | None = None
+    """The commit an earlier ``kb verify`` checked through (``None``: every version was read)."""
 
 
-def verify_store(store: KnowledgeStore) -> VerifyReport:
-    """Check the store and every version of it in git; raise one ``ConfigError`` if any fail.
+def _verified_through(
+    git: GitStoreRepo | None, full: bool, warnings: list[str]
+) -> VerifiedThrough | None:
+    """Where an earlier verify checked through, when it is still in ``HEAD``'s history."""
+    through = None if git is None or full else VerifiedThrough.read(git)
+    if git is not None and through is not None and not git.is_ancestor(through.commit, "HEAD"):
+        warnings.append(
+            f"the commit the last kb verify checked through ({through.commit[:12]}) is no "
+            "longer in HEAD's history (rewritten?): every version was checked"
+        )
+        return None
+    return through
+
+
+def verify_store(store: KnowledgeStore, *, full: bool = False) -> VerifyReport:
+    """Check the store and its versions in git; raise one ``ConfigError`` if any fail.
 
     Each historical version must parse and hash-check, and consecutive
-    versions on the first-parent line must rise by exactly 1.
+    versions on the first-parent line must rise by exactly 1. Incremental
+    (SPEC 14.3): after a verify that passed, a note under ``.git`` says the
+    commit it checked through, and the next one reads only the commits after
+    it (when that commit is still in ``HEAD``'s history; else everything).
+    ``full`` reads every version whatever the note says (``kb verify --all``).
+    The work tree's store, its neighbours and an interrupted commit are
+    checked every time.
     """
     issues: list[str] = []
     try:
@@ -307,12 +330,15 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
     checked = 0
     warnings: list[str] = []
     git = store.git
+    through = _verified_through(git, full, warnings)
+    since = through.commit if through is not None else None
+    last = through.version if through is not None else None
     if git is not None:
         compacted = set(git.trailer_values(COMPACTED_TRAILER, None, "HEAD"))
-        checked = _history_issues(git, current, compacted, issues, warnings)
+        checked, last = _history_issues(git, current, compacted, issues, warnings, since, last)
         # Every merge, including one that kept a side's store as it was (git lists it under
         # no store change): did it drop claims a branch had?
-        for commit in git.merges():
+        for commit in git.merges(since):
             blob = git.blob_in(commit.oid)
             if blob is None:
                 continue
@@ -325,14 +351,19 @@ def verify_store(store: KnowledgeStore) -> VerifyReport:
             warnings += redone
     issues.extend(_beside_issues(store))
     if git is not None:
-        issues.extend(epoch_drops(git, git.rel_of(store.home.epochs_file)))
+        issues.extend(epoch_drops(git, git.rel_of(store.home.epochs_file), since))
     pending = store.pending_commit()
     if pending is not None:
         issues.append(pending)
     if issues:
         raise ConfigError(str(store.path), issues)
     assert current is not None
-    return VerifyReport(current.version, len(current), checked, (*current.warnings, *warnings))
+    head = git.head()[1] if git is not None else None
+    if git is not None and head is not None:
+        VerifiedThrough(head, last).write(git)
+    return VerifyReport(
+        current.version, len(current), checked, (*current.warnings, *warnings), since
+    )
 
 
 def _history_issues(
@@ -341,14 +372,17 @@ def _history_issues(
     compacted: set[str],
     issues: list[str],
     warnings: list[str],
-) -> int:
+    since: str | None = None,
+    last_version: int | None = None,
+) -> tuple[int, int | None]:
     """Every store version on the first-parent line: it parses, versions rise by one.
 
-    Adds what it finds to ``issues`` and ``warnings``; returns how many versions it read.
+    ``since``: only the versions after that commit, whose store was at
+    ``last_version``. Adds what it finds to ``issues`` and ``warnings``;
+    returns how many versions it read and the last one's version.
     """
     checked = 0
-    last_version: int | None = None
-    for commit in git.store_history():
+    for commit in git.store_history(since):
         short = commit.oid[:12]
         blob = git.blob_in(commit.oid)
         if blob is None:
@@ -380,56 +414,7 @@ def _history_issues(
                 f"{last_version} (must rise by exactly 1)"
             )
         last_version = snapshot.version
-    return checked
-
-
-def epoch_drops(git: GitStoreRepo, rel: str | None) -> list[str]:
-    """Commits whose epochs file lost a night a parent's held, without a reason to.
-
-    A night leaves a cell's epoch only when an epoch begun on purpose (an
-    alarm, a drift, a changed suite, ``--new-epoch``; never a first
-    measurement) at or after it replaced the epoch, or when the cell left
-    the file; any other loss is a writer that replaced the file with its own
-    view (two clones pushing at once before kb 5) and the claims of the
-    nights after it pool less than was measured.
-    """
-    if rel is None:
-        return []
-    from kb.store.epochs import EpochsFile, parse_epochs
-    from kb.store.ttl import stored_instant
-
-    def at(commit: str) -> EpochsFile | None:
-        blob = git.blob_in_path(commit, rel)
-        try:
-            return parse_epochs(git.read_blob(blob), f"{commit[:12]}:{rel}") if blob else None
-        except ConfigError:
-            return None  # an unreadable version is not this check's to tell
-
-    issues = []
-    for commit in git.path_history(rel):
-        after = at(commit.oid)
-        if after is None:
-            continue
-        for parent in commit.parents:
-            before = at(parent)
-            for key, epoch in (before.cells if before is not None else {}).items():
-                now = after.cells.get(key)
-                if now is None:
-                    continue  # the epoch ended (a restart whose night did not complete)
-                lost = [n for n in epoch.nights if n.report_id not in set(now.reports)]
-                began = stored_instant(now.start.observed_at)
-                if now.start.reason != "first":
-                    lost = [n for n in lost if stored_instant(n.observed_at) > began]
-                if lost:
-                    issues.append(
-                        f"commit {commit.oid[:12]}: {rel} lost {len(lost)} night"
-                        f"{'s' if len(lost) != 1 else ''} of {key}'s epoch that commit "
-                        f"{parent[:12]} held ({lost[0].report_id}"
-                        f"{' …' if len(lost) > 1 else ''}): a writer replaced the epoch with "
-                        "its own view; the claims since pool fewer nights than were measured "
-                        "(kb sweep --new-epoch measures the cell afresh)"
-                    )
-    return issues
+    return checked, last_version
 
 
 def _committed_conflict(short: str, rel: str, missing: Sequence[str]) -> str:

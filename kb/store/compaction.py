@@ -39,6 +39,8 @@ from kb.store.filestore import (
     CommitResult,
     KnowledgeStore,
 )
+from kb.store.home import MANIFESTS_DIR
+from kb.store.manifests import is_manifest_ref, load_manifest, manifest_path
 from kb.store.ops import CompactClaim
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import MIN_INSTANT, format_instant, stored_instant
@@ -117,6 +119,9 @@ def plan_compaction(
                 for item in snapshot.wire_at(index).get("evidence", [])
                 if isinstance(item, dict) and item.get("reportId") is not None
             )
+    manifests = {ref for ref in cited if is_manifest_ref(ref)}
+    cited -= manifests
+    cited.update(_manifest_nights(store, manifests, evidence_dir))
     # An open epoch pools its nights' evidence (claim or none): every night stays.
     cited.update(
         night.report_id
@@ -127,9 +132,49 @@ def plan_compaction(
     files = tuple(
         path
         for directory in store.home.evidence_dirs(evidence_dir)
-        for path in _unreferenced_evidence(store, directory, stems, cutoff_ms)
+        for path in (
+            *_unreferenced_evidence(store, directory, stems, cutoff_ms),
+            *_unreferenced_manifests(store, directory, manifests),
+        )
     )
     return CompactionPlan(removed, files, cutoff)
+
+
+def _manifest_nights(store: KnowledgeStore, refs: set[str], evidence_dir: Path | None) -> set[str]:
+    """Every night the cited epoch manifests list (a manifest not found stops the compaction)."""
+    nights: set[str] = set()
+    for ref in sorted(refs):
+        manifest = load_manifest(store.home, store.git, ref, evidence_dir)
+        if manifest is None:
+            raise ConfigError(
+                "compact",
+                f"the epoch manifest {ref} a claim cites is not in the evidence directory "
+                "nor in git history: without it kb cannot tell which nights' evidence "
+                "the claim rests on, so nothing is removed",
+            )
+        nights.update(manifest.reports)
+    return nights
+
+
+def _unreferenced_manifests(
+    store: KnowledgeStore, directory: Path, cited: set[str]
+) -> tuple[Path, ...]:
+    """Tracked manifests no claim left in the file cites.
+
+    A manifest has no age of its own: it is as old as the newest claim citing it.
+    """
+    git = store.git
+    assert git is not None
+    folder = directory / MANIFESTS_DIR
+    rel_file = git.rel_of(folder / "_")
+    if rel_file is None or not folder.is_dir():
+        return ()
+    keep = {manifest_path(directory, ref) for ref in cited}
+    return tuple(
+        path
+        for rel in sorted(git.tracked_files(posixpath.dirname(rel_file)))
+        if (path := git.top / rel).parent == folder and path.suffix == ".json" and path not in keep
+    )
 
 
 def _entries_at(data: bytes, source: str) -> Snapshot:

@@ -38,6 +38,9 @@ DEFAULT_EVIDENCE_DIR = "kb-evidence"
 ATTRIBUTES_FILE = ".gitattributes"
 SETTINGS = SideFormat("settings")
 
+MANIFESTS_DIR = "manifests"
+"""The folder of epoch manifests inside an evidence directory (:mod:`kb.store.manifests`)."""
+
 
 @dataclass(frozen=True)
 class StoreSettings:

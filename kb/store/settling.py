@@ -31,6 +31,7 @@ from kb.store.commit_window import (
 if TYPE_CHECKING:
     pass
 
+from kb.store.home import MANIFESTS_DIR
 from kb.store.storefile import HeadRef, StoreFile
 
 
@@ -135,7 +136,8 @@ class StoreSettling(StoreFile):
         # the same name elsewhere (same tag): its orphans stay there, where git sees nothing.
         home = self.git.top if self.git is not None else self.path.parent
         own = [d for d in evidence if d.resolve().is_relative_to(home.resolve())]
-        sweep_orphans([self.path.parent, *own], self.owner)
+        manifests = [d / MANIFESTS_DIR for d in own]  # a manifest's temp is in its folder
+        sweep_orphans([self.path.parent, *own, *manifests], self.owner)
         intent = self.intent_path
         for orphan in intent.parent.glob(f".{intent.name}.*{TEMP_SUFFIX}"):
             orphan.unlink(missing_ok=True)

@@ -25,6 +25,8 @@ from kb.evals.graders import verdict_data
 from kb.evals.suite import CaseVerdict
 from kb.schema import utf16_length
 from kb.store.canonical import to_fixed_2
+from kb.store.epochs import cell_key
+from kb.store.manifests import EpochManifest
 from kb.store.models import (
     STATEMENT_MAX_UTF16,
     Author,
@@ -310,6 +312,38 @@ def claim_statement(cell: SweepCell, outcome: Outcome, gate: GatePolicy) -> str:
     return full if utf16_length(full) <= STATEMENT_MAX_UTF16 else f"{head}: {outcome}"
 
 
+def epoch_manifest(cell: SweepCell) -> EpochManifest | None:
+    """The manifest a claim of ``cell`` cites (``None``: a one-night epoch, or no epoch).
+
+    See :mod:`kb.store.manifests`: the claim's size stays bounded however
+    many nights its epoch pooled.
+    """
+    if cell.epoch is None or len(cell.epoch.epoch.nights) < 2:
+        return None
+    epoch = cell.epoch.epoch
+    return EpochManifest(
+        cell=cell_key(cell.member.key, cell.task_class),
+        suite=epoch.suite,
+        start=epoch.start,
+        nights=epoch.nights,
+    )
+
+
+def claim_evidence_entries(cell: SweepCell, report_id: str) -> list[Evidence]:
+    """The manifest of the cell's epoch (when it pooled several nights), then tonight."""
+    tonight = EvalEvidence(kind="eval", reportId=report_id, caseIds=list(cell.case_names))
+    if cell.epoch is None:
+        return [tonight]
+    manifest = epoch_manifest(cell)
+    if manifest is None:
+        (night,) = cell.epoch.epoch.nights
+        return [EvalEvidence(kind="eval", reportId=night.report_id, caseIds=list(night.cases))]
+    ran = next((n.cases for n in manifest.nights if n.report_id == report_id), None)
+    if ran is not None:  # the cases as the epoch recorded them, as a one-night epoch cites them
+        tonight = EvalEvidence(kind="eval", reportId=report_id, caseIds=list(ran))
+    return [EvalEvidence(kind="eval", reportId=manifest.ref, caseIds=[]), tonight]
+
+
 def cell_claim(
     cell: SweepCell,
     *,
@@ -325,14 +359,7 @@ def cell_claim(
         return None
     observed = format_instant(observed_at)
     estimate = cell.estimate
-    evidence: list[Evidence] = (
-        [
-            EvalEvidence(kind="eval", reportId=night.report_id, caseIds=list(night.cases))
-            for night in cell.epoch.epoch.nights
-        ]
-        if cell.epoch is not None
-        else [EvalEvidence(kind="eval", reportId=report_id, caseIds=list(cell.case_names))]
-    )
+    evidence = claim_evidence_entries(cell, report_id)
     metrics = Metrics(
         passRate=estimate.pass_rate if cell.epoch is not None else cell.pass_rate,
         n=estimate.n,

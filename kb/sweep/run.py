@@ -47,14 +47,15 @@ from kb.store.filestore import (
     KnowledgeStore,
     validate_attempts,
 )
+from kb.store.manifests import manifest_path
 from kb.store.merge import driver_files
 from kb.store.models import ModelClaim
-from kb.store.ops import ArchiveClaim, EvalCommitterGate, MarkStale
+from kb.store.ops import AddClaim, ArchiveClaim, EvalCommitterGate, MarkStale, Op, SupersedeClaim
 from kb.store.records import ReportFile, RunRecord, render_runs
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant, parse_flag_instant
 from kb.sweep.canary import CanaryChange, canary_change, classified
-from kb.sweep.cells import SweepCell
+from kb.sweep.cells import SweepCell, epoch_manifest
 from kb.sweep.evidence import EvidenceContext
 from kb.sweep.falsify import sweep_ops
 from kb.sweep.measure import MeasuredCell, Measurement, measure
@@ -119,13 +120,15 @@ def decide_change(
     *,
     committing: bool,
     epochs: EpochsAt | None = None,
+    manifests: Path | None = None,
 ) -> SweepChange:
     """What the sweep commits against ``snapshot`` (pure: the rebase loop calls it again).
 
     The canary's flips come first, then the claims and retirements; with
     ``evidence``, the runs file and the report file go into the same commit,
     and with ``epochs`` (the epochs file as it is now) each complete cell's
-    epoch.
+    epoch; with ``manifests`` (the evidence directory) the manifest each new
+    claim cites (:mod:`kb.store.manifests`), with or without run evidence.
     """
     spec = plan.spec
     cells = [cell for cell, _ in measurement.cells if cell.complete]
@@ -154,12 +157,28 @@ def decide_change(
         report = _with_evidence(plan, measurement, report, evidence, files)
         if not ops:
             notes.append("evidence only")
+    if manifests is not None:
+        files.update(_manifest_files(decided, ops, manifests))
     if epochs is not None:
         updated = epochs_after(epochs.file, measurement)
         if updated != epochs.file:
             files[epochs.path.name] = updated.render()
             files.update(epochs.attributes)
     return SweepChange(ops, files, ", ".join(notes) or None, outcomes=found.outcomes, report=report)
+
+
+def _manifest_files(
+    measurement: Measurement, ops: Sequence[Op], directory: Path
+) -> dict[str, bytes]:
+    """The manifest file of every claim ``ops`` add that cites one."""
+    added = {op.claim.id for op in ops if isinstance(op, AddClaim)}
+    added |= {op.by.id for op in ops if isinstance(op, SupersedeClaim)}
+    files: dict[str, bytes] = {}
+    for cell, claim in measurement.cells:
+        manifest = epoch_manifest(cell) if claim is not None and claim.id in added else None
+        if manifest is not None:
+            files[str(manifest_path(directory, manifest.ref))] = manifest.render()
+    return files
 
 
 def _canary_decided(
@@ -424,6 +443,7 @@ def execute_sweep(
                     writes,
                     committing=True,
                     epochs=_epochs_at(store) if plan.suites else None,
+                    manifests=target.directory,
                 ),
                 CommitContext(
                     "sweep",

@@ -30,6 +30,7 @@ import numpy as np
 from kb.engine.requests import ModelSpec
 from kb.evals.cases import Case, suite_fingerprint
 from kb.store.epochs import CellEpoch, EpochNight, EpochReason, EpochStart, suite_grader_id
+from kb.store.manifests import is_manifest_ref
 from kb.store.models import ModelClaim
 from kb.store.ttl import stored_instant
 from kb.sweep.epochs import (
@@ -119,11 +120,21 @@ def cell_suite(
 
 
 def _claim_in_epoch(claim: ModelClaim, epoch: CellEpoch) -> bool:
-    """Whether the claim predates the epoch or rests only on nights the epoch holds."""
+    """Whether the claim predates the epoch or rests only on nights the epoch holds.
+
+    A claim citing an epoch manifest (:mod:`kb.store.manifests`) is judged by
+    the night it names beside it: the manifest is the epoch as that night
+    left it, written from the epochs file, and reading it here would make
+    the plan depend on files outside the store.
+    """
     if stored_instant(claim.observed_at) < stored_instant(epoch.start.observed_at):
         return True
     reports = set(epoch.reports)
-    return all(e["reportId"] in reports for e in claim.evidence if e["kind"] == "eval")
+    return all(
+        e["reportId"] in reports
+        for e in claim.evidence
+        if e["kind"] == "eval" and not is_manifest_ref(e["reportId"])
+    )
 
 
 @dataclass(frozen=True)

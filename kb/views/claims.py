@@ -18,6 +18,7 @@ from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.diff import StoreDiff, unchanged_line
 from kb.store.epochs import EpochsFile, cell_key, suite_grader_id
 from kb.store.jsjson import js_plain_value
+from kb.store.manifests import is_manifest_ref
 from kb.store.models import ModelClaim, metrics_interval, metrics_successes
 from kb.store.query import ttl_state
 from kb.store.snapshot import Snapshot
@@ -48,7 +49,11 @@ def _evidence_lines(claim: ModelClaim) -> list[str]:
             if index == half:
                 lines.append(f"evidence … {hidden} more nights (kb list --json lists them all)")
             continue
-        if item["kind"] == "eval":
+        if item["kind"] == "eval" and is_manifest_ref(item["reportId"]):
+            lines.append(
+                f"evidence eval {item['reportId']}: the epoch's nights (listed under cases:)"
+            )
+        elif item["kind"] == "eval":
             case_ids = item["caseIds"]
             cases = case_ids[:_MAX_CASES_SHOWN]
             more = len(case_ids) - len(cases)
@@ -181,6 +186,12 @@ def claim_evidence(nights: Sequence[ClaimNight]) -> str:
     lines = []
     for night in nights:
         report_id, runs = night.report_id, night.runs
+        if runs is None and is_manifest_ref(report_id):
+            lines += wrapped(
+                f"cases: the epoch manifest {report_id} is not in the evidence directory "
+                "nor in git history (fetch it, or give --evidence-dir)"
+            )
+            continue
         if runs is None:
             lines.append(
                 f"cases: no evidence file for report {report_id} (a sweep run with "

@@ -37,6 +37,7 @@ from kb.store.canonical import to_fixed_2
 from kb.store.changes import CellAlarm, cell_alarms
 from kb.store.epochs import EpochsFile
 from kb.store.filestore import KnowledgeStore
+from kb.store.manifests import ClaimEvidence, PooledNight, claim_evidence
 from kb.store.models import ModelClaim
 from kb.store.records import CellRecord, ReportFile
 from kb.views.decision import newest_first
@@ -313,9 +314,19 @@ class TimelineNight:
         return epoch is not None and epoch.started_at == self.night.report.observed_at
 
 
-def claim_timeline(claim: ModelClaim, nights: Sequence[Night]) -> list[TimelineNight]:
-    """Every night (oldest first) that measured the claim's model on its task class."""
-    rests_on = {e["reportId"] for e in claim.evidence if e["kind"] == "eval"}
+def claim_timeline(
+    claim: ModelClaim, nights: Sequence[Night], cited: ClaimEvidence | None = None
+) -> list[TimelineNight]:
+    """Every night (oldest first) that measured the claim's model on its task class.
+
+    ``cited``: the nights the claim rests on, its epoch manifest expanded
+    (:func:`kb.store.manifests.claim_evidence`); without it, the nights it names.
+    """
+    rests_on = (
+        set(cited.reports)
+        if cited is not None
+        else {e["reportId"] for e in claim.evidence if e["kind"] == "eval"}
+    )
     found = []
     for night in nights:
         for cell in night.report.cells:
@@ -373,12 +384,49 @@ def _timeline_html(points: Sequence[TimelineNight]) -> str:
     return f'<ol class="timeline" id="timeline">{"".join(items)}</ol>'
 
 
+def _evidence_items(
+    claim: ModelClaim, nights: Mapping[str, Night], cited: ClaimEvidence | None
+) -> list[str]:
+    """A claim page's evidence list: each night it rests on, linked, with its cases."""
+    items = [
+        f"<li>journal {esc(str(entry.get('runId')))}</li>"
+        for entry in claim.evidence
+        if entry["kind"] != "eval"
+    ]
+    pooled = (
+        cited.nights
+        if cited is not None
+        else tuple(
+            PooledNight(e["reportId"], tuple(e["caseIds"]))
+            for e in claim.evidence
+            if e["kind"] == "eval"
+        )
+    )
+    for pooled_night in pooled:
+        report_id, ran = pooled_night.report_id, pooled_night.cases or ()
+        night = nights.get(report_id)
+        label = (
+            f'<a href="{esc(night.page)}" class="name">{esc(report_id)}</a>'
+            if night is not None
+            else f'<span class="name">{esc(report_id)}</span> (no evidence here)'
+        )
+        cases = ", ".join(f'<span class="name">{esc(c)}</span>' for c in ran)
+        items.append(f"<li>{label}: {len(ran)} cases — {cases}</li>")
+    for ref in cited.missing if cited is not None else ():
+        items.append(
+            f'<li><span class="name">{esc(ref)}</span>: the epoch manifest is not here '
+            "(fetch it: kb show lists its nights)</li>"
+        )
+    return items
+
+
 def claim_page_html(
     claim: ModelClaim,
     nights: Mapping[str, Night],
     epoch_line: str | None,
     paged: frozenset[str] = frozenset(),
     timeline: Sequence[TimelineNight] = (),
+    cited: ClaimEvidence | None = None,
 ) -> str:
     """One claim: what it says, its numbers, its epoch, its timeline, the nights and cases."""
     interval = claim.interval
@@ -388,20 +436,7 @@ def claim_page_html(
         if claim.metrics and interval
         else "an editorial note: no metrics, not confirmed by evals"
     )
-    items = []
-    for entry in claim.evidence:
-        if entry["kind"] != "eval":
-            items.append(f"<li>journal {esc(str(entry.get('runId')))}</li>")
-            continue
-        report_id = entry["reportId"]
-        night = nights.get(report_id)
-        label = (
-            f'<a href="{esc(night.page)}" class="name">{esc(report_id)}</a>'
-            if night is not None
-            else f'<span class="name">{esc(report_id)}</span> (no evidence here)'
-        )
-        cases = ", ".join(f'<span class="name">{esc(c)}</span>' for c in entry["caseIds"])
-        items.append(f"<li>{label}: {len(entry['caseIds'])} cases — {cases}</li>")
+    items = _evidence_items(claim, nights, cited)
     supersedes = ""
     if claim.supersedes:  # only live claims have pages: a retired one is named, not linked
         shown = (
@@ -565,7 +600,8 @@ def build_site(
     for claim in claims:
         if claim.id in paged:
             line = format_epoch(claim, epochs) if epochs is not None else None
-            timeline = claim_timeline(claim, nights)
-            write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged, timeline))
+            cited = claim_evidence(store.home, store.git, claim)
+            timeline = claim_timeline(claim, nights, cited)
+            write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged, timeline, cited))
     _remove_stale_pages(directory, {path.name for path in written})
     return SiteBuilt(written, warnings, left_out)

@@ -197,8 +197,11 @@ class GitHistory(GitRunner):
                 found.append(commit)
         return found
 
-    def merges(self) -> list[StoreCommit]:
-        """Merge commits on the first-parent line of ``HEAD`` (whatever their store)."""
+    def merges(self, since: str | None = None) -> list[StoreCommit]:
+        """Merge commits on the first-parent line of ``HEAD`` (whatever their store).
+
+        ``since``: only those after that commit (an ancestor of ``HEAD``).
+        """
         if self.head()[1] is None:
             return []
         out = self.run(
@@ -207,13 +210,16 @@ class GitHistory(GitRunner):
             "--merges",
             "-z",
             "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
-            "HEAD",
+            _range(since),
             strip=False,
         )
         return _parse_log(out)
 
-    def store_history(self) -> list[StoreCommit]:
-        """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first."""
+    def store_history(self, since: str | None = None) -> list[StoreCommit]:
+        """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first.
+
+        ``since``: only those after that commit (an ancestor of ``HEAD``).
+        """
         if self.head()[1] is None:
             return []
         out = self.run(
@@ -222,15 +228,18 @@ class GitHistory(GitRunner):
             "--reverse",
             "-z",
             "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
-            "HEAD",
+            _range(since),
             "--",
             self.rel,
             strip=False,
         )
         return _parse_log(out)
 
-    def path_history(self, rel: str) -> list[StoreCommit]:
-        """Every commit of ``HEAD``'s history that changed ``rel`` (merges too), oldest first."""
+    def path_history(self, rel: str, since: str | None = None) -> list[StoreCommit]:
+        """Every commit of ``HEAD``'s history that changed ``rel`` (merges too), oldest first.
+
+        ``since``: only those not reachable from that commit.
+        """
         if self.head()[1] is None:
             return []
         out = self.run(
@@ -239,7 +248,7 @@ class GitHistory(GitRunner):
             "--reverse",
             "-z",
             "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
-            "HEAD",
+            _range(since),
             "--",
             rel,
             strip=False,
@@ -250,3 +259,8 @@ class GitHistory(GitRunner):
         """Whether git's index holds ``rel`` (the store by default) as unmerged."""
         out = self.try_run("ls-files", "-u", "--", rel or self.rel)
         return bool(out and out.strip())
+
+
+def _range(since: str | None) -> str:
+    """``HEAD``, or the commits of ``HEAD`` not reachable from ``since``."""
+    return "HEAD" if since is None else f"{since}..HEAD"

@@ -1,0 +1,221 @@
+"""A team's nights, one after another: does the store stay bounded, verify cheap? (SPEC 14.3)
+
+Drives the real ``kb sweep`` (a process per night, the CLI a team's CI runs)
+on scripted models — M models × 3 task classes × C cases, every model right
+on most cases, under the default interval gate and nightly rule — for N
+nights a day apart, with ``kb compact --keep-days 30`` every seventh night
+(the README's documented compaction), and ``kb verify`` after every night.
+It prints, with the goal beside each figure:
+
+* the store file's bytes at night 30 and at the last night, and their ratio
+  (SPEC 14.3: ≤ 1.5 at night 365 against night 30);
+* the largest live claim's bytes at night 2 and at the last night (a claim's
+  size must not grow with its epoch);
+* CPU seconds (user + sys of the child processes) of ``kb verify`` per night,
+  after the first (incremental) and of ``kb verify --all`` at the end;
+* the run journal's fsyncs per night against its settled runs (group sync:
+  at most one per 256 runs or 100 ms, plus the durable lines);
+* CPU seconds of a night's ``kb sweep`` per planned run.
+
+``--kb DIR`` runs another checkout's kb (a worktree of v4, say) on the same
+nights; journal fsyncs are counted with strace when it is installed.
+
+This is not the full team year (20 models × 1,500 cases × 365 nights): it
+runs at the scale it is given and says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLASSES = ("extraction", "synthesis", "planning")
+STORE = "rulvar.models.json"
+
+
+def spec_text(models: int, cases: int) -> str:
+    """``models`` scripted models, each wrong on a few cases of its own, ``cases`` per class."""
+    lines = ["[sweep]", 'committer = "ci"', "", "[budgets]", "target_usd = 0.01"]
+    lines += ["max_total_usd = 1000.0"]
+    for m in range(models):
+        wrong = {(m * 7 + k * 13) % cases for k in range(max(1, cases // 25))}
+        table = ", ".join(
+            f'"{cls} Q{i}?" = "{f"no{i}" if i in wrong else f"a{i}"}"'
+            for cls in CLASSES
+            for i in range(cases)
+        )
+        lines += ["", "[[models]]", f'model = "scripted:m{m:02d}"']
+        lines += [f"params = {{ cost_usd = 0.0001, responses = {{ {table} }} }}"]
+    for cls in CLASSES:
+        for i in range(cases):
+            lines += ["", "[[cases]]", f'name = "{cls[:3]}-{i:04d}"', f'task_class = "{cls}"']
+            lines += [f'prompt = "{cls} Q{i}?"']
+            lines += [f'graders = [{{ kind = "golden", expected = "a{i}" }}]']
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Night:
+    day: int
+    store_bytes: int
+    largest_claim: int
+    sweep_cpu: float
+    runs: int
+    verify_cpu: float
+    fsyncs: int | None = None
+
+
+@dataclass
+class Year:
+    nights: list[Night] = field(default_factory=list)
+    verify_all_cpu: float = 0.0
+
+
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(kb: Path, cwd: Path, *args: str, strace: Path | None = None) -> tuple[float, str]:
+    """``kb ARGS`` as a process; its CPU seconds and stdout."""
+    env = {**os.environ, "PYTHONPATH": str(kb), "KB_NO_CACHE": "1"}
+    command = [sys.executable, "-m", "kb", *args]
+    if strace is not None:
+        command = [
+            "strace",
+            "-f",
+            "-qq",
+            "-e",
+            "trace=openat,close,fsync,fdatasync",
+            "-o",
+            str(strace),
+        ]
+        command += [sys.executable, "-m", "kb", *args]
+    before = child_cpu()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    spent = child_cpu() - before
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"kb {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return spent, done.stdout
+
+
+def journal_fsyncs(trace: Path) -> int:
+    """fsyncs of the run journal (``*.journal.jsonl``) while it was open, over every process."""
+    open_fds: set[tuple[str, str]] = set()
+    count = 0
+    for line in trace.read_text().splitlines():
+        pid, _, call = line.partition(" ")
+        if call.startswith("openat(") and ".journal.jsonl" in call and " = " in call:
+            fd = call.rsplit(" = ", 1)[1].split()[0]
+            if fd.isdigit():
+                open_fds.add((pid, fd))
+        elif call.startswith(("fsync(", "fdatasync(")):
+            fd = call.split("(", 1)[1].split(")", 1)[0]
+            count += (pid, fd) in open_fds
+        elif call.startswith("close("):
+            open_fds.discard((pid, call.split("(", 1)[1].split(")", 1)[0]))
+    return count
+
+
+def year(kb: Path, models: int, cases: int, nights: int, strace: bool) -> Year:
+    found = Year()
+    with tempfile.TemporaryDirectory(prefix="kb-team-year-") as scratch:
+        root = Path(scratch)
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        subprocess.run(["git", "-C", str(root), "config", "user.email", "ci@example.com"])
+        subprocess.run(["git", "-C", str(root), "config", "user.name", "ci"])
+        (root / "night.toml").write_text(spec_text(models, cases))
+        run(kb, root, "init")
+        for day in range(1, nights + 1):
+            instant = f"2027-{1 + (day - 1) // 28:02d}-{1 + (day - 1) % 28:02d}T02:00:00Z"
+            trace = root.parent / f"{root.name}.strace" if strace else None
+            cpu, out = run(
+                kb,
+                root,
+                "--as-of",
+                instant,
+                "sweep",
+                "night.toml",
+                "--json",
+                "--quiet",
+                "--observed-at",
+                instant,
+                strace=trace,
+            )
+            report = json.loads(out)
+            runs = len(report.get("runs", []))
+            fsyncs = journal_fsyncs(trace) if trace is not None else None
+            if day % 7 == 0:
+                run(kb, root, "--as-of", instant, "compact", "--keep-days", "30")
+            verify_cpu, _ = run(kb, root, "verify")
+            data = json.loads((root / STORE).read_text())
+            live = [c for c in data["claims"] if c["status"] == "active"]
+            largest = max((len(json.dumps(c)) for c in live), default=0)
+            store_bytes = (root / STORE).stat().st_size
+            found.nights.append(Night(day, store_bytes, largest, cpu, runs, verify_cpu, fsyncs))
+            print(
+                f"night {day:3d}: store {store_bytes:>9,} B, largest claim {largest:>6,} B, "
+                f"sweep {cpu:6.2f} CPU-s for {runs:5d} runs, verify {verify_cpu:5.2f} CPU-s"
+                + (f", journal fsyncs {fsyncs}" if fsyncs is not None else ""),
+                flush=True,
+            )
+        found.verify_all_cpu, _ = run(kb, root, "verify", "--all")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", type=int, default=5)
+    parser.add_argument("--cases", type=int, default=60, help="cases per task class")
+    parser.add_argument("--nights", type=int, default=60)
+    parser.add_argument("--kb", type=Path, default=ROOT, help="the checkout whose kb runs")
+    parser.add_argument("--no-strace", action="store_true")
+    args = parser.parse_args()
+    strace = not args.no_strace and shutil.which("strace") is not None
+    print(
+        f"scale: {args.models} models x {len(CLASSES)} task classes x {args.cases} cases, "
+        f"{args.nights} nights, compact --keep-days 30 every 7th night; kb from {args.kb}"
+    )
+    found = year(args.kb, args.models, args.cases, args.nights, strace)
+    nights = found.nights
+    at30 = nights[min(29, len(nights) - 1)]
+    last = nights[-1]
+    ratio = last.store_bytes / at30.store_bytes
+    print()
+    print(f"{'figure':<52} {'measured':>14}  goal")
+    print(f"{'store file, night ' + str(at30.day):<52} {at30.store_bytes:>12,} B")
+    print(f"{'store file, night ' + str(last.day):<52} {last.store_bytes:>12,} B")
+    print(f"{'  ratio':<52} {ratio:>14.2f}  <= 1.5 (SPEC 14.3, at night 365)")
+    second = nights[min(1, len(nights) - 1)]
+    print(f"{'largest live claim, night ' + str(second.day):<52} {second.largest_claim:>12,} B")
+    print(
+        f"{'largest live claim, night ' + str(last.day):<52} {last.largest_claim:>12,} B"
+        "  bounded (not growing with the nights)"
+    )
+    later = nights[1:] or nights
+    verify = max(n.verify_cpu for n in later)
+    print(f"{'kb verify per night (after the first), max':<52} {verify:>12.2f} s  <= 2 CPU-s")
+    print(f"{'kb verify --all at the end':<52} {found.verify_all_cpu:>12.2f} s")
+    per_run = sum(n.sweep_cpu for n in nights) / max(1, sum(n.runs for n in nights))
+    how = "whole process, under strace" if strace else "whole process"
+    print(f"{f'kb sweep CPU per planned run ({how})':<52} {per_run * 1000:>12.2f} ms")
+    if all(n.fsyncs is not None for n in nights):
+        fsyncs = sum(n.fsyncs or 0 for n in nights)
+        runs = sum(n.runs for n in nights)
+        print(
+            f"{'journal fsyncs, all nights (runs settled: ' + str(runs) + ')':<52} {fsyncs:>14}"
+            "  <= runs/256 + 100 ms groups + durable lines"
+        )
+
+
+if __name__ == "__main__":
+    main()
