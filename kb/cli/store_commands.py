@@ -458,6 +458,30 @@ def verify(app: App, check_all: bool) -> None:
     click.echo(f"ok: store v{report.version}, {claims}{history}")
 
 
+@cli.command(name="export")
+@click.option(
+    "--parquet",
+    "directory",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Write runs.parquet, cells.parquet and claims.parquet (zstd) into this directory.",
+)
+@global_options
+@pass_app
+def export_tables(app: App, directory: Path) -> None:
+    """Evidence as tables for DuckDB, polars or pandas: every night's runs and cells, the claims.
+
+    Needs the optional pyarrow (pip install 'kb[table]').
+    """
+    from kb.export import evidence_tables, write_parquet
+
+    tables, left_out = evidence_tables(app.store)
+    for line in left_out:
+        click.echo(f"warning: {line}", err=True)
+    for path, table in zip(write_parquet(tables, directory), tables.values(), strict=True):
+        click.echo(f"{path}: {table.num_rows} rows")
+
+
 @cli.command()
 @global_options
 @pass_app
