@@ -288,8 +288,11 @@ def test_the_site_links_each_discordant_case_to_both_answers(
     night(runner, spec(isolated / "s.toml", DEAR, CHEAP))
     result = kb(runner, "site", str(isolated / "site"))
     assert result.exit_code == 0, result.stderr
-    page = (isolated / "site" / "models.html").read_text()
-    assert "scripted:cheap</span> vs <span" in page and "n=40 shared cases" in page
+    overview = (isolated / "site" / "models.html").read_text()
+    assert "scripted:cheap</span> vs <span" in overview and "n=40 shared cases" in overview
+    (pair_page,) = re.findall(r'<a href="(pair-[0-9a-f]{16}\.html)">', overview)
+    page = (isolated / "site" / pair_page).read_text()  # the pair's own page: its cases
+    assert "n=40 shared cases" in page and 'href="models.html"' in page
     links = re.findall(r'<a href="([^"#]+)#([^"]+)" title="([^"]+)">([^<]+)</a>', page)
     # three discordant cases, each linked to both models' answers
     assert len(links) == 6

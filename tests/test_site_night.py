@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb.cli import cli
-from kb.views.site_night import PAGE_BUDGET
+from kb.views.site_pages import PAGE_BUDGET
 from tests.sweep_helpers import toml_value
 from tests.test_html_report import chromium
 from tests.test_site import two_nights
@@ -112,8 +112,12 @@ def test_a_300_case_night_is_paged_searchable_and_readable_at_both_widths(
     assert text.count('class="v no"') == wrong_answers  # each wrong answer red in the grid
     assert re.search(r'class="v ok">✓<i>\d+ ms</i>', text)  # each answer's latency
 
-    # models.html links each discordant case to both answers, on whichever page holds them
-    models = (site / "models.html").read_text()
+    # models.html links each pair's page, which links each discordant case to both
+    # answers, on whichever page holds them
+    overview = (site / "models.html").read_text()
+    pairs = re.findall(r'<a href="(pair-[0-9a-f]{16}\.html)">', overview)
+    assert len(pairs) == 18  # 4 models: 6 pairs on each of the 3 task classes
+    models = "".join((site / p).read_text() for p in pairs)
     answers = re.findall(r'<a href="([^"#]*-cases-\d+\.html)#(case-[0-9a-f]{16})"', models)
     assert len(answers) >= 100
     for page, anchor in answers:
@@ -281,3 +285,36 @@ def test_a_site_directory_that_is_a_file_or_a_store_without_nights(
     empty = runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(isolated / "s")])
     assert empty.exit_code == 0
     assert "warning: no night with evidence yet" in empty.stderr
+
+
+def test_one_case_whose_answers_pass_the_limit_continues_over_pages_each_under_it(
+    runner: CliRunner, isolated: Path
+) -> None:
+    prompt = "Describe the fox at length."
+    lines = ["[sweep]", 'committer = "ci"', 'sampling = "full"', "repeats = 8", "", "[budgets]"]
+    lines += ["target_usd = 0.01", "max_total_usd = 50.0"]
+    # evidence keeps 4,000 characters of an answer: 12 models x 8 repeats of ~4.5 KB
+    # each on the page are ~430 KB: over the limit
+    for index in range(12):
+        reply = f"model {index} says: " + "the quick brown fox jumps over the lazy dog " * 100
+        lines += ["", "[[models]]", f'model = "scripted:long-{index:02d}"']
+        lines += [f"params = {{ responses = {{ {json.dumps(prompt)} = {json.dumps(reply)} }} }}"]
+    lines += ["", "[[cases]]", 'name = "the-long-one"', 'task_class = "essays"']
+    lines += [f"prompt = {json.dumps(prompt)}", 'graders = [{ kind = "golden", expected = "x" }]']
+    spec = isolated / "long.toml"
+    spec.write_text("\n".join(lines) + "\n")
+    swept = runner.invoke(
+        cli, ["sweep", str(spec), "--quiet", "--observed-at", "2026-11-28T02:00:00Z"]
+    )
+    assert swept.exit_code in (0, 1), swept.stderr
+    site = isolated / "public"
+    built = runner.invoke(cli, ["--as-of", "2026-11-28T03:00:00Z", "site", str(site)])
+    assert built.exit_code == 0, built.stderr
+    sizes = {p.name: p.stat().st_size for p in site.glob("*.html")}
+    assert max(sizes.values()) <= PAGE_BUDGET, sizes
+    pages = sorted(site.glob("night-*.html"))
+    text = "".join(p.read_text() for p in pages)
+    parts = re.findall(r"continued, part (\d) of (\d)", text)
+    assert len(parts) >= 1 and {total for _, total in parts} == {str(len(parts) + 1)}
+    for index in range(12):  # every answer is on some page, once per repeat
+        assert text.count(f"model {index} says: ") == 8

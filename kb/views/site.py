@@ -15,7 +15,9 @@ fetch of anything):
   and the nights and cases it rests on;
 * ``compare.html?a=…&b=…`` — two nights cell by cell;
 * ``models.html`` — every pair of models per task class on their shared cases
-  (``kb compare``), each discordant case linked to both answers.
+  (``kb compare``), one row per pair; ``pair-<hash>.html`` — one pair's
+  figures and each discordant case linked to both answers (pages of at most
+  300 KB, as every page).
 
 Built from the evidence files in the work tree (``kb-evidence/`` or the
 store's recorded evidence directories); a night whose evidence kb cannot
@@ -43,7 +45,7 @@ from kb.store.records import CellRecord, ReportFile
 from kb.views.decision import newest_first
 from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts, name_html
 from kb.views.report_text import EPOCH_WORDS
-from kb.views.site_models import MODELS_PAGE, models_page_body
+from kb.views.site_models import MODELS_PAGE, models_files
 from kb.views.site_night import PriorAnswer, answers_of, night_files
 from kb.views.site_pages import (
     GENERATOR,
@@ -595,7 +597,8 @@ def build_site(
     runs = {n.report.report_id: list(n.runs) for n in nights}
     chosen = epochs if epochs is not None else EpochsFile()
     found = compare_models(EvidenceIndex.build(chosen, runs.get))
-    write(MODELS_PAGE, page_html("kb models compared", models_page_body(found, chosen, pages)))
+    for name, text in models_files(found, chosen, pages).items():
+        write(name, text)
     by_id = {n.report.report_id: n for n in nights}
     for claim in claims:
         if claim.id in paged:

@@ -14,9 +14,10 @@ words, latency, tokens, cost, attempts and params.
 Pages stay light: whatever does not fit in :data:`PAGE_BUDGET` bytes goes on
 numbered pages — the cases' answers first (``…-cases-2.html`` …), then, for
 a night of thousands of cases, the grid's rows (``…-grid-2.html``, the
-search and filters working per page). A small night is one page. A case is
-never split: one whose answers alone pass the budget (dozens of models ×
-repeats × 4,000-character answers) gets a page of its own, over it.
+search and filters working per page). A small night is one page. A case
+whose answers alone pass the budget (dozens of models × repeats ×
+4,000-character answers) is split between its answers into parts on
+consecutive pages, "continued" (v5: no page over the budget, SPEC 14.3).
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from kb.views.html import (
 )
 from kb.views.report_text import SHIFT, alarm_lines, drift_line, shift_lines
 from kb.views.site_models import case_anchor
-from kb.views.site_pages import Night, esc, page_html
-
-PAGE_BUDGET = 300_000
-"""No page of the site is larger (bytes, SPEC 13.6)."""
-_CONTENT_BUDGET = 280_000
-"""What a page's own content may take: the rest is its style, script and frame (~10 KB)."""
+from kb.views.site_pages import (
+    CONTENT_BUDGET,
+    Night,
+    chunked,
+    esc,
+    page_html,
+    pager,
+)
 
 ClaimHref = Callable[[str], "str | None"]
 
@@ -307,11 +310,22 @@ def _answer_row(
     )
 
 
-def case_section(row: CaseRow, judges: Mapping[tuple[str, str, int], RunRecord], grid: str) -> str:
-    """One case: its full request, what was expected, then each model's answer."""
+def case_section(
+    row: CaseRow,
+    judges: Mapping[tuple[str, str, int], RunRecord],
+    grid: str,
+    budget: int = CONTENT_BUDGET,
+) -> list[str]:
+    """One case: its full request, what was expected, then each model's answer.
+
+    One section, or — when its answers alone pass ``budget`` bytes (dozens of
+    models × repeats × long answers) — several, in order: the first holds the
+    request and the first answers, each next one the following answers under
+    "continued" (SPEC 14.3: no page over 300 KB).
+    """
     first = next(iter(row.runs.values()))[0]
     request = _request_html(first.request)
-    answers = "".join(
+    answers = [
         _answer_row(
             model,
             run,
@@ -322,7 +336,7 @@ def case_section(row: CaseRow, judges: Mapping[tuple[str, str, int], RunRecord],
         )
         for model, mine in row.runs.items()
         for run in mine
-    )
+    ]
     expected = next(
         (run.expected for mine in row.runs.values() for run in mine if run.expected), None
     )
@@ -348,31 +362,27 @@ def case_section(row: CaseRow, judges: Mapping[tuple[str, str, int], RunRecord],
         else ""
     )
     flags = " ".join(name for name, on in row.flags.items() if on)
-    return (
-        f'<section class="case" id="{row.anchor}" data-f="{flags}">'
-        f'<h3><span class="name">{esc(row.case)}</span> '
-        f'<small class="meta name">{esc(row.task_class)}</small> '
-        f'<small><a href="{esc(grid)}">↑ grid</a></small></h3>'
-        f"{request}{expected_line}{changed}"
-        '<div class="scroll"><table class="answers"><thead><tr><th>model</th><th>verdict</th>'
-        "<th>graders (what was expected)</th><th>output</th><th>latency</th>"
-        "<th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
-        f"<tbody>{answers}</tbody></table></div>{resting}</section>"
-    )
-
-
-def _chunks(parts: Sequence[str], budget: int) -> list[list[str]]:
-    """``parts`` in order, cut into runs of at most ``budget`` bytes (one part at least)."""
-    chunks: list[list[str]] = [[]]
-    size = 0
-    for part in parts:
-        length = len(part.encode())
-        if chunks[-1] and size + length > budget:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(part)
-        size += length
-    return chunks
+    head = f"{request}{expected_line}{changed}"
+    parts = chunked(answers, max(budget - len(head.encode()) - 2_000, 1))
+    sections = []
+    for number, part in enumerate(parts, start=1):
+        anchor = row.anchor if number == 1 else f"{row.anchor}-{number}"
+        more = f" (continued, part {number} of {len(parts)})" if number > 1 else ""
+        sections.append(
+            f'<section class="case" id="{anchor}" data-f="{flags}">'
+            f'<h3><span class="name">{esc(row.case)}</span>{more} '
+            f'<small class="meta name">{esc(row.task_class)}</small> '
+            f'<small><a href="{esc(grid)}">↑ grid</a></small></h3>'
+            + (head if number == 1 else "")
+            + '<div class="scroll"><table class="answers"><thead><tr><th>model</th>'
+            "<th>verdict</th><th>graders (what was expected)</th><th>output</th>"
+            "<th>latency</th><th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
+            f"<tbody>{''.join(part)}</tbody></table></div>"
+            + (resting if number == len(parts) else "")
+            + (f'<p class="meta">continued in part {number + 1}</p>' if number < len(parts) else "")
+            + "</section>"
+        )
+    return sections
 
 
 def rates_table(
@@ -504,16 +514,6 @@ def _grid_html(rows_html: Sequence[str], rows: Sequence[CaseRow], models: Sequen
     )
 
 
-def _pager(pages: Sequence[str], current: int, label: str) -> str:
-    if len(pages) < 2:
-        return ""
-    links = " ".join(
-        f"<b>{i + 1}</b>" if i == current else f'<a href="{esc(p)}">{i + 1}</a>'
-        for i, p in enumerate(pages)
-    )
-    return f'<p class="pager">{label}: {links}</p>'
-
-
 def night_files(
     night: Night,
     earlier: Sequence[Night],
@@ -537,35 +537,36 @@ def night_files(
     }
     head = _night_head(night, earlier, claim_href)
     lists = night_lists(report, claim_href)
-    grid_budget = _CONTENT_BUDGET - len(head.encode()) - len(lists.encode()) - 4_000  # controls
+    grid_budget = CONTENT_BUDGET - len(head.encode()) - len(lists.encode()) - 4_000  # controls
     sections = [case_section(row, judges, f"{night.page}#cases") for row in rows]
+    flat = [part for parts in sections for part in parts]
     single = NightLayout(night.page)
     row_html = grid_rows(rows, models, single)
     layout, answer_pages = _place_answers(night, rows, row_html, sections, grid_budget)
     if answer_pages:  # the rows link to the answer pages now
         row_html = grid_rows(rows, models, layout)
-    grid_chunks = _chunks(row_html, grid_budget)
+    grid_chunks = chunked(row_html, grid_budget)
     stem = night.page.removesuffix(".html")
     grid_pages = [night.page] + [f"{stem}-grid-{i + 1}.html" for i in range(1, len(grid_chunks))]
     files: dict[str, str] = {}
     start = 0
     for i, (page, chunk) in enumerate(zip(grid_pages, grid_chunks, strict=True)):
-        grid = _pager(grid_pages, i, "grid pages") + _grid_html(
+        grid = pager(grid_pages, i, "grid pages") + _grid_html(
             chunk, rows[start : start + len(chunk)], models
         )
         start += len(chunk)
         if i == 0:
-            here = "" if answer_pages else "".join(sections)
+            here = "" if answer_pages else "".join(flat)
             body = head + grid + here + lists
         else:
             body = _back(night) + f"<h1>Night {esc(report.report_id)}: grid page {i + 1}</h1>"
             body += grid
         files[page] = page_html(f"kb night {report.report_id}", body, FILTER_SCRIPT)
     for i, (page, chunk) in enumerate(answer_pages):
-        pager = _pager([p for p, _ in answer_pages], i, "answer pages")
+        links = pager([p for p, _ in answer_pages], i, "answer pages")
         body = (
             _back(night) + f'<h1>Night <span class="name">{esc(report.report_id)}</span>: answers, '
-            f"page {i + 1} of {len(answer_pages)}</h1>{pager}{''.join(chunk)}{pager}"
+            f"page {i + 1} of {len(answer_pages)}</h1>{links}{''.join(chunk)}{links}"
         )
         files[page] = page_html(f"kb night {report.report_id} answers {i + 1}", body)
     return layout, files
@@ -575,26 +576,30 @@ def _place_answers(
     night: Night,
     rows: Sequence[CaseRow],
     row_html: Sequence[str],
-    sections: Sequence[str],
+    sections: Sequence[Sequence[str]],
     grid_budget: int,
 ) -> tuple[NightLayout, list[tuple[str, list[str]]]]:
     """Where the case sections go: the night page (``[]``) or numbered answer pages.
 
-    ``row_html``: the grid's rows as they read when everything is on the night page.
+    ``row_html``: the grid's rows as they read when everything is on the night page;
+    ``sections``: each row's section, in parts when it alone is over the budget (a
+    case links to the page holding its first part).
     """
     single = NightLayout(night.page)
     grid = sum(len(r.encode()) for r in row_html)
-    if grid + sum(len(s.encode()) for s in sections) <= grid_budget:
+    if grid + sum(len(p.encode()) for parts in sections for p in parts) <= grid_budget:
         return single, []
     stem = night.page.removesuffix(".html")
+    owners = [row for row, parts in zip(rows, sections, strict=True) for _ in parts]
     pages: list[tuple[str, list[str]]] = []
     where: dict[tuple[str, str], str] = {}
     index = 0
-    for number, chunk in enumerate(_chunks(sections, _CONTENT_BUDGET), start=1):
+    flat = [part for parts in sections for part in parts]
+    for number, chunk in enumerate(chunked(flat, CONTENT_BUDGET), start=1):
         page = f"{stem}-cases-{number}.html"
         pages.append((page, chunk))
-        for row in rows[index : index + len(chunk)]:
-            where[(row.task_class, row.case)] = page
+        for row in owners[index : index + len(chunk)]:
+            where.setdefault((row.task_class, row.case), page)
         index += len(chunk)
     return NightLayout(night.page, where), pages
 

@@ -10,6 +10,7 @@ import hashlib
 import html
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kb.store.evidence import evidence_stem
@@ -147,6 +148,36 @@ class Night:
 def claim_page(claim_id: str) -> str:
     """The page of a claim (ids hold ``/`` and ``:``: the page is named by a hash)."""
     return f"claim-{hashlib.sha256(claim_id.encode()).hexdigest()[:16]}.html"
+
+
+PAGE_BUDGET = 300_000
+"""No page of the site is larger (bytes, SPEC 13.6)."""
+CONTENT_BUDGET = 280_000
+"""What a page's own content may take: the rest is its style, script and frame (~10 KB)."""
+
+
+def chunked(parts: Sequence[str], budget: int) -> list[list[str]]:
+    """``parts`` in order, cut into runs of at most ``budget`` bytes (one part at least)."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for part in parts:
+        length = len(part.encode())
+        if chunks[-1] and size + length > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(part)
+        size += length
+    return chunks
+
+
+def pager(pages: Sequence[str], current: int, label: str) -> str:
+    if len(pages) < 2:
+        return ""
+    links = " ".join(
+        f"<b>{i + 1}</b>" if i == current else f'<a href="{esc(p)}">{i + 1}</a>'
+        for i, p in enumerate(pages)
+    )
+    return f'<p class="pager">{label}: {links}</p>'
 
 
 GENERATOR = "kb site"
