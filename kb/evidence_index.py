@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kb.errors import ConfigError
 from kb.paired import nearest_rank_percentile
@@ -144,6 +144,20 @@ Key = tuple[str, str, str]
 """(subject key, task class, case)."""
 
 
+class RunCost(NamedTuple):
+    """What the index keeps of one target run: its cost and latency, not its texts."""
+
+    cost_usd: float
+    latency_ms: float | None
+    """Of a run that settled ok (else ``None``)."""
+    unpriced: bool
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunCost:
+        latency = run.latency_ms if run.status == "ok" else None
+        return cls(run.cost_usd, latency, run.price_source == "unpriced")
+
+
 @dataclass(frozen=True)
 class EvidenceIndex:
     """Every current epoch's cell, by task class and model, with the runs behind it."""
@@ -175,7 +189,7 @@ class EvidenceIndex:
         }
         epochs = EpochsFile(cells=kept)
         nights = sorted({n.report_id for e in epochs.cells.values() for n in e.nights})
-        grouped: dict[str, dict[Key, list[RunRecord]] | None] = {}
+        grouped: dict[str, dict[Key, list[RunCost]] | None] = {}
         missing: list[str] = []
         for report_id in nights if runs_of is not None else ():
             assert runs_of is not None
@@ -184,11 +198,12 @@ class EvidenceIndex:
                 grouped[report_id] = None
                 missing.append(report_id)
                 continue
-            by_case: dict[Key, list[RunRecord]] = {}
+            by_case: dict[Key, list[RunCost]] = {}
             for run in runs:
                 if run.kind == "target" and run.case is not None and run.task_class is not None:
                     where = (run.subject_key, run.task_class, run.case)
-                    by_case.setdefault(where, []).append(run)
+                    by_case.setdefault(where, []).append(RunCost.of(run))
+            del runs  # a night's texts are not kept: a team's month of them is gigabytes
             grouped[report_id] = by_case
         found: dict[str, dict[str, CellEvidence]] = {}
         for name, epoch in sorted(epochs.cells.items()):
@@ -241,7 +256,7 @@ def _case_runs(
     subject: str,
     task_class: str,
     epoch: CellEpoch,
-    grouped: Mapping[str, Mapping[Key, list[RunRecord]] | None],
+    grouped: Mapping[str, Mapping[Key, list[RunCost]] | None],
 ) -> dict[str, CaseRuns]:
     """Each case's target runs over the epoch's nights that ran it."""
     costs: dict[str, list[float]] = {}
@@ -254,10 +269,10 @@ def _case_runs(
                 unknown.add(case)
                 continue
             for run in by_case.get((subject, task_class, case), ()):
-                if run.price_source == "unpriced":
+                if run.unpriced:
                     unknown.add(case)
                 costs.setdefault(case, []).append(run.cost_usd)
-                if run.status == "ok" and run.latency_ms is not None:
+                if run.latency_ms is not None:
                     latencies.setdefault(case, []).append(run.latency_ms)
     return {
         case: CaseRuns(tuple(costs.get(case, ())), tuple(latencies.get(case, ())), case in unknown)

@@ -58,7 +58,8 @@ class SideFormat:
             newer = found > max(self.readable)
         else:
             newer = False
-        names = " and ".join(str(f) for f in self.readable)
+        *rest, last = (str(f) for f in self.readable)
+        names = f"{', '.join(rest)} and {last}" if rest else last
         if newer:
             return (
                 f"{self.what} format {found} was written by a newer kb "

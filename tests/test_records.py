@@ -82,7 +82,7 @@ def test_kb_report_and_kb_show_read_a_v2_night(runner: CliRunner, repo: Path) ->
     assert "cases (12 of 12 runs passed" in shown.stdout
 
 
-def test_a_sweep_writes_format_2_and_reads_it_back(runner: CliRunner, repo: Path) -> None:
+def test_a_sweep_writes_format_3_and_reads_it_back(runner: CliRunner, repo: Path) -> None:
     assert kb(runner, "init").exit_code == 0
     spec = write_spec(repo / "s.toml", [scripted_model("m", 7)])
     result = kb(
@@ -93,17 +93,101 @@ def test_a_sweep_writes_format_2_and_reads_it_back(runner: CliRunner, repo: Path
     stem = "kb-sweep-2026-11-29T02:00:00.000Z"
     report = parse_report((repo / "kb-evidence" / f"{stem}.report.json").read_bytes(), "r")
     runs = parse_runs((repo / "kb-evidence" / f"{stem}.jsonl").read_bytes(), "r")
-    assert report.format == FORMAT == 2 and {run.format for run in runs} == {2}
-    assert report.with_runs(runs).to_wire() == printed
+    assert report.format == FORMAT == 3 and {run.format for run in runs} == {3}
+    # the file is in case order; --json keeps the sweep's order: the same runs, whole
+    assert sorted((r.to_wire() for r in runs), key=lambda r: r["label"]) == sorted(
+        printed["runs"], key=lambda r: r["label"]
+    )
+    assert report.with_runs(()).to_wire() == printed | {"runs": []}
+    assert all(run.request is not None for run in runs if run.kind == "target")
     assert render_runs(runs) == (repo / "kb-evidence" / f"{stem}.jsonl").read_bytes()
     assert report.render() == (repo / "kb-evidence" / f"{stem}.report.json").read_bytes()
 
 
+def _night_runs(count: int = 3) -> list[RunRecord]:
+    """Target runs of two models on ``count`` cases, model by model (the sweep's order)."""
+    good = json.loads((FORMAT1 / f"{NIGHTS[0]}.jsonl").read_text().splitlines()[0])
+    good = {k: v for k, v in good.items() if k in ("output", "verdicts", "costUsd", "attempts")}
+    return [
+        RunRecord.model_validate(
+            good
+            | {
+                "kind": "target",
+                "label": f"target:{model}/c{case}",
+                "model": model,
+                "case": f"c{case}",
+                "taskClass": "t",
+                "repeat": 0,
+                "status": "ok",
+                "latencyMs": 5,
+                "request": {"system": "Be terse.", "user": f"question {case} " * 50},
+            }
+        )
+        for model in ("a", "b")
+        for case in range(count)
+    ]
+
+
+def test_a_runs_file_is_in_case_order_with_each_request_once() -> None:
+    runs = _night_runs()
+    text = render_runs(runs).decode()
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert [(x["case"], x["model"]) for x in lines] == [
+        (f"c{case}", model) for case in range(3) for model in ("a", "b")
+    ]
+    assert [("request" in x, x.get("sameRequest")) for x in lines] == [
+        (True, None),
+        (False, True),
+    ] * 3
+    assert text.count("question 0") == 50  # the request once, not once per model
+    back = parse_runs(text.encode(), "night.jsonl")
+    assert sorted(json.dumps(r.to_wire()) for r in back) == sorted(
+        json.dumps(r.to_wire()) for r in runs
+    )
+    assert render_runs(back).decode() == text
+    # a model asked with its own request carries it whole
+    own = [
+        r.model_copy(update={"request": r.request.model_copy(update={"system": "Mine."})})
+        if r.model == "b" and r.request
+        else r
+        for r in runs
+    ]
+    assert "sameRequest" not in render_runs(own).decode()
+
+
+def test_a_format_2_runs_file_is_still_read() -> None:
+    older = [r.model_copy(update={"format": 2}) for r in _night_runs()]
+    data = "".join(json.dumps(r.to_wire()) + "\n" for r in older).encode()
+    assert "sameRequest" not in data.decode()
+    assert [r.to_wire() for r in parse_runs(data, "n.jsonl")] == [r.to_wire() for r in older]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"format": 2}, "sameRequest: a format-3 key in a format-2 record"),
+        ({"sameRequest": False}, "sameRequest: must be true, and without a request"),
+        ({"case": "elsewhere"}, "sameRequest: no earlier line of this case and kind carries"),
+    ],
+)
+def test_a_shared_request_that_cannot_be_filled_in_is_named(
+    change: dict[str, object], problem: str
+) -> None:
+    lines = render_runs(_night_runs()).decode().splitlines()
+    second = json.loads(lines[1]) | change
+    lines[1] = json.dumps(second)
+    with pytest.raises(ConfigError) as caught:
+        parse_runs("\n".join(lines).encode(), "night.jsonl")
+    assert str(caught.value).startswith("night.jsonl: line 2: ") and problem in str(caught.value)
+
+
 def test_a_newer_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    data = json.loads((FORMAT1 / f"{NIGHTS[0]}.report.json").read_text()) | {"format": 3}
+    data = json.loads((FORMAT1 / f"{NIGHTS[0]}.report.json").read_text()) | {"format": 4}
     with pytest.raises(ConfigError) as caught:
         parse_report(json.dumps(data).encode(), "r.report.json")
-    assert "format 3 was written by a newer kb (this kb reads format 1 and 2)" in str(caught.value)
+    assert "format 4 was written by a newer kb (this kb reads format 1, 2 and 3)" in str(
+        caught.value
+    )
     assert "upgrade kb" in str(caught.value)
 
 

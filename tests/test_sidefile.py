@@ -98,7 +98,7 @@ def test_every_writer_stamps_the_format_its_reader_checks() -> None:
     assert JOURNAL.stamp() == {"journal": 1}
     assert INTENT.stamp() == {"intent": 1}
     assert CASSETTE.stamp() == SETTINGS.stamp() == EPOCHS.stamp() == {"format": 1}
-    assert EVIDENCE_FORMAT.stamp() == {"format": 2}
+    assert EVIDENCE_FORMAT.stamp() == {"format": 3}
 
 
 @given(

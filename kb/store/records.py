@@ -12,9 +12,17 @@ once.
 wrote (no ``format`` key; ``tests/data/format1`` holds files made by v2);
 format 2 (this kb) adds to every run what was asked: the request text, the
 effective params, token usage, where the price came from and the case's
-fingerprint. A reader accepts formats 1 and 2 and refuses a newer one with
-a line that says so. Unknown keys are refused: a typo in a hand-made file
-fails loudly instead of reading as absent.
+fingerprint. Format 3 (v5) changes only how a runs file is laid out, for a
+team's year in git (SPEC 14.3): its lines are in case order (canary probes,
+then task class by task class, case by case, each case's target runs before
+their judges, models in the sweep's order), and a run whose request is the
+one an earlier line of the same case and kind carries says
+``"sameRequest": true`` instead of repeating it, so the request text is
+written once per case and night, and git's deltas between two nights find
+each case's lines together. A reader fills the request back in: a record
+read from any format is whole. A reader accepts formats 1, 2 and 3 and
+refuses a newer one with a line that says so. Unknown keys are refused: a
+typo in a hand-made file fails loudly instead of reading as absent.
 
 **Wire form.** camelCase keys; optional keys are omitted when they do not
 apply (never ``null``), except the few whose ``null`` means something
@@ -46,8 +54,10 @@ from kb.stats import wilson_interval
 from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.wire import WireModel
 
-EVIDENCE_FORMAT = SideFormat("evidence", current=2, older=(1,), absent=1)
-"""Reports and runs files: format 2 since v2; a file without ``format`` is format 1."""
+EVIDENCE_FORMAT = SideFormat("evidence", current=3, older=(1, 2), absent=1)
+"""Reports and runs files: format 3 since v5, 2 since v2; a file without ``format`` is format 1."""
+SAME_REQUEST = "sameRequest"
+"""Format 3 runs files: the request is the one the case's earlier line of this kind carries."""
 FORMAT = EVIDENCE_FORMAT.current
 """The format this kb writes."""
 TEXT_LIMIT = 4000
@@ -495,11 +505,56 @@ class ReportFile(WireModel):
 # -- reading and writing -----------------------------------------------------------------------
 
 
+_KIND_ORDER = {"canary": 0, "target": 1, "judge": 2}
+
+
+def _case_order(record: RunRecord) -> tuple[int, str, str, int]:
+    """Canary probes first, then task class by task class and case by case (format 3)."""
+    probe = record.task_class is None
+    return (0 if probe else 1, record.task_class or "", record.case, _KIND_ORDER[record.kind])
+
+
 def render_runs(records: Iterable[RunRecord]) -> bytes:
-    """The JSONL file: one compact object per line, numbers as JavaScript prints them."""
-    return "".join(js_stringify(record.to_wire()) + "\n" for record in records).encode(
-        "utf-8", "surrogatepass"
-    )
+    """The JSONL file: one compact object per line, numbers as JavaScript prints them.
+
+    In case order, each case's request written once per kind (format 3; the
+    sort is stable, so a case's runs keep the sweep's model and repeat order).
+    """
+    lines = []
+    asked: dict[tuple[str | None, str, str], RequestRecord] = {}
+    for record in sorted(records, key=_case_order):
+        wire = record.to_wire()
+        where = (record.task_class, record.case, record.kind)
+        if record.request is not None and record.format >= 3:
+            if asked.get(where) == record.request:
+                del wire["request"]
+                wire[SAME_REQUEST] = True
+            else:
+                asked.setdefault(where, record.request)
+        lines.append(js_stringify(wire) + "\n")
+    return "".join(lines).encode("utf-8", "surrogatepass")
+
+
+def _shared_request(
+    value: dict[str, Any], asked: dict[tuple[Any, Any, Any], Any]
+) -> dict[str, Any]:
+    """A format-3 line with its request filled in from the case's earlier line."""
+    where = (value.get("taskClass"), value.get("case"), value.get("kind"))
+    if SAME_REQUEST not in value:
+        if "request" in value:
+            asked.setdefault(where, value["request"])
+        return value
+    if EVIDENCE_FORMAT.version(value) < 3:
+        raise ConfigError("record", f"{SAME_REQUEST}: a format-3 key in a format-2 record")
+    if value[SAME_REQUEST] is not True or "request" in value:
+        raise ConfigError("record", f"{SAME_REQUEST}: must be true, and without a request")
+    if where not in asked:
+        raise ConfigError(
+            "record", f"{SAME_REQUEST}: no earlier line of this case and kind carries a request"
+        )
+    filled = {key: item for key, item in value.items() if key != SAME_REQUEST}
+    filled["request"] = asked[where]
+    return filled
 
 
 def _validated(model: type[WireModel], data: Any, where: str) -> Any:
@@ -516,6 +571,7 @@ def parse_runs(data: bytes, source: str) -> list[RunRecord]:
     """The records of an evidence file; every line that is not a run record is named at once."""
     records = []
     problems: dict[tuple[str, ...], list[int]] = {}
+    asked: dict[tuple[Any, Any, Any], Any] = {}
     for number, raw in enumerate(data.splitlines(), 1):
         try:
             line = raw.decode("utf-8", "surrogatepass")
@@ -530,6 +586,8 @@ def parse_runs(data: bytes, source: str) -> list[RunRecord]:
             problems.setdefault((f"not valid JSON: {exc}",), []).append(number)
             continue
         try:
+            if isinstance(value, dict) and EVIDENCE_FORMAT.issue(value) is None:
+                value = _shared_request(value, asked)
             records.append(_validated(RunRecord, value, "record"))
         except ConfigError as exc:
             problems.setdefault(exc.issues, []).append(number)
