@@ -15,13 +15,21 @@ It prints, with the goal beside each figure:
   after the first (incremental) and of ``kb verify --all`` at the end;
 * the run journal's fsyncs per night against its settled runs (group sync:
   at most one per 256 runs or 100 ms, plus the durable lines);
-* CPU seconds of a night's ``kb sweep`` per planned run.
+* CPU seconds of a night's ``kb sweep`` per planned run, and its peak RSS;
+* the git pack's growth per steady night (``git gc`` at night 30 and at the
+  end; the evidence is in git, committed with each night's claims);
+* after the last night: CPU seconds and peak RSS of ``kb compare``,
+  ``kb matrix --cost``, ``kb route --policy evidence`` and ``kb site``.
+
+CPU and peak RSS are each process's own (``os.wait4``), not the machine's
+wall clock, so a loaded machine changes them little.
 
 ``--kb DIR`` runs another checkout's kb (a worktree of v4, say) on the same
 nights; journal fsyncs are counted with strace when it is installed.
 
 This is not the full team year (20 models × 1,500 cases × 365 nights): it
-runs at the scale it is given and says which.
+runs at the scale it is given and says which (``--models 20 --cases 500`` is
+1×: 30,000 target runs a night).
 """
 
 from __future__ import annotations
@@ -29,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -54,13 +61,19 @@ def spec_text(models: int, cases: int) -> str:
             for i in range(cases)
         )
         lines += ["", "[[models]]", f'model = "scripted:m{m:02d}"']
-        lines += [f"params = {{ cost_usd = 0.0001, responses = {{ {table} }} }}"]
+        cost = 0.0001 * (1 + m)  # a ladder: each model dearer than the one before
+        lines += [f"params = {{ cost_usd = {cost:.4f}, responses = {{ {table} }} }}"]
     for cls in CLASSES:
         for i in range(cases):
             lines += ["", "[[cases]]", f'name = "{cls[:3]}-{i:04d}"', f'task_class = "{cls}"']
             lines += [f'prompt = "{cls} Q{i}?"']
             lines += [f'graders = [{{ kind = "golden", expected = "a{i}" }}]']
     return "\n".join(lines) + "\n"
+
+
+def ladders_text(models: int) -> str:
+    rungs = ", ".join(f'{{ model = "scripted:m{m:02d}" }}' for m in range(models))
+    return f'[[ladders]]\nname = "team"\nstart_tier = 0\nrungs = [{rungs}]\n'
 
 
 @dataclass
@@ -71,22 +84,35 @@ class Night:
     sweep_cpu: float
     runs: int
     verify_cpu: float
+    sweep_rss_mb: float
     fsyncs: int | None = None
+
+
+@dataclass
+class Reading:
+    """One command after the last night: its own CPU seconds and peak RSS."""
+
+    name: str
+    cpu: float
+    rss_mb: float
+    goal: str
 
 
 @dataclass
 class Year:
     nights: list[Night] = field(default_factory=list)
     verify_all_cpu: float = 0.0
+    pack_bytes: dict[int, int] = field(default_factory=dict)
+    """Night → the git pack's bytes after ``git gc`` that night."""
+    readings: list[Reading] = field(default_factory=list)
 
 
-def child_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+LAST_RSS_MB = [0.0]
+"""The peak RSS of the last :func:`run` (MB)."""
 
 
 def run(kb: Path, cwd: Path, *args: str, strace: Path | None = None) -> tuple[float, str]:
-    """``kb ARGS`` as a process; its CPU seconds and stdout."""
+    """``kb ARGS`` as a process; its CPU seconds and stdout (its peak RSS in LAST_RSS_MB)."""
     env = {**os.environ, "PYTHONPATH": str(kb), "KB_NO_CACHE": "1"}
     command = [sys.executable, "-m", "kb", *args]
     if strace is not None:
@@ -100,12 +126,55 @@ def run(kb: Path, cwd: Path, *args: str, strace: Path | None = None) -> tuple[fl
             str(strace),
         ]
         command += [sys.executable, "-m", "kb", *args]
-    before = child_cpu()
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    spent = child_cpu() - before
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"kb {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
-    return spent, done.stdout
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    LAST_RSS_MB[0] = usage.ru_maxrss / 1024  # KiB on Linux
+    if child.returncode not in (0, 1):
+        raise SystemExit(f"kb {' '.join(args)} exited {child.returncode}: {stderr[-2000:]}")
+    return usage.ru_utime + usage.ru_stime, stdout
+
+
+def git_pack_bytes(root: Path) -> int:
+    """The repository's packed bytes after ``git gc`` (what a clone downloads)."""
+    subprocess.run(["git", "-C", str(root), "gc", "-q"], check=True)
+    counted = subprocess.run(
+        ["git", "-C", str(root), "count-objects", "-v"], check=True, capture_output=True, text=True
+    ).stdout
+    fields = dict(line.split(": ") for line in counted.splitlines())
+    return (int(fields["size-pack"]) + int(fields["size"])) * 1024
+
+
+def readings_after(kb: Path, root: Path, instant: str) -> list[Reading]:
+    """The reading commands a team runs on the store after its nights."""
+    (root / "ladders.toml").write_text(ladders_text_for(root))
+    found = []
+    for name, args, goal in (
+        ("kb compare", ("compare",), "<= 5 CPU-s, <= 300 MB"),
+        ("kb matrix --cost", ("matrix", "--cost"), "<= 3 CPU-s"),
+        (
+            "kb route --policy evidence",
+            ("route", "ladders.toml", "--policy", "evidence"),
+            "<= 5 CPU-s",
+        ),
+        (
+            "kb site (every night)",
+            ("site", str(root.parent / f"{root.name}-site")),
+            "a new night's site <= 15 CPU-s",
+        ),
+    ):
+        cpu, _ = run(kb, root, "--as-of", instant, *args)
+        found.append(Reading(name, cpu, LAST_RSS_MB[0], goal))
+    return found
+
+
+def ladders_text_for(root: Path) -> str:
+    spec = (root / "night.toml").read_text()
+    return ladders_text(spec.count("[[models]]"))
 
 
 def journal_fsyncs(trace: Path) -> int:
@@ -156,19 +225,26 @@ def year(kb: Path, models: int, cases: int, nights: int, strace: bool) -> Year:
             fsyncs = journal_fsyncs(trace) if trace is not None else None
             if day % 7 == 0:
                 run(kb, root, "--as-of", instant, "compact", "--keep-days", "30")
+            sweep_rss = LAST_RSS_MB[0]
             verify_cpu, _ = run(kb, root, "verify")
             data = json.loads((root / STORE).read_text())
             live = [c for c in data["claims"] if c["status"] == "active"]
             largest = max((len(json.dumps(c)) for c in live), default=0)
             store_bytes = (root / STORE).stat().st_size
-            found.nights.append(Night(day, store_bytes, largest, cpu, runs, verify_cpu, fsyncs))
+            found.nights.append(
+                Night(day, store_bytes, largest, cpu, runs, verify_cpu, sweep_rss, fsyncs)
+            )
+            if day in (1, 30, nights):
+                found.pack_bytes[day] = git_pack_bytes(root)
             print(
                 f"night {day:3d}: store {store_bytes:>9,} B, largest claim {largest:>6,} B, "
-                f"sweep {cpu:6.2f} CPU-s for {runs:5d} runs, verify {verify_cpu:5.2f} CPU-s"
+                f"sweep {cpu:6.2f} CPU-s for {runs:5d} runs ({sweep_rss:4.0f} MB), "
+                f"verify {verify_cpu:5.2f} CPU-s"
                 + (f", journal fsyncs {fsyncs}" if fsyncs is not None else ""),
                 flush=True,
             )
         found.verify_all_cpu, _ = run(kb, root, "verify", "--all")
+        found.readings = readings_after(kb, root, instant)
     return found
 
 
@@ -207,7 +283,34 @@ def main() -> None:
     print(f"{'kb verify --all at the end':<52} {found.verify_all_cpu:>12.2f} s")
     per_run = sum(n.sweep_cpu for n in nights) / max(1, sum(n.runs for n in nights))
     how = "whole process, under strace" if strace else "whole process"
-    print(f"{f'kb sweep CPU per planned run ({how})':<52} {per_run * 1000:>12.2f} ms")
+    print(
+        f"{f'kb sweep CPU per planned run ({how})':<52} {per_run * 1000:>12.2f} ms"
+        "  <= 1 ms beyond the transport (this includes the scripted transport)"
+    )
+    big, small = max(nights, key=lambda n: n.runs), min(nights, key=lambda n: n.runs)
+    if big.runs > small.runs:  # the process's start (litellm's import: ~4 CPU-s) cancels out
+        marginal = (big.sweep_cpu - small.sweep_cpu) / (big.runs - small.runs)
+        print(
+            f"{'kb sweep CPU per further run (nights ' + f'{small.day} and {big.day})':<52} "
+            f"{marginal * 1000:>12.2f} ms  <= 1 ms beyond the transport"
+        )
+    rss = max(n.sweep_rss_mb for n in nights)
+    print(f"{'kb sweep peak RSS, largest night':<52} {rss:>12.0f} MB  <= 400 MB (at 1x)")
+    packs = sorted(found.pack_bytes.items())
+    if len(packs) >= 2:
+        (first, low), (last_day, high) = packs[-2], packs[-1]
+        if last_day > first:
+            growth = (high - low) / (last_day - first)
+            print(f"{'git pack, night ' + str(last_day):<52} {high:>12,} B")
+            print(
+                f"{f'git pack growth per night, nights {first}-{last_day}':<52} "
+                f"{growth:>12,.0f} B  <= 1 MB per steady 1x night"
+            )
+    for reading in found.readings:
+        print(
+            f"{reading.name + ', after night ' + str(last.day):<52} {reading.cpu:>9.2f} CPU-s "
+            f"{reading.rss_mb:5.0f} MB  {reading.goal}"
+        )
     if all(n.fsyncs is not None for n in nights):
         fsyncs = sum(n.fsyncs or 0 for n in nights)
         runs = sum(n.runs for n in nights)
