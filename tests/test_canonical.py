@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kb.store.canonical import (
+    Verbatim,
     canonical_json,
     claims_hash,
     fast_canonical_json,
@@ -162,3 +163,13 @@ def test_non_finite_numbers_are_refused() -> None:
     for value in (math.inf, -math.inf, math.nan):
         with pytest.raises(ValueError):
             js_number(value)
+
+
+@given(st.dictionaries(st.text(max_size=6), json_values, max_size=5))
+@settings(max_examples=300)
+def test_a_member_serialized_once_and_reused_is_the_same_canonical_text(
+    members: dict[str, Any],
+) -> None:
+    """A request's large param is serialized once and reused (kb.engine.requests)."""
+    reused = {name: Verbatim(canonical_json(value)) for name, value in members.items()}
+    assert canonical_json({"params": reused}) == canonical_json({"params": members})

@@ -19,6 +19,7 @@ from kb.engine.requests import cut_secrets, secrets_to_cut
 from kb.engine.runs import Usage
 from kb.engine.scheduler import Engine, EngineConfig
 from kb.errors import ConfigError, VcrMissError
+from kb.store.records import parse_runs
 from tests.engine_helpers import plan, scripted
 from tests.fake_openai import fake_openai_server
 from tests.sweep_helpers import write_spec
@@ -243,10 +244,10 @@ def test_a_recorded_reply_quoting_its_key_is_cut_as_the_evidence_cuts_it(
     assert recorded[("openai/local", "say none")] == "echo: say none"
     evidence = (isolated / "kb-evidence" / f"kb-sweep-{NIGHT[:19]}.000Z.jsonl").read_text()
     assert ENV_KEY not in evidence and LITERAL_KEY not in evidence
-    cut = {
-        (f"openai/{r['model'].split(':')[1]}", r["request"]["user"]): r["output"]
-        for r in map(json.loads, evidence.splitlines())
-        if r["kind"] == "target"
+    cut = {  # read as kb reads it: a line of a case's second model shares the request
+        (f"openai/{r.model.split(':')[1]}", r.request.user): r.output
+        for r in parse_runs(evidence.encode(), "evidence")
+        if r.kind == "target" and r.request is not None
     }
     assert {k: v for k, v in recorded.items() if k in cut} == cut  # exactly as evidence does
     replayed = runner.invoke(cli, [*night, "--no-commit", "--replay", "c.jsonl"])

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kb.cli import cli
+from kb.store.records import parse_runs
 from tests.cli_helpers import unwrapped
 from tests.conftest import git
 from tests.sweep_helpers import CASES, responses, scripted_model, toml_value, write_spec
@@ -55,8 +56,14 @@ def test_the_evidence_file_holds_every_run(runner: CliRunner, repo: Path) -> Non
     )
     report = sweep(runner, spec, 29)
     path = repo / "kb-evidence" / "kb-sweep-2026-11-29T02:00:00.000Z.jsonl"
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines == report["runs"]
+    # format 3: the file in case order with each case's request once; read back, the runs
+    lines = [r.to_wire() for r in parse_runs(path.read_bytes(), str(path))]
+    assert sorted(lines, key=lambda r: r["label"]) == sorted(
+        report["runs"], key=lambda r: r["label"]
+    )
+    assert [json.loads(line)["kind"] for line in path.read_text().splitlines()][:2] == [
+        "canary"
+    ] * 2
     kinds = [line["kind"] for line in lines]
     # 2 canary probes, 10 targets per model, one judge per target of each model.
     assert kinds.count("canary") == 2 and kinds.count("target") == 20
@@ -69,7 +76,7 @@ def test_the_evidence_file_holds_every_run(runner: CliRunner, repo: Path) -> Non
     ]  # fmt: skip
     assert first["expected"] == "contains 'answer' · judge scripted:judge: Is it right?"
     # Format 2 records what was asked: the request text, params, tokens, price source.
-    assert first["format"] == 2
+    assert first["format"] == 3
     assert first["request"] == {"user": "Question 0?"}
     assert first["params"] == {}  # the scripted model's replies are the model, not params
     assert first["usage"] == {"promptTokens": 2, "completionTokens": 5}

@@ -128,3 +128,34 @@ def test_an_edited_script_is_read_again_and_hashed_again(isolated: Path) -> None
     path.write_text(json.dumps({"responses": {"q": "after, longer"}}))
     assert file_identity(str(path), hash_content=True) != first
     assert [r.output for r in run(spec, ["q"])] == ["after, longer"]
+
+
+def test_a_large_reply_table_is_scrubbed_and_serialized_once_per_sweep_not_per_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kb.engine import requests
+    from kb.store.canonical import canonical_json, sha256_hex
+
+    table = {f"Q{i}?": f"a{i}" for i in range(1500)}
+    spec = requests.ModelSpec("scripted:big", params={"responses": table, "temperature": 0})
+    calls = {"scrub": 0, "canonical": 0}
+    scrub, canonical = requests._scrubbed_value, requests.canonical_json
+
+    def counted_scrub(value: object) -> object:
+        calls["scrub"] += isinstance(value, dict) and len(value) == 1500
+        return scrub(value)
+
+    def counted_canonical(value: object) -> str:
+        calls["canonical"] += isinstance(value, dict) and len(value) == 1500
+        return canonical(value)
+
+    monkeypatch.setattr(requests, "_scrubbed_value", counted_scrub)
+    monkeypatch.setattr(requests, "canonical_json", counted_canonical)
+    built = [requests.build_request(spec, f"Q{i}?") for i in range(200)]
+    keys = {request.key for request in built}
+    assert calls == {"scrub": 1, "canonical": 1}  # not 200 of each
+    assert len(keys) == 200
+    for request in built[:5]:  # the key is still the hash of the whole canonical request
+        assert request.key == sha256_hex(canonical_json(request.canonical()))
+    other = requests.ModelSpec("scripted:big", params={"responses": {**table, "Q0?": "b"}})
+    assert requests.build_request(other, "Q1?").key != built[1].key  # new content, new key

@@ -37,6 +37,7 @@ from kb.engine.prices import declared_cost
 from kb.engine.providers.local import LocalModel
 from kb.engine.providers.scripted import scripted_model
 from kb.engine.requests import (
+    SECRET_VALUES,
     ModelSpec,
     ProviderRequest,
     endpoint,
@@ -278,7 +279,7 @@ def key_source(spec: ModelSpec, request: ProviderRequest) -> str | None:
 
 def _secrets(spec: ModelSpec) -> list[str]:
     """What must be cut from any message about this model's calls: its key and secret params."""
-    return [_api_key(spec) or "", *secret_values(spec.params)]
+    return [_api_key(spec) or "", *SECRET_VALUES.get(spec.params, secret_values)]
 
 
 def rate_headers(headers: Any) -> dict[str, str]:

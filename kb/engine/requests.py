@@ -11,7 +11,7 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 
 from kb.errors import ConfigError, ModelRefError
 from kb.schema import ModelRef, Subject, subject_key
-from kb.store.canonical import canonical_json, sha256_hex
+from kb.store.canonical import Verbatim, canonical_json, sha256_hex
 
 #: Params naming a local file: keyed by content, never by absolute path.
 FILE_PARAMS = ("script", "model_path")
@@ -126,8 +126,19 @@ class ProviderRequest:
 
     @cached_property
     def key(self) -> str:
-        """sha256 of the canonical request (RFC 8785)."""
-        return sha256_hex(canonical_json(self.canonical()))
+        """sha256 of the canonical request (RFC 8785).
+
+        A large param value (a scripted model's reply table) is serialized once
+        per sweep, not once per request: its text is memoized by identity.
+        """
+        body = self.canonical()
+        body["params"] = {
+            name: _CANONICAL.get(value, lambda v: Verbatim(canonical_json(v)))
+            if isinstance(value, Mapping | list | tuple)
+            else value
+            for name, value in self.params.items()
+        }
+        return sha256_hex(canonical_json(body))
 
 
 def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,9 +196,41 @@ def key_params(params: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if name in FILE_PARAMS and isinstance(value, str):
             keyed[f"{name}_identity"] = file_identity(value, hash_content=name == "script")
+        elif isinstance(value, Mapping | list | tuple):
+            keyed[name] = _SCRUBBED.get(value, _scrubbed_value)
         else:
             keyed[name] = _scrubbed_value(value)
     return keyed
+
+
+class IdentityMemo:
+    """A pure function's results on large values nobody mutates (a spec's params), by identity.
+
+    Every planned request of a model shares its spec's param values: scrubbing,
+    serializing or walking a 1,500-entry reply table once per request made a
+    team-sized scripted night quadratic (SPEC 14.3). The value itself is kept
+    beside its result, so an id is never mistaken after the value is gone.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._found: dict[int, tuple[Any, Any]] = {}
+
+    def get(self, value: Any, compute: Callable[[Any], Any]) -> Any:
+        hit = self._found.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        result = compute(value)
+        if len(self._found) >= self._size:
+            self._found.clear()
+        self._found[id(value)] = (value, result)
+        return result
+
+
+_SCRUBBED = IdentityMemo()
+_CANONICAL = IdentityMemo()
+SECRET_VALUES = IdentityMemo()
+"""Per spec params: :func:`secret_values` (the adapter cuts them from every message)."""
 
 
 def secret_values(params: Mapping[str, Any]) -> list[str]:

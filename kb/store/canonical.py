@@ -26,6 +26,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -117,6 +118,18 @@ def js_stringify(value: Any, indent: int | None = None, *, sort_keys: bool = Fal
     return "".join(parts)
 
 
+@dataclass(frozen=True)
+class Verbatim:
+    """JSON text already serialized (compact, canonical): emitted as it is.
+
+    Lets a caller serialize a large member once and reuse it (RFC 8785 writes
+    an object's members independently, so a member's text does not depend on
+    where it sits); only for output without ``indent``.
+    """
+
+    text: str
+
+
 def _emit(value: Any, out: list[str], indent: int | None, sort_keys: bool, pad: str) -> None:
     if value is None:
         out.append("null")
@@ -166,6 +179,8 @@ def _emit(value: Any, out: list[str], indent: int | None, sort_keys: bool, pad: 
         if indent:
             out.append("\n" + pad)
         out.append("]")
+    elif isinstance(value, Verbatim) and not indent:
+        out.append(value.text)
     else:
         raise TypeError(f"{type(value).__name__} is not JSON-serializable")
 

@@ -15,7 +15,7 @@ effective params, token usage, where the price came from and the case's
 fingerprint. Format 3 (v5) changes only how a runs file is laid out, for a
 team's year in git (SPEC 14.3): its lines are in case order (canary probes,
 then task class by task class, case by case, each case's target runs before
-their judges, models in the sweep's order), and a run whose request is the
+their judges, run label by run label), and a run whose request is the
 one an earlier line of the same case and kind carries says
 ``"sameRequest": true`` instead of repeating it, so the request text is
 written once per case and night, and git's deltas between two nights find
@@ -508,17 +508,27 @@ class ReportFile(WireModel):
 _KIND_ORDER = {"canary": 0, "target": 1, "judge": 2}
 
 
-def _case_order(record: RunRecord) -> tuple[int, str, str, int]:
-    """Canary probes first, then task class by task class and case by case (format 3)."""
+def _case_order(record: RunRecord) -> tuple[int, str, str, int, str, int]:
+    """Canary probes first, then task class by task class, case by case, model by model.
+
+    The order does not depend on when each run settled, so two nights of the same
+    cases line up for git's deltas (format 3).
+    """
     probe = record.task_class is None
-    return (0 if probe else 1, record.task_class or "", record.case, _KIND_ORDER[record.kind])
+    return (
+        0 if probe else 1,
+        record.task_class or "",
+        record.case,
+        _KIND_ORDER[record.kind],
+        record.label,
+        record.repeat,
+    )
 
 
 def render_runs(records: Iterable[RunRecord]) -> bytes:
     """The JSONL file: one compact object per line, numbers as JavaScript prints them.
 
-    In case order, each case's request written once per kind (format 3; the
-    sort is stable, so a case's runs keep the sweep's model and repeat order).
+    In case order, each case's request written once per kind (format 3).
     """
     lines = []
     asked: dict[tuple[str | None, str, str], RequestRecord] = {}
