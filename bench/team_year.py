@@ -51,7 +51,8 @@ STORE = "rulvar.models.json"
 
 def spec_text(models: int, cases: int) -> str:
     """``models`` scripted models, each wrong on a few cases of its own, ``cases`` per class."""
-    lines = ["[sweep]", 'committer = "ci"', "", "[budgets]", "target_usd = 0.01"]
+    lines = ["[sweep]", 'committer = "ci"', f"max_cases = {cases}", "", "[budgets]"]
+    lines += ["target_usd = 0.01"]
     lines += ["max_total_usd = 1000.0"]
     for m in range(models):
         wrong = {(m * 7 + k * 13) % cases for k in range(max(1, cases // 25))}
