@@ -49,27 +49,64 @@ CLASSES = ("extraction", "synthesis", "planning")
 STORE = "rulvar.models.json"
 
 
-def spec_text(models: int, cases: int) -> str:
-    """``models`` scripted models, each wrong on a few cases of its own, ``cases`` per class."""
+def _vocabulary(size: int = 6000) -> list[str]:
+    """Deterministic pseudo-words, 2-10 letters (prose's vocabulary, not its meaning)."""
+    state, found = 7, []
+    for _ in range(size):
+        state = state * 1103515245 + 12345 & 0x7FFFFFFF
+        length = 2 + state % 9
+        word = ""
+        for _ in range(length):
+            state = state * 1103515245 + 12345 & 0x7FFFFFFF
+            word += "etaoinshrdlucmfwypvbgkjqxz"[min(25, (state >> 8) % 40 % 26)]
+        found.append(word)
+    return found
+
+
+WORDS = _vocabulary()
+
+
+def prose(seed: int) -> str:
+    """300-2,000 characters of new prose (gzip ~2.6x, as the SPEC's replies)."""
+    state = seed * 2654435761 % 2**31 or 1
+    words: list[str] = []
+    size = 300 + seed * 7919 % 1700
+    length = 0
+    while length < size:
+        state = state * 1103515245 + 12345 & 0x7FFFFFFF
+        rank = int(len(WORDS) * ((state >> 4) / 2**27) ** 6)  # common words more often
+        word = WORDS[rank % len(WORDS)] + ("." if state % 13 == 0 else "")
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)
+
+
+def write_spec(folder: Path, models: int, cases: int) -> None:
+    """``night.toml`` and a reply script per model: each wrong on a few cases of its own.
+
+    Each reply starts with the answer (``a17.``) and goes on with prose; the
+    grader looks for the answer (golden ``contains``).
+    """
     lines = ["[sweep]", 'committer = "ci"', f"max_cases = {cases}", "", "[budgets]"]
-    lines += ["target_usd = 0.01"]
-    lines += ["max_total_usd = 1000.0"]
+    lines += ["target_usd = 0.01", "max_total_usd = 1000.0"]
     for m in range(models):
         wrong = {(m * 7 + k * 13) % cases for k in range(max(1, cases // 25))}
-        table = ", ".join(
-            f'"{cls} Q{i}?" = "{f"no{i}" if i in wrong else f"a{i}"}"'
-            for cls in CLASSES
+        table = {
+            f"{cls} Q{i}?": f"{'no' if i in wrong else 'a'}{i}. {prose(m * 100_003 + c * 7_001 + i)}"  # noqa: E501
+            for c, cls in enumerate(CLASSES)
             for i in range(cases)
-        )
-        lines += ["", "[[models]]", f'model = "scripted:m{m:02d}"']
+        }
+        script = folder / f"m{m:02d}.json"
+        script.write_text(json.dumps({"responses": table}))
         cost = 0.0001 * (1 + m)  # a ladder: each model dearer than the one before
-        lines += [f"params = {{ cost_usd = {cost:.4f}, responses = {{ {table} }} }}"]
+        lines += ["", "[[models]]", f'model = "scripted:m{m:02d}"']
+        lines += [f'params = {{ cost_usd = {cost:.4f}, script = "{script.name}" }}']
     for cls in CLASSES:
         for i in range(cases):
             lines += ["", "[[cases]]", f'name = "{cls[:3]}-{i:04d}"', f'task_class = "{cls}"']
             lines += [f'prompt = "{cls} Q{i}?"']
-            lines += [f'graders = [{{ kind = "golden", expected = "a{i}" }}]']
-    return "\n".join(lines) + "\n"
+            lines += [f'graders = [{{ kind = "golden", match = "contains", expected = "a{i}." }}]']
+    (folder / "night.toml").write_text("\n".join(lines) + "\n")
 
 
 def ladders_text(models: int) -> str:
@@ -203,7 +240,7 @@ def year(kb: Path, models: int, cases: int, nights: int, strace: bool) -> Year:
         subprocess.run(["git", "init", "-q", str(root)], check=True)
         subprocess.run(["git", "-C", str(root), "config", "user.email", "ci@example.com"])
         subprocess.run(["git", "-C", str(root), "config", "user.name", "ci"])
-        (root / "night.toml").write_text(spec_text(models, cases))
+        write_spec(root, models, cases)
         run(kb, root, "init")
         for day in range(1, nights + 1):
             instant = f"2027-{1 + (day - 1) // 28:02d}-{1 + (day - 1) % 28:02d}T02:00:00Z"
