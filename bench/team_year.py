@@ -258,12 +258,12 @@ def year(kb: Path, models: int, cases: int, nights: int, strace: bool) -> Year:
                 instant,
                 strace=trace,
             )
+            sweep_rss = LAST_RSS_MB[0]
             report = json.loads(out)
             runs = len(report.get("runs", []))
             fsyncs = journal_fsyncs(trace) if trace is not None else None
             if day % 7 == 0:
                 run(kb, root, "--as-of", instant, "compact", "--keep-days", "30")
-            sweep_rss = LAST_RSS_MB[0]
             verify_cpu, _ = run(kb, root, "verify")
             data = json.loads((root / STORE).read_text())
             live = [c for c in data["claims"] if c["status"] == "active"]

@@ -23,6 +23,7 @@ cost unknown, never zero; the index names such nights (:meth:`EvidenceIndex.warn
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -288,15 +289,41 @@ class RecordedNight:
     runs: tuple[RunRecord, ...]
 
 
-def recorded_nights(store: KnowledgeStore) -> tuple[list[RecordedNight], list[str]]:
-    """Every night with readable evidence in the store's evidence directories, oldest first.
+@dataclass(frozen=True)
+class RecordedReport:
+    """One night's report as its evidence directory holds it; its runs read on demand.
+
+    A team's month of runs does not fit in memory at once: a reader that goes
+    night by night (``kb site``) reads each night's runs when it needs them.
+    """
+
+    report: ReportFile
+    directory: Path
+    identity: str
+    """sha256 of the report file's bytes (a format-2 report records its runs file's
+    sha256) and the runs file's size: the same identity, the same night."""
+
+    def runs(self, store: KnowledgeStore) -> tuple[RunRecord, ...]:
+        """The night's runs (a ``ConfigError`` or ``OSError`` when they cannot be read)."""
+        from kb.store.evidence import load_evidence
+
+        found = load_evidence(store, self.report.report_id, self.directory)
+        return tuple(found.runs) if found is not None else ()
+
+
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError)
+
+
+def recorded_reports(store: KnowledgeStore) -> tuple[list[RecordedReport], list[str]]:
+    """Every night's report in the store's evidence directories, oldest first.
 
     The second list says, per night left out, which file could not be read and why
     (a broken file never hides the other nights).
     """
-    from kb.store.evidence import REPORT_SUFFIX, load_evidence
+    from kb.store.evidence import REPORT_SUFFIX, evidence_paths
+    from kb.store.records import parse_report
 
-    nights: list[RecordedNight] = []
+    found: list[RecordedReport] = []
     left_out: list[str] = []
     seen: set[str] = set()
     for directory in store.home.evidence_dirs():
@@ -304,7 +331,8 @@ def recorded_nights(store: KnowledgeStore) -> tuple[list[RecordedNight], list[st
             continue
         for path in sorted(directory.glob(f"*{REPORT_SUFFIX}")):
             try:
-                report_id = json.loads(path.read_text("utf-8"))["reportId"]
+                data = path.read_bytes()
+                report_id = json.loads(data.decode("utf-8"))["reportId"]
             except json.JSONDecodeError as exc:
                 left_out.append(
                     f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}); "
@@ -315,15 +343,37 @@ def recorded_nights(store: KnowledgeStore) -> tuple[list[RecordedNight], list[st
                 left_out.append(f"{path}: cannot be read ({str(exc)[:160]}); its night is left out")
                 continue
             try:
-                found = load_evidence(store, str(report_id), directory)
-            except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError) as exc:
+                report = parse_report(data, str(path))
+                runs_path, _ = evidence_paths(directory, str(report_id))
+                size = runs_path.stat().st_size if runs_path.is_file() else -1
+            except _UNREADABLE as exc:
                 left_out.append(f"{report_id}: {str(exc)[:200]}; its night is left out")
                 continue
-            if found is None or found.report is None or report_id in seen:
+            if report_id in seen:
                 continue
             seen.add(report_id)
-            nights.append(RecordedNight(found.report, tuple(found.runs)))
-    nights.sort(key=lambda n: n.report.observed_at)
+            identity = hashlib.sha256(data + f"\0{size}".encode()).hexdigest()
+            found.append(RecordedReport(report, directory, identity))
+    found.sort(key=lambda n: n.report.observed_at)
+    return found, left_out
+
+
+def recorded_nights(store: KnowledgeStore) -> tuple[list[RecordedNight], list[str]]:
+    """Every night with readable evidence in the store's evidence directories, oldest first.
+
+    The second list says, per night left out, which file could not be read and why
+    (a broken file never hides the other nights).
+    """
+    reports, left_out = recorded_reports(store)
+    nights: list[RecordedNight] = []
+    for recorded in reports:
+        try:
+            runs = recorded.runs(store)
+        except _UNREADABLE as exc:
+            report_id = recorded.report.report_id
+            left_out.append(f"{report_id}: {str(exc)[:200]}; its night is left out")
+            continue
+        nights.append(RecordedNight(recorded.report, runs))
     return nights, left_out
 
 

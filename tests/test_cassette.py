@@ -19,7 +19,7 @@ from kb.engine.requests import cut_secrets, secrets_to_cut
 from kb.engine.runs import Usage
 from kb.engine.scheduler import Engine, EngineConfig
 from kb.errors import ConfigError, VcrMissError
-from kb.store.records import parse_runs
+from kb.store.runs_file import parse_runs
 from tests.engine_helpers import plan, scripted
 from tests.fake_openai import fake_openai_server
 from tests.sweep_helpers import write_spec

@@ -20,7 +20,8 @@ from kb.errors import ConfigError
 from kb.store.baselines import read_baselines
 from kb.store.epochs import read_epochs
 from kb.store.home import read_settings
-from kb.store.records import parse_report, parse_runs
+from kb.store.records import parse_report
+from kb.store.runs_file import parse_runs
 from kb.sweep.spec import load_spec
 from tests.cli_helpers import kb
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kb.cli import cli
-from kb.store.records import parse_runs
+from kb.store.runs_file import parse_runs
 from tests.cli_helpers import unwrapped
 from tests.conftest import git
 from tests.sweep_helpers import CASES, responses, scripted_model, toml_value, write_spec

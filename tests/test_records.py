@@ -17,9 +17,8 @@ from kb.store.records import (
     ReportFile,
     RunRecord,
     parse_report,
-    parse_runs,
-    render_runs,
 )
+from kb.store.runs_file import parse_runs, render_runs
 from kb.views.html import cell_history, report_html
 from kb.views.report_text import summary_text
 from tests.cli_helpers import kb

@@ -24,7 +24,8 @@ from kb.store.baselines import BASELINES, parse_baselines
 from kb.store.commit_window import INTENT, CommitIntent
 from kb.store.epochs import EPOCHS, parse_epochs
 from kb.store.home import SETTINGS, read_settings
-from kb.store.records import EVIDENCE_FORMAT, parse_report, parse_runs
+from kb.store.records import EVIDENCE_FORMAT, parse_report
+from kb.store.runs_file import parse_runs
 
 
 def _bytes_reader(parse: Callable[[bytes, str], Any]) -> Callable[[Path, bytes], Any]:

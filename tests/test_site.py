@@ -129,7 +129,11 @@ def test_a_claim_page_draws_every_night_of_its_cell(runner: CliRunner, isolated:
     two_nights(runner, isolated, gate="interval")
     site = isolated / "public"
     assert runner.invoke(cli, ["--as-of", "2026-11-29T03:00:00Z", "site", str(site)]).exit_code == 0
-    (weak,) = [p for p in site.glob("claim-*.html") if "scripted:weak</span>" in p.read_text()]
+    pages = [p for p in site.glob("claim-*.html") if "scripted:weak</span>" in p.read_text()]
+    # the live claim's page (the first night's claim, superseded, keeps its page: the
+    # first night links it)
+    (weak,) = [p for p in pages if '<p class="meta">active · ' in p.read_text()]
+    assert len(pages) == 2
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 390, "height": 844})
         page.goto(weak.as_uri())

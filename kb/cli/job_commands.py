@@ -485,7 +485,14 @@ def site(app: App, directory: Path) -> None:
     built = build_site(app.store, directory, app.as_of, epochs)
     for warning in [*built.warnings, *built.left_out]:
         click.echo(f"warning: {warning}", err=True)
-    click.echo(f"wrote {len(built.written)} pages to {directory} (open {directory / 'index.html'})")
+    kept = (
+        f" ({built.kept} night{'s' if built.kept != 1 else ''}' pages kept from the earlier build)"
+        if built.kept
+        else ""
+    )
+    click.echo(
+        f"wrote {len(built.written)} pages to {directory}{kept} (open {directory / 'index.html'})"
+    )
     if built.left_out:
         count = len(built.left_out)
         raise JobFailedError(

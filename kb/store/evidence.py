@@ -15,13 +15,8 @@ from pathlib import Path
 
 from kb.errors import ConfigError
 from kb.store.filestore import KnowledgeStore
-from kb.store.records import (
-    ReportFile,
-    RunRecord,
-    check_runs_match,
-    parse_report,
-    parse_runs,
-)
+from kb.store.records import ReportFile, RunRecord, parse_report
+from kb.store.runs_file import check_runs_match, parse_runs
 
 RUNS_SUFFIX = ".jsonl"
 REPORT_SUFFIX = ".report.json"

@@ -51,7 +51,8 @@ from kb.store.manifests import manifest_path
 from kb.store.merge import driver_files
 from kb.store.models import ModelClaim
 from kb.store.ops import AddClaim, ArchiveClaim, EvalCommitterGate, MarkStale, Op, SupersedeClaim
-from kb.store.records import ReportFile, RunRecord, render_runs
+from kb.store.records import ReportFile, RunRecord
+from kb.store.runs_file import in_case_order, render_runs
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant, parse_flag_instant
 from kb.sweep.canary import CanaryChange, canary_change, classified
@@ -397,9 +398,9 @@ def outage_answers(measurement: Measurement) -> list[str]:
 
 
 def night_runs(plan: SweepPlan, measurement: Measurement) -> list[RunRecord]:
-    """Every run of the night: those of cells a stopped invocation committed, then tonight's."""
+    """Every run of the night (a stopped invocation's committed cells' too), in case order."""
     done = plan.resume.done_runs() if plan.resume is not None else []
-    return [*done, *measurement.runs]
+    return in_case_order([*done, *measurement.runs])  # the runs file's order
 
 
 def execute_sweep(

@@ -33,7 +33,7 @@ from pathlib import Path
 from kb.card import usable_claims
 from kb.compare import compare_models
 from kb.errors import ConfigError
-from kb.evidence_index import EvidenceIndex, recorded_nights
+from kb.evidence_index import EvidenceIndex, RecordedReport, recorded_nights, recorded_reports
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.changes import CellAlarm, cell_alarms
@@ -41,12 +41,18 @@ from kb.store.epochs import EpochsFile
 from kb.store.filestore import KnowledgeStore
 from kb.store.manifests import ClaimEvidence, PooledNight, claim_evidence
 from kb.store.models import ModelClaim
-from kb.store.records import CellRecord, ReportFile
+from kb.store.records import CellRecord, ReportFile, RunRecord
 from kb.views.decision import newest_first
 from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts, name_html
 from kb.views.report_text import EPOCH_WORDS
+from kb.views.site_ledger import (
+    LEDGER_FILE,
+    NightsWritten,
+    NightUnreadable,
+    SiteLedger,
+    write_nights,
+)
 from kb.views.site_models import MODELS_PAGE, models_files
-from kb.views.site_night import PriorAnswer, answers_of, night_files
 from kb.views.site_pages import (
     GENERATOR,
     Night,
@@ -534,23 +540,59 @@ class SiteBuilt:
     warnings: list[str]
     left_out: list[str]
     """Nights whose evidence could not be read (the index says so in a banner)."""
+    kept: int = 0
+    """Nights whose pages an earlier build wrote and that still hold (not drawn again)."""
 
 
-def _write_nights(
+def _claim_pages(
+    store: KnowledgeStore,
+    claims: Sequence[ModelClaim],
+    linked: set[str],
     nights: Sequence[Night],
-    claim_href: Callable[[str], str | None],
-    write: Callable[[str, str], None],
-) -> dict[str, Callable[[str, str], str]]:
-    """Each night's pages, oldest first; per night, how to link to one of its answers."""
-    pages: dict[str, Callable[[str, str], str]] = {}
-    previous: dict[tuple[str, str], PriorAnswer] = {}
-    for index, night in enumerate(nights):
-        layout, files = night_files(night, nights[:index], claim_href, previous)
-        pages[night.report.report_id] = layout.href
-        previous |= answers_of(night, layout)
-        for name, text in files.items():
-            write(name, text)
+    epochs: EpochsFile | None,
+) -> dict[str, str]:
+    """A page for every live claim and for every claim a night links (retired ones too)."""
+    from kb.views.claims import format_epoch
+
+    live = {c.id for c in claims if c.status in ("active", "stale")}
+    paged = frozenset(live | linked)
+    by_id = {n.report.report_id: n for n in nights}
+    pages: dict[str, str] = {}
+    known = set()
+    for claim in claims:
+        known.add(claim.id)
+        if claim.id not in paged:
+            continue
+        line = format_epoch(claim, epochs) if epochs is not None and claim.id in live else None
+        cited = claim_evidence(store.home, store.git, claim)
+        timeline = claim_timeline(claim, nights, cited)
+        pages[claim_page(claim.id)] = claim_page_html(claim, by_id, line, paged, timeline, cited)
+    for claim_id in sorted(linked - known):
+        pages[claim_page(claim_id)] = page_html(
+            f"kb claim {claim_id}",
+            '<p><a href="index.html">← the site</a></p><h1>A claim no longer in the store</h1>'
+            f'<p class="meta id">{esc(claim_id)}</p><p>kb compact removed it; the night '
+            "that made it and git history still hold it (kb diff names it).</p>",
+        )
     return pages
+
+
+def _nights_of(
+    store: KnowledgeStore,
+    sources: list[RecordedReport],
+    ledger: SiteLedger,
+    directory: Path,
+    write: Callable[[str, str], None],
+    left_out: list[str],
+) -> tuple[list[RecordedReport], NightsWritten]:
+    """The night pages, drawn or kept; a night whose runs cannot be read is left out."""
+    while True:
+        try:
+            return sources, write_nights(store, sources, ledger, directory, write)
+        except NightUnreadable as exc:
+            bad = sources[exc.index].report.report_id
+            left_out.append(f"{bad}: {exc.reason}; its night is left out")
+            sources = [s for i, s in enumerate(sources) if i != exc.index]
 
 
 def build_site(
@@ -559,23 +601,25 @@ def build_site(
     as_of: int,
     epochs: EpochsFile | None = None,
 ) -> SiteBuilt:
-    """Write the site into ``directory``: the files written, warnings, nights left out."""
-    from kb.views.claims import format_epoch
+    """Write the site into ``directory``: the files written, warnings, nights left out.
 
+    Incremental (:mod:`kb.views.site_ledger`): the pages of a night an earlier
+    build drew, still current, are kept as they are.
+    """
     issue = site_directory_issue(directory)
     if issue is not None:
         raise ConfigError("site", issue)
-    nights, left_out = collect_nights(store)
-    warnings = (
-        []
-        if nights or left_out
-        else ["no night with evidence yet: the site shows the claims only (kb sweep measures)"]
-    )
+    sources, left_out = recorded_reports(store)
     claims = list(store.read().claims)
+    ledger = SiteLedger.read(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError("site", f"cannot create {directory}: {exc.strerror or exc}") from None
+    try:  # a build that dies half-way leaves no ledger: the next draws every night
+        (directory / LEDGER_FILE).unlink(missing_ok=True)
+    except OSError as exc:
+        raise ConfigError("site", f"cannot write {directory}: {exc.strerror or exc}") from None
     written: list[Path] = []
 
     def write(name: str, text: str) -> None:
@@ -586,25 +630,27 @@ def build_site(
             raise ConfigError("site", f"cannot write {path}: {exc.strerror or exc}") from None
         written.append(path)
 
-    paged = frozenset(c.id for c in claims if c.status in ("active", "stale"))
-
-    def claim_href(claim_id: str) -> str | None:
-        return claim_page(claim_id) if claim_id in paged else None
-
+    sources, drawn = _nights_of(store, sources, ledger, directory, write, left_out)
+    nights = [Night(source.report, ()) for source in sources]
+    warnings = (
+        []
+        if nights or left_out
+        else ["no night with evidence yet: the site shows the claims only (kb sweep measures)"]
+    )
     write("index.html", index_page(nights, claims, as_of, left_out))
-    pages = _write_nights(nights, claim_href, write)
     write("compare.html", compare_page(nights))
-    runs = {n.report.report_id: list(n.runs) for n in nights}
+    by_id = {source.report.report_id: source for source in sources}
+
+    def runs_of(report_id: str) -> list[RunRecord] | None:
+        source = by_id.get(report_id)
+        return list(source.runs(store)) if source is not None else None
+
     chosen = epochs if epochs is not None else EpochsFile()
-    found = compare_models(EvidenceIndex.build(chosen, runs.get))
-    for name, text in models_files(found, chosen, pages).items():
+    found = compare_models(EvidenceIndex.build(chosen, runs_of))
+    for name, text in models_files(found, chosen, drawn.hrefs).items():
         write(name, text)
-    by_id = {n.report.report_id: n for n in nights}
-    for claim in claims:
-        if claim.id in paged:
-            line = format_epoch(claim, epochs) if epochs is not None else None
-            cited = claim_evidence(store.home, store.git, claim)
-            timeline = claim_timeline(claim, nights, cited)
-            write(claim_page(claim.id), claim_page_html(claim, by_id, line, paged, timeline, cited))
-    _remove_stale_pages(directory, {path.name for path in written})
-    return SiteBuilt(written, warnings, left_out)
+    for name, text in _claim_pages(store, claims, drawn.linked, nights, epochs).items():
+        write(name, text)
+    _remove_stale_pages(directory, {path.name for path in written} | set(drawn.kept))
+    write(LEDGER_FILE, drawn.ledger.render())
+    return SiteBuilt(written, warnings, left_out, len(sources) - drawn.drawn)

@@ -1,0 +1,143 @@
+"""``kb site`` is incremental (SPEC 14.3): a night's pages are written once.
+
+A site built night by night is, page for page and byte for byte, the site
+built at once from the same nights; the pages of the nights an earlier build
+drew are not written again (and their runs are not read for them); a night
+compacted away, a page deleted, a broken ledger or new site code each draw
+again exactly what they must.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kb.cli import cli
+from kb.evidence_index import RecordedReport
+from kb.store.filestore import KnowledgeStore
+from kb.store.records import RunRecord
+from kb.views import site as site_module
+from kb.views.site import build_site
+from kb.views.site_ledger import LEDGER_FILE
+from tests.sweep_helpers import responses, scripted_model, write_spec
+from tests.test_site import night, two_nights
+
+pytestmark = pytest.mark.usefixtures("initialized_store")
+
+AS_OF = 1_796_000_000_000  # 2026-12-01
+
+
+def pages(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("*.html"))}
+
+
+def third_night(runner: CliRunner, folder: Path) -> None:
+    models = [
+        scripted_model("steady-model-with-a-long-name", 10),
+        scripted_model("weak", 3),
+        {"model": "scripted:shifty", "params": {"responses": responses(9) | {"Ping?": "pong v2"}}},
+    ]
+    spec = write_spec(
+        folder / "n3.toml",
+        models,
+        extra='\n[canary]\nprompts = ["Ping?"]\n',
+        budgets={"target_usd": 0.01, "canary_usd": 0.01, "max_total_usd": 5.0},
+    )
+    night(runner, spec, 30)
+
+
+def test_a_site_built_night_by_night_is_the_site_built_at_once(
+    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = KnowledgeStore(isolated / "rulvar.models.json")
+    two_nights(runner, isolated)
+    site = isolated / "site"
+    first = build_site(store, site, AS_OF)
+    assert first.kept == 0
+    before = {p.name: p.stat().st_mtime_ns for p in site.glob("night-*.html")}
+    third_night(runner, isolated)
+
+    reads: list[str] = []
+    runs = RecordedReport.runs
+
+    def counted(self: RecordedReport, store: KnowledgeStore) -> tuple[RunRecord, ...]:
+        reads.append(self.report.report_id)
+        return runs(self, store)
+
+    for_pages: list[str] = []
+    drawing = site_module.write_nights
+
+    def drawn(*args: Any, **kwargs: Any) -> Any:
+        start = len(reads)
+        found = drawing(*args, **kwargs)
+        for_pages.extend(reads[start:])
+        return found
+
+    monkeypatch.setattr(RecordedReport, "runs", counted)
+    monkeypatch.setattr(site_module, "write_nights", drawn)
+    second = build_site(store, site, AS_OF)
+    assert second.kept == 2  # the two earlier nights' pages hold
+    assert for_pages == ["kb-sweep-2026-11-30T02:00:00.000Z"]  # only tonight's runs read
+    for name, stamp in before.items():  # and not written again
+        assert (site / name).stat().st_mtime_ns == stamp, name
+    written = {path.name for path in second.written}
+    assert not written & set(before)
+
+    monkeypatch.undo()
+    fresh = isolated / "fresh"
+    assert build_site(store, fresh, AS_OF).kept == 0
+    assert pages(site) == pages(fresh)  # byte for byte, every page
+    assert json.loads((site / LEDGER_FILE).read_text()) == json.loads(
+        (fresh / LEDGER_FILE).read_text()
+    )
+
+
+def test_what_changed_is_drawn_again_and_only_that(runner: CliRunner, isolated: Path) -> None:
+    store = KnowledgeStore(isolated / "rulvar.models.json")
+    two_nights(runner, isolated)
+    site = isolated / "site"
+    build_site(store, site, AS_OF)
+    full = pages(site)
+    night_pages = sorted(n for n in full if n.startswith("night-"))
+    assert len(night_pages) == 2
+
+    (site / night_pages[1]).unlink()  # a page of a night is gone: that night is drawn again
+    again = build_site(store, site, AS_OF)
+    assert again.kept == 1 and pages(site) == full
+
+    (site / LEDGER_FILE).write_text("{not json")  # a broken ledger: every night again
+    assert build_site(store, site, AS_OF).kept == 0 and pages(site) == full
+
+    ledger = json.loads((site / LEDGER_FILE).read_text())
+    ledger["code"] = "an older kb"  # another kb's site code: every night again
+    (site / LEDGER_FILE).write_text(json.dumps(ledger))
+    assert build_site(store, site, AS_OF).kept == 0 and pages(site) == full
+
+    # the first night's evidence gone (compacted, moved): the second night reads no
+    # "before" from it any more, so it is drawn again, and its old page goes
+    evidence = isolated / "kb-evidence"
+    for path in evidence.glob("kb-sweep-2026-11-28*"):
+        path.unlink()
+    rebuilt = build_site(store, site, AS_OF)
+    assert rebuilt.kept == 0
+    fresh = isolated / "fresh"
+    build_site(store, fresh, AS_OF)
+    assert pages(site) == pages(fresh)
+    assert night_pages[0] not in pages(site)
+
+
+def test_the_cli_says_how_many_nights_it_kept(runner: CliRunner, isolated: Path) -> None:
+    two_nights(runner, isolated)
+    args = ["--as-of", "2026-12-01T00:00:00Z", "site", "public"]
+    first = runner.invoke(cli, args)
+    assert first.exit_code == 0, first.stderr
+    assert "nights kept" not in first.stdout
+    second = runner.invoke(cli, args)
+    assert second.exit_code == 0, second.stderr
+    assert "pages to public (2 nights' pages kept from the earlier build)" in second.stdout
+    wrote = [int(r.stdout.split()[1]) for r in (first, second)]
+    assert wrote[1] == wrote[0] - 2  # the two night pages, not written again
