@@ -141,3 +141,21 @@ def test_the_cli_says_how_many_nights_it_kept(runner: CliRunner, isolated: Path)
     assert "pages to public (2 nights' pages kept from the earlier build)" in second.stdout
     wrote = [int(r.stdout.split()[1]) for r in (first, second)]
     assert wrote[1] == wrote[0] - 2  # the two night pages, not written again
+
+
+def test_the_index_lists_the_newest_nights_and_pages_the_older(
+    runner: CliRunner, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two_nights(runner, isolated)
+    third_night(runner, isolated)
+    monkeypatch.setattr(site_module, "NIGHTS_PER_PAGE", 2)  # a year is 365 nights: 100 a page
+    site = isolated / "site"
+    build_site(KnowledgeStore(isolated / "rulvar.models.json"), site, AS_OF)
+    index = (site / "index.html").read_text()
+    older = (site / "nights-2.html").read_text()
+    newest, middle, oldest = ("2026-11-30T02:00", "2026-11-29T02:00", "2026-11-28T02:00")
+    table = index.split('id="nights"')[1].split("</table>")[0]
+    assert newest in table and middle in table and oldest not in table
+    assert oldest in older and newest not in older.split('id="nights"')[1]
+    assert 'href="nights-2.html"' in index and 'href="index.html"' in older
+    assert not (site / "nights-3.html").exists()

@@ -59,6 +59,7 @@ from kb.views.site_pages import (
     claim_page,
     esc,
     page_html,
+    pager,
     script_json,
 )
 
@@ -105,10 +106,37 @@ def _drifted(report: ReportFile) -> list[str]:
     return [c.subject_key for c in report.canary if c.status == "drift"]
 
 
-def _nights_table(nights: Sequence[Night]) -> str:
-    """Every night newest first; the night's link carries its date, so a phone keeps the counts."""
+NIGHTS_PER_PAGE = 100
+"""The index lists the newest nights; older ones go on ``nights-2.html``, … (a year is 365)."""
+
+
+def nights_pages(nights: Sequence[Night]) -> list[str]:
+    """The pages that list the nights: the index, then ``nights-2.html``, … (oldest last)."""
+    count = max(1, -(-len(nights) // NIGHTS_PER_PAGE))
+    return ["index.html", *(f"nights-{i + 1}.html" for i in range(1, count))]
+
+
+def older_nights_files(nights: Sequence[Night]) -> dict[str, str]:
+    """``nights-2.html``, …: the nights the index has no room for, newest first."""
+    names = nights_pages(nights)
+    newest = list(reversed(nights))
+    return {
+        name: page_html(
+            f"kb nights, page {i + 1}",
+            '<p><a href="index.html">← the site</a></p>'
+            f"<h1>Nights, page {i + 1} of {len(names)}</h1>"
+            + pager(names, i, "nights pages")
+            + _nights_table(newest[i * NIGHTS_PER_PAGE : (i + 1) * NIGHTS_PER_PAGE]),
+        )
+        for i, name in enumerate(names)
+        if i > 0
+    }
+
+
+def _nights_table(newest_first: Sequence[Night]) -> str:
+    """Nights, newest first; the night's link carries its date, so a phone keeps the counts."""
     rows = []
-    for night in reversed(nights):
+    for night in newest_first:
         r = night.report
         drift = _drifted(r)
         mark = f' <span class="drift">drift: {esc(", ".join(drift))}</span>' if drift else ""
@@ -286,7 +314,8 @@ def index_page(
         + "<h2>Retired since the previous night</h2>"
         + retired_since(nights, claims)
         + "<h2>Nights</h2>"
-        + _nights_table(nights)
+        + (pager(nights_pages(nights), 0, "nights pages") if len(nights) > NIGHTS_PER_PAGE else "")
+        + _nights_table(list(reversed(nights))[:NIGHTS_PER_PAGE])
         + f'<p><a href="{MODELS_PAGE}">Models compared</a>: every pair on the cases both '
         "measured, with its interval and the cases where they disagree.</p>"
         '<h2>Compare two nights</h2><form id="compare" action="compare.html">'
@@ -638,6 +667,8 @@ def build_site(
         else ["no night with evidence yet: the site shows the claims only (kb sweep measures)"]
     )
     write("index.html", index_page(nights, claims, as_of, left_out))
+    for name, text in older_nights_files(nights).items():
+        write(name, text)
     write("compare.html", compare_page(nights))
     by_id = {source.report.report_id: source for source in sources}
 
