@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -159,6 +160,102 @@ class RunCost(NamedTuple):
         return cls(run.cost_usd, latency, run.price_source == "unpriced")
 
 
+NightCosts = dict[Key, list[RunCost]]
+"""A night's target runs as the index keeps them."""
+
+
+def night_costs(runs: Iterable[RunRecord] | None) -> NightCosts | None:
+    """A night's target runs by (subject, task class, case): cost and latency, no texts."""
+    if runs is None:
+        return None
+    by_case: NightCosts = {}
+    for run in runs:
+        if run.kind == "target" and run.case is not None and run.task_class is not None:
+            by_case.setdefault((run.subject_key, run.task_class, run.case), []).append(
+                RunCost.of(run)
+            )
+    return by_case
+
+
+class NightCostsReader:
+    """Each night's :data:`NightCosts`, read once per version of its runs file.
+
+    A night's runs file is parsed (and checked against its report) the first
+    time; what the index keeps of it goes to ``.git/kb-index/<sha256>.json``,
+    keyed by the runs file's sha256 its report records, so the next command
+    reads a few bytes per run instead of every answer again (SPEC 14.3:
+    reading linear in runs, and cheap). The note records the runs file's
+    size: a file whose size changed since is read again (and refused when it
+    no longer matches its report); an edit that keeps the size is caught by
+    every reader of the answers (``kb show``, ``kb report``, the site), not
+    by the index. A note kb cannot read is ignored and written again; outside
+    git, or for a night read from history, nothing is kept. Called as a
+    :data:`RunsOf` it reads the runs themselves.
+    """
+
+    def __init__(self, store: KnowledgeStore, directory: Path | None = None) -> None:
+        from kb.store.evidence import runs_reader
+
+        self._store = store
+        self._directory = directory
+        self._runs = runs_reader(store, directory)
+        git = store.git
+        self._notes = git.git_dir / "kb-index" if git is not None else None
+
+    def __call__(self, report_id: str) -> list[RunRecord] | None:
+        return self._runs(report_id)
+
+    def costs(self, report_id: str) -> NightCosts | None:
+        note, size = self._note(report_id)
+        if note is not None:
+            try:
+                data = json.loads(note.read_text("utf-8"))
+                if data["size"] == size:  # the runs file edited since: read it (and refuse it)
+                    return {
+                        (subject, task_class, case): [RunCost(*run) for run in runs]
+                        for subject, task_class, case, runs in data["runs"]
+                    }
+            except (OSError, ValueError, TypeError, KeyError, RecursionError):
+                pass
+        from kb.store.evidence import load_evidence
+
+        loaded = load_evidence(self._store, report_id, self._directory)
+        found = night_costs(loaded.runs if loaded is not None and loaded.runs else None)
+        if note is not None and found is not None and loaded is not None:
+            if not loaded.source.startswith("git "):
+                _write_note(note, size, found)
+        return found
+
+    def _note(self, report_id: str) -> tuple[Path | None, int]:
+        """The note of the night's runs file (named by its recorded sha256) and its size."""
+        from kb.store.evidence import evidence_paths
+        from kb.store.records import parse_report
+
+        if self._notes is None:
+            return None, -1
+        for directory in self._store.home.evidence_dirs(self._directory):
+            runs_path, report_path = evidence_paths(directory, report_id)
+            if report_path.is_file() and runs_path.is_file():
+                try:
+                    digest = parse_report(report_path.read_bytes(), str(report_path)).runs_sha256
+                    size = runs_path.stat().st_size
+                except (OSError, ConfigError):
+                    return None, -1
+                return (self._notes / f"{digest}.json" if digest else None), size
+        return None, -1
+
+
+def _write_note(note: Path, size: int, costs: NightCosts) -> None:
+    rows = {"size": size, "runs": [[*k, [list(run) for run in v]] for k, v in costs.items()]}
+    try:
+        note.parent.mkdir(parents=True, exist_ok=True)
+        temporary = note.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(rows, separators=(",", ":")), "utf-8")
+        os.replace(temporary, note)
+    except OSError:
+        pass  # a cache: the next command parses the night again
+
+
 @dataclass(frozen=True)
 class EvidenceIndex:
     """Every current epoch's cell, by task class and model, with the runs behind it."""
@@ -192,19 +289,12 @@ class EvidenceIndex:
         nights = sorted({n.report_id for e in epochs.cells.values() for n in e.nights})
         grouped: dict[str, dict[Key, list[RunCost]] | None] = {}
         missing: list[str] = []
+        costs_of = runs_of if isinstance(runs_of, NightCostsReader) else None
         for report_id in nights if runs_of is not None else ():
             assert runs_of is not None
-            runs = runs_of(report_id)
-            if runs is None:
-                grouped[report_id] = None
+            by_case = costs_of.costs(report_id) if costs_of else night_costs(runs_of(report_id))
+            if by_case is None:
                 missing.append(report_id)
-                continue
-            by_case: dict[Key, list[RunCost]] = {}
-            for run in runs:
-                if run.kind == "target" and run.case is not None and run.task_class is not None:
-                    where = (run.subject_key, run.task_class, run.case)
-                    by_case.setdefault(where, []).append(RunCost.of(run))
-            del runs  # a night's texts are not kept: a team's month of them is gigabytes
             grouped[report_id] = by_case
         found: dict[str, dict[str, CellEvidence]] = {}
         for name, epoch in sorted(epochs.cells.items()):
@@ -230,10 +320,8 @@ class EvidenceIndex:
         ``runs=False`` indexes the scores only (no evidence file is read);
         ``task_class`` and ``subjects`` keep only those cells.
         """
-        from kb.store.evidence import runs_reader
-
         epochs = read_epochs(store.home.epochs_file)
-        reader = runs_reader(store, evidence_dir) if runs else None
+        reader = NightCostsReader(store, evidence_dir) if runs else None
         return cls.build(epochs, reader, task_class=task_class, subjects=subjects)
 
     def cell(self, subject: str, task_class: str) -> CellEvidence | None:
