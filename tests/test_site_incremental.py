@@ -159,3 +159,8 @@ def test_the_index_lists_the_newest_nights_and_pages_the_older(
     assert oldest in older and newest not in older.split('id="nights"')[1]
     assert 'href="nights-2.html"' in index and 'href="index.html"' in older
     assert not (site / "nights-3.html").exists()
+    # the compare form and page hold the nights the index lists (kb diff compares any two)
+    compare = (site / "compare.html").read_text()
+    assert "2026-11-30T02:00" in compare and "2026-11-28T02:00" not in compare
+    form = index.split('id="compare"')[1].split("</form>")[0]
+    assert newest in form and oldest not in form

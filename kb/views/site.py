@@ -299,7 +299,7 @@ def index_page(
     claim_rows = [_claim_row(claim) for claim in live]
     options = "".join(
         f'<option value="{esc(n.stem)}">{esc(n.report.report_id)}</option>'
-        for n in reversed(nights)
+        for n in list(reversed(nights))[:NIGHTS_PER_PAGE]
     )
     missing = _left_out_banner(left_out)
     body = (
@@ -527,7 +527,8 @@ def compare_page(nights: Sequence[Night]) -> str:
         "var t=document.querySelector('#diff tbody');"
         "if(!a||!b){document.getElementById('diff').hidden=true;"
         "document.getElementById('which').textContent="
-        "(q.get('a')||q.get('b')?'no such night here: ':'')+"
+        "(q.get('a')||q.get('b')?'no such night here (this page holds the newest "
+        f"{NIGHTS_PER_PAGE} nights; kb diff compares any two): ':'')+"
         "'pick two nights on the index page (compare two nights)';}else{"
         "document.getElementById('which').textContent='A '+a.id+' · B '+b.id;"
         "var keys=Object.keys(Object.assign({},a.cells,b.cells)).sort();"
@@ -669,7 +670,9 @@ def build_site(
     write("index.html", index_page(nights, claims, as_of, left_out))
     for name, text in older_nights_files(nights).items():
         write(name, text)
-    write("compare.html", compare_page(nights))
+    # the newest nights only: a year's cells would make one page of megabytes (kb diff
+    # compares any two)
+    write("compare.html", compare_page(nights[-NIGHTS_PER_PAGE:]))
     by_id = {source.report.report_id: source for source in sources}
 
     def runs_of(report_id: str) -> list[RunRecord] | None:
