@@ -135,14 +135,51 @@ def _claims_rows(store: KnowledgeStore) -> dict[str, list[Any]]:
     return columns
 
 
+_NUMBERS = {
+    "int64": "repeat prompt_tokens completion_tokens attempts n planned_n epoch_n",
+    "float64": "cost_usd latency_ms pass_rate total_cost_usd epoch_pass_rate wilson95_low "
+    "wilson95_high",
+    "bool_": "passed complete",
+}
+"""Each column's type is declared, never guessed from the rows: a night whose rates are all
+1 still writes ``pass_rate`` as a double, so exports of different days stack."""
+
+
+def _table(pa: Any, columns: dict[str, list[Any]]) -> pyarrow.Table:
+    typed = {name: kind for kind, names in _NUMBERS.items() for name in names.split()}
+    fields = [
+        pa.field(
+            name,
+            pa.list_(pa.string())
+            if name == "reports"
+            else getattr(pa, typed[name])()
+            if name in typed
+            else pa.string(),
+        )
+        for name in columns
+    ]
+    rows = {
+        name: [
+            None if v is None else str(v) if name not in typed and name != "reports" else v
+            for v in values
+        ]
+        for name, values in columns.items()
+    }
+    return pa.table(rows, schema=pa.schema(fields))
+
+
 def evidence_tables(store: KnowledgeStore) -> tuple[dict[str, pyarrow.Table], list[str]]:
-    """The ``runs``, ``cells`` and ``claims`` tables, and the nights left out (unreadable files)."""
+    """The ``runs``, ``cells`` and ``claims`` tables, and the nights left out (unreadable files).
+
+    Column types are fixed (strings, ``int64``, ``double``, ``bool``, a list of strings
+    for a claim's reports), whatever the rows hold.
+    """
     pa = _pyarrow()
     nights, left_out = recorded_nights(store)
     tables = {
-        "runs": pa.table(_runs_rows(nights)),
-        "cells": pa.table(_cells_rows(nights)),
-        "claims": pa.table(_claims_rows(store)),
+        "runs": _table(pa, _runs_rows(nights)),
+        "cells": _table(pa, _cells_rows(nights)),
+        "claims": _table(pa, _claims_rows(store)),
     }
     return tables, left_out
 

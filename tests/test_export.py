@@ -61,6 +61,16 @@ def test_the_tables_hold_every_run_cell_and_claim(runner: CliRunner, isolated: P
     live = [c for c in claims if c["status"] == "active"]
     assert [c["model"] for c in live] == ["scripted:m"]
     assert live[0]["wilson95_low"] < 1.0 == live[0]["pass_rate"]
+    # the types are declared, not guessed: no effort anywhere, every claim's rate 1 here
+    claims_schema = pq.read_schema(isolated / "kb-tables" / "claims.parquet")
+    assert str(claims_schema.field("pass_rate").type) == "double"
+    assert str(claims_schema.field("effort").type) == "string"
+    assert str(claims_schema.field("reports").type).startswith("list<") and "string" in str(
+        claims_schema.field("reports").type
+    )
+    runs_schema = pq.read_schema(isolated / "kb-tables" / "runs.parquet")
+    assert str(runs_schema.field("passed").type) == "bool"
+    assert str(runs_schema.field("repeat").type) == "int64"
     meta = pq.ParquetFile(isolated / "kb-tables" / "runs.parquet").metadata
     assert meta.row_group(0).column(0).compression == "ZSTD"
     assert "kb-tables/runs.parquet: 240 rows" in done.stdout

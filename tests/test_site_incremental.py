@@ -110,7 +110,12 @@ def test_what_changed_is_drawn_again_and_only_that(runner: CliRunner, isolated: 
     assert again.kept == 1 and pages(site) == full
 
     (site / LEDGER_FILE).write_text("{not json")  # a broken ledger: every night again
-    assert build_site(store, site, AS_OF).kept == 0 and pages(site) == full
+    rebuilt_whole = build_site(store, site, AS_OF)
+    assert rebuilt_whole.kept == 0 and pages(site) == full
+    assert rebuilt_whole.warnings == [
+        f"{site / LEDGER_FILE}: cannot be read (Expecting property name enclosed in double "
+        "quotes: line 1 column 2 (char 1)): every night's pages are drawn again"
+    ]
 
     ledger = json.loads((site / LEDGER_FILE).read_text())
     ledger["code"] = "an older kb"  # another kb's site code: every night again
@@ -140,7 +145,12 @@ def test_the_cli_says_how_many_nights_it_kept(runner: CliRunner, isolated: Path)
     assert second.exit_code == 0, second.stderr
     assert "pages to public (2 nights' pages kept from the earlier build)" in second.stdout
     wrote = [int(r.stdout.split()[1]) for r in (first, second)]
+    assert wrote[0] == len(list((isolated / "public").glob("*.html")))  # pages: html only
     assert wrote[1] == wrote[0] - 2  # the two night pages, not written again
+    newest = sorted((isolated / "public").glob("night-*.html"))[-1]
+    newest.unlink()  # that night is drawn again, the other kept
+    one = runner.invoke(cli, args)
+    assert "(1 night's pages kept from the earlier build)" in one.stdout
 
 
 def test_the_index_lists_the_newest_nights_and_pages_the_older(

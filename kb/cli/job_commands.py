@@ -485,11 +485,8 @@ def site(app: App, directory: Path) -> None:
     built = build_site(app.store, directory, app.as_of, epochs)
     for warning in [*built.warnings, *built.left_out]:
         click.echo(f"warning: {warning}", err=True)
-    kept = (
-        f" ({built.kept} night{'s' if built.kept != 1 else ''}' pages kept from the earlier build)"
-        if built.kept
-        else ""
-    )
+    whose = "1 night's" if built.kept == 1 else f"{built.kept} nights'"
+    kept = f" ({whose} pages kept from the earlier build)" if built.kept else ""
     click.echo(
         f"wrote {len(built.written)} pages to {directory}{kept} (open {directory / 'index.html'})"
     )

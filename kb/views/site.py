@@ -641,7 +641,7 @@ def build_site(
         raise ConfigError("site", issue)
     sources, left_out = recorded_reports(store)
     claims = list(store.read().claims)
-    ledger = SiteLedger.read(directory)
+    ledger, unreadable = SiteLedger.read(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -666,7 +666,7 @@ def build_site(
         []
         if nights or left_out
         else ["no night with evidence yet: the site shows the claims only (kb sweep measures)"]
-    )
+    ) + ([unreadable] if unreadable else [])
     write("index.html", index_page(nights, claims, as_of, left_out))
     for name, text in older_nights_files(nights).items():
         write(name, text)
@@ -687,4 +687,5 @@ def build_site(
         write(name, text)
     _remove_stale_pages(directory, {path.name for path in written} | set(drawn.kept))
     write(LEDGER_FILE, drawn.ledger.render())
-    return SiteBuilt(written, warnings, left_out, len(sources) - drawn.drawn)
+    pages = [path for path in written if path.name != LEDGER_FILE]
+    return SiteBuilt(pages, warnings, left_out, len(sources) - drawn.drawn)

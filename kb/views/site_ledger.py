@@ -73,28 +73,39 @@ class SiteLedger:
     fold: PriorAnswers = field(default_factory=dict)
 
     @classmethod
-    def read(cls, directory: Path) -> SiteLedger:
-        """The ledger in ``directory``, or an empty one (every night is drawn again)."""
+    def read(cls, directory: Path) -> tuple[SiteLedger, str | None]:
+        """The ledger in ``directory``, or an empty one (every night is drawn again).
+
+        The second value says why a ledger that is there could not be read.
+        """
+        path = directory / LEDGER_FILE
+        if not path.exists():
+            return cls(), None
         try:
-            data = json.loads((directory / LEDGER_FILE).read_text("utf-8"))
-            if data.get("format") != LEDGER_FORMAT or data.get("code") != site_code():
-                return cls()
-            nights = {
-                night_id: BuiltNight(
-                    entry["key"],
-                    tuple(entry["pages"]),
-                    {(tc, case): page for tc, case, page in entry["casePages"]},
-                    tuple(entry["claims"]),
-                )
-                for night_id, entry in data["nights"].items()
-            }
-            fold = {
-                (subject, case): PriorAnswer(bool(passed), observed, href)
-                for subject, case, passed, observed, href in data["fold"]
-            }
-            return cls(nights, str(data["foldKey"]), fold)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-            return cls()
+            return cls._parsed(json.loads(path.read_text("utf-8"))), None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            return cls(), (
+                f"{path}: cannot be read ({str(exc)[:120]}): every night's pages are drawn again"
+            )
+
+    @classmethod
+    def _parsed(cls, data: Any) -> SiteLedger:
+        if data.get("format") != LEDGER_FORMAT or data.get("code") != site_code():
+            return cls()  # another kb drew these pages: it draws them again, as it should
+        nights = {
+            night_id: BuiltNight(
+                entry["key"],
+                tuple(entry["pages"]),
+                {(tc, case): page for tc, case, page in entry["casePages"]},
+                tuple(entry["claims"]),
+            )
+            for night_id, entry in data["nights"].items()
+        }
+        fold = {
+            (subject, case): PriorAnswer(bool(passed), observed, href)
+            for subject, case, passed, observed, href in data["fold"]
+        }
+        return cls(nights, str(data["foldKey"]), fold)
 
     def render(self) -> str:
         data: dict[str, Any] = {
