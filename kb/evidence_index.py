@@ -193,9 +193,16 @@ class NightCostsReader:
     :data:`RunsOf` it reads the runs themselves.
     """
 
-    def __init__(self, store: KnowledgeStore, directory: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: KnowledgeStore,
+        directory: Path | None = None,
+        only: Collection[str] | None = None,
+    ) -> None:
+        """``only``: the nights that may be read (any other reads as missing)."""
         from kb.store.evidence import runs_reader
 
+        self._only = only
         self._store = store
         self._directory = directory
         self._runs = runs_reader(store, directory)
@@ -206,6 +213,8 @@ class NightCostsReader:
         return self._runs(report_id)
 
     def costs(self, report_id: str) -> NightCosts | None:
+        if self._only is not None and report_id not in self._only:
+            return None
         note, size = self._note(report_id)
         if note is not None:
             try:

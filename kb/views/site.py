@@ -33,7 +33,13 @@ from pathlib import Path
 from kb.card import usable_claims
 from kb.compare import compare_models
 from kb.errors import ConfigError
-from kb.evidence_index import EvidenceIndex, RecordedReport, recorded_nights, recorded_reports
+from kb.evidence_index import (
+    EvidenceIndex,
+    NightCostsReader,
+    RecordedReport,
+    recorded_nights,
+    recorded_reports,
+)
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.changes import CellAlarm, cell_alarms
@@ -41,7 +47,7 @@ from kb.store.epochs import EpochsFile
 from kb.store.filestore import KnowledgeStore
 from kb.store.manifests import ClaimEvidence, PooledNight, claim_evidence
 from kb.store.models import ModelClaim
-from kb.store.records import CellRecord, ReportFile, RunRecord
+from kb.store.records import CellRecord, ReportFile
 from kb.views.decision import newest_first
 from kb.views.html import ALARM_LEGEND, CellPoint, cell_parts, name_html
 from kb.views.report_text import EPOCH_WORDS
@@ -673,14 +679,9 @@ def build_site(
     # the newest nights only: a year's cells would make one page of megabytes (kb diff
     # compares any two)
     write("compare.html", compare_page(nights[-NIGHTS_PER_PAGE:]))
-    by_id = {source.report.report_id: source for source in sources}
-
-    def runs_of(report_id: str) -> list[RunRecord] | None:
-        source = by_id.get(report_id)
-        return list(source.runs(store)) if source is not None else None
-
     chosen = epochs if epochs is not None else EpochsFile()
-    found = compare_models(EvidenceIndex.build(chosen, runs_of))
+    readable = {source.report.report_id for source in sources}  # not the nights left out
+    found = compare_models(EvidenceIndex.build(chosen, NightCostsReader(store, only=readable)))
     for name, text in models_files(found, chosen, drawn.hrefs).items():
         write(name, text)
     for name, text in _claim_pages(store, claims, drawn.linked, nights, epochs).items():
