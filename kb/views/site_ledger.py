@@ -126,7 +126,7 @@ class SiteLedger:
                 for (subject, case), answer in self.fold.items()
             ],
         }
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
+        return json.dumps(data, separators=(",", ":")) + "\n"  # ASCII: any name survives
 
 
 def night_keys(sources: Sequence[RecordedReport]) -> list[str]:

@@ -25,8 +25,12 @@ class StoreCommit:
     body: str
 
 
+_LOG_FORMAT = "%H%x1f%P%x1f%aI%x1f%s%x1f%b"
+"""Hash, parents, author date, subject, body: one record per commit (``git log -z``)."""
+
+
 def _parse_log(out: str) -> list[StoreCommit]:
-    """Records of ``git log -z --format=%H%x1f%P%x1f%aI%x1f%s%x1f%b``."""
+    """Records of ``git log -z --format=`` :data:`_LOG_FORMAT`."""
     commits = []
     for record in out.split("\0"):
         record = record.strip("\n")
@@ -188,7 +192,7 @@ class GitHistory(GitRunner):
             "-z",
             "--fixed-strings",
             f"--grep={key}: {value}",
-            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
+            f"--format={_LOG_FORMAT}",
             "HEAD",
         )
         found = []
@@ -202,58 +206,27 @@ class GitHistory(GitRunner):
 
         ``since``: only those after that commit (an ancestor of ``HEAD``).
         """
-        if self.head()[1] is None:
-            return []
-        out = self.run(
-            "log",
-            "--first-parent",
-            "--merges",
-            "-z",
-            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
-            _range(since),
-            strip=False,
-        )
-        return _parse_log(out)
+        return self._log("--first-parent", "--merges", _range(since))
 
     def store_history(self, since: str | None = None) -> list[StoreCommit]:
         """Commits on the first-parent line of ``HEAD`` that touched the store, oldest first.
 
         ``since``: only those after that commit (an ancestor of ``HEAD``).
         """
-        if self.head()[1] is None:
-            return []
-        out = self.run(
-            "log",
-            "--first-parent",
-            "--reverse",
-            "-z",
-            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
-            _range(since),
-            "--",
-            self.rel,
-            strip=False,
-        )
-        return _parse_log(out)
+        return self._log("--first-parent", "--reverse", _range(since), "--", self.rel)
 
     def path_history(self, rel: str, since: str | None = None) -> list[StoreCommit]:
         """Every commit of ``HEAD``'s history that changed ``rel`` (merges too), oldest first.
 
         ``since``: only those not reachable from that commit.
         """
+        return self._log("--full-history", "--reverse", _range(since), "--", rel)
+
+    def _log(self, *args: str) -> list[StoreCommit]:
+        """``git log ARGS`` as commits (none before the first commit)."""
         if self.head()[1] is None:
             return []
-        out = self.run(
-            "log",
-            "--full-history",
-            "--reverse",
-            "-z",
-            "--format=%H%x1f%P%x1f%aI%x1f%s%x1f%b",
-            _range(since),
-            "--",
-            rel,
-            strip=False,
-        )
-        return _parse_log(out)
+        return _parse_log(self.run("log", "-z", f"--format={_LOG_FORMAT}", *args, strip=False))
 
     def unmerged(self, rel: str | None = None) -> bool:
         """Whether git's index holds ``rel`` (the store by default) as unmerged."""
