@@ -134,6 +134,8 @@ def test_a_claim_page_draws_every_night_of_its_cell(runner: CliRunner, isolated:
     # first night links it)
     (weak,) = [p for p in pages if '<p class="meta">active · ' in p.read_text()]
     assert len(pages) == 2
+    (retired,) = [p for p in pages if p != weak]  # its timeline: the nights it rests on
+    assert retired.read_text().count('<li class="night') == 1
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 390, "height": 844})
         page.goto(weak.as_uri())

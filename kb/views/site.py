@@ -601,7 +601,13 @@ def _claim_pages(
             continue
         line = format_epoch(claim, epochs) if epochs is not None and claim.id in live else None
         cited = claim_evidence(store.home, store.git, claim)
-        timeline = claim_timeline(claim, nights, cited)
+        # a retired claim's timeline is the nights it rests on: a year of nights times
+        # every claim a night ever linked would make each build quadratic
+        rests_on = set(cited.reports)
+        drawn = (
+            nights if claim.id in live else [n for n in nights if n.report.report_id in rests_on]
+        )
+        timeline = claim_timeline(claim, drawn, cited)
         pages[claim_page(claim.id)] = claim_page_html(claim, by_id, line, paged, timeline, cited)
     for claim_id in sorted(linked - known):
         pages[claim_page(claim_id)] = page_html(
