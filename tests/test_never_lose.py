@@ -536,11 +536,12 @@ def test_resume_refuses_another_spec_and_a_night_already_complete(
     other = repo / "other.toml"
     other.write_text(spec.read_text())
     before = (state(repo), len(seen.requests))
-    # Unnamed: this spec has no stopped night (the newest one is named, with its spec).
-    unnamed = kb(runner, "sweep", str(other), "--quiet", "--resume")
-    assert unnamed.exit_code == 2
+    # Unnamed: this spec has no stopped night, so --resume would start one (SPEC 14.4),
+    # saying so and naming the newest stopped night with its spec
+    unnamed = kb(runner, "sweep", str(other), "--resume", "--dry-run")
+    assert unnamed.exit_code == 0, unnamed.stderr
     assert "no journal of a stopped sweep of this spec" in unnamed.stderr
-    assert "is a sweep of s.toml)" in unnamed.stderr  # named relative to the work tree
+    assert "is a sweep of s.toml): the night starts now" in unnamed.stderr
     # Named: that night is another spec's.
     wrong = kb(runner, "sweep", str(other), "--quiet", "--resume", "--observed-at", NIGHT_1)
     assert wrong.exit_code == 2

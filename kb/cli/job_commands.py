@@ -135,7 +135,8 @@ claim falsified; 2 bad input or a spend the envelope could not cover
 @click.option(
     "--resume",
     is_flag=True,
-    help="Finish a night that stopped: skip its committed cells, reuse its journaled runs.",
+    help="Finish a night that stopped (skip its committed cells, reuse its journaled runs); "
+    "start it when nothing is journaled; exit 0 when it is committed already.",
 )
 @click.option(
     "--new-epoch",

@@ -132,10 +132,18 @@ def night_committed(store: KnowledgeStore, report_id: str) -> bool:
     return load_evidence(store, report_id) is not None
 
 
+class NothingToResume(ConfigError):
+    """``--resume`` found no stopped and no committed night to build on (the night starts)."""
+
+
 def find_resume(
     store: KnowledgeStore, directory: Path, report_id: str | None, spec: SweptSpec | None = None
 ) -> Resume:
-    """What there is to resume of ``report_id`` (else of ``spec``'s newest journaled night)."""
+    """What there is to resume of ``report_id`` (else of ``spec``'s newest journaled night).
+
+    Raises :class:`NothingToResume` when there is neither a journal nor a committed
+    night: ``kb sweep --resume`` then starts the night (SPEC 14.4: one safe CI command).
+    """
     if report_id is None:
         latest = newest_journal(directory, spec)
         if latest is None:
@@ -145,17 +153,17 @@ def find_resume(
                 if others is not None
                 else ""
             )
-            raise ConfigError(
+            raise NothingToResume(
                 "--resume",
                 f"nothing to resume: no journal of a stopped sweep of this spec in {directory}"
-                f"{hint}; name the night with --observed-at or --report-id",
+                f"{hint}",
             )
         report_id = latest.report_id
     journal = read_journal(journal_path(directory, report_id))
     evidence = load_evidence(store, report_id) if night_committed(store, report_id) else None
     committed = evidence.report if evidence is not None else None
     if journal is None and committed is None:
-        raise ConfigError(
+        raise NothingToResume(
             "--resume",
             f"nothing to resume for report {report_id!r}: no journal in {directory} and no "
             "committed evidence of it",

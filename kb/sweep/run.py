@@ -65,6 +65,7 @@ from kb.sweep.plan import SweepPlan, prepare_sweep, refuse_future_instant, refus
 from kb.sweep.report import sweep_report
 from kb.sweep.resume import (
     JOURNAL_SUFFIX,
+    NothingToResume,
     Resume,
     ResumeGuard,
     SweptSpec,
@@ -359,7 +360,8 @@ def resume_night(
 
     The night is named by ``report_id`` (or the spec's), else by the default
     id of ``observed_at``; with neither, the newest journal in the spec's
-    evidence directory names it.
+    evidence directory names it. Raises :class:`kb.sweep.resume.NothingToResume`
+    when there is nothing (:func:`plan_sweep` then starts the night).
     """
     if report_id is None and spec.sweep.report_id is None and observed_at is not None:
         report_id = f"kb-sweep-{format_instant(observed_at)}"
@@ -756,11 +758,14 @@ def plan_sweep(
     ``observed_at`` is the night's instant (``None``: a resumed night's own,
     else ``as_of``); one given that lies past ``as_of`` is refused.
     """
-    stopped = (
-        resume_night(spec, store, report_id=options.report_id, observed_at=observed_at)
-        if options.resume
-        else None
-    )
+    stopped, fresh = None, None
+    if options.resume:
+        try:
+            stopped = resume_night(
+                spec, store, report_id=options.report_id, observed_at=observed_at
+            )
+        except NothingToResume as nothing:  # one safe CI command: the night starts
+            fresh = f"{nothing}: the night starts now"
     if observed_at is not None and as_of is not None:
         refuse_future_instant(observed_at, as_of, "--observed-at")
     night = stopped.observed_at if stopped is not None else None
@@ -780,7 +785,11 @@ def plan_sweep(
         epochs=read_epochs(store.home.epochs_file),
         new_epoch=options.new_epoch,
     )
-    said = [restart_warning(plan, store, commit=options.commit), *stopped_nights(plan, store)]
+    said = [
+        fresh,
+        restart_warning(plan, store, commit=options.commit),
+        *stopped_nights(plan, store),
+    ]
     return PlannedSweep(
         plan, _batches_forecast(plan, engine, stopped), tuple(w for w in said if w is not None)
     )
