@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kb.errors import ConfigError
 from kb.paired import nearest_rank_percentile
@@ -219,13 +219,14 @@ class NightCostsReader:
         if note is not None:
             try:
                 data = json.loads(note.read_text("utf-8"))
-                if data["size"] == size:  # the runs file edited since: read it (and refuse it)
+                # a size changed since: the runs file was edited (read it, and refuse it)
+                if data["format"] == NOTE_FORMAT and data["size"] == size:
                     return {
-                        (subject, task_class, case): [RunCost(*run) for run in runs]
+                        (str(subject), str(task_class), str(case)): [_run_cost(*r) for r in runs]
                         for subject, task_class, case, runs in data["runs"]
                     }
             except (OSError, ValueError, TypeError, KeyError, RecursionError):
-                pass
+                pass  # a note kb cannot read: the night is read again
         from kb.store.evidence import load_evidence
 
         loaded = load_evidence(self._store, report_id, self._directory)
@@ -244,18 +245,38 @@ class NightCostsReader:
             return None, -1
         for directory in self._store.home.evidence_dirs(self._directory):
             runs_path, report_path = evidence_paths(directory, report_id)
-            if report_path.is_file() and runs_path.is_file():
-                try:
-                    digest = parse_report(report_path.read_bytes(), str(report_path)).runs_sha256
-                    size = runs_path.stat().st_size
-                except (OSError, ConfigError):
-                    return None, -1
-                return (self._notes / f"{digest}.json" if digest else None), size
+            if not (report_path.is_file() or runs_path.is_file()):
+                continue
+            if not (report_path.is_file() and runs_path.is_file()):
+                return None, -1  # where load_evidence reads, one file alone: no note
+            try:
+                digest = parse_report(report_path.read_bytes(), str(report_path)).runs_sha256
+                size = runs_path.stat().st_size
+            except (OSError, ConfigError):
+                return None, -1
+            return (self._notes / f"{digest}.json" if digest else None), size
         return None, -1
 
 
+NOTE_FORMAT = 1
+"""What a note holds; another kb's notes are read again, not trusted."""
+
+
+def _run_cost(cost: Any, latency: Any, unpriced: Any) -> RunCost:
+    """A noted run, its types checked (a hand-edited note is read again, not believed)."""
+    if not isinstance(cost, int | float) or not isinstance(unpriced, bool):
+        raise ValueError("not a noted run")
+    if latency is not None and not isinstance(latency, int | float):
+        raise ValueError("not a noted run")
+    return RunCost(float(cost), None if latency is None else float(latency), unpriced)
+
+
 def _write_note(note: Path, size: int, costs: NightCosts) -> None:
-    rows = {"size": size, "runs": [[*k, [list(run) for run in v]] for k, v in costs.items()]}
+    rows = {
+        "format": NOTE_FORMAT,
+        "size": size,
+        "runs": [[*k, [list(run) for run in v]] for k, v in costs.items()],
+    }
     try:
         note.parent.mkdir(parents=True, exist_ok=True)
         temporary = note.with_suffix(f".{os.getpid()}.tmp")

@@ -52,3 +52,17 @@ def test_a_red_night_re_run_with_resume_stays_red_for_the_same_reason(
     assert rerun.exit_code == 1 and "already committed" in rerun.stdout
     assert [line for line in rerun.stderr.splitlines() if line.startswith("Error:")] == reason
     assert store_version(repo) == 2  # nothing committed twice
+
+
+def test_a_night_committed_without_evidence_is_never_measured_again(
+    runner: CliRunner, repo: Path
+) -> None:
+    spec = five_models(repo, "a.toml", 10)
+    assert night(runner, spec, 1, "--no-evidence").exit_code == 0
+    commits = git(repo, "rev-list", "--count", "HEAD")
+    again = night(runner, spec, 1, "--resume")
+    assert again.exit_code == 2
+    assert "is committed already (its commit is in git) but its evidence is not in" in (
+        again.stderr
+    )
+    assert git(repo, "rev-list", "--count", "HEAD") == commits and store_version(repo) == 1

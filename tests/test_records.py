@@ -310,3 +310,16 @@ def test_a_cell_is_shown_at_its_epochs_rate_else_tonights() -> None:
         why="confirm",
     )
     assert cell.model_copy(update={"epoch": epoch}).shown_rate == 0.925
+
+
+def test_a_format_2_line_never_lends_its_request_to_a_format_3_line() -> None:
+    """A resume joins an older kb's committed runs (format 2) with tonight's (format 3)."""
+    old, new, newer = _night_runs(1)[0], _night_runs(1)[0], _night_runs(1)[1]
+    old = old.model_copy(update={"format": 2, "label": "target:0/c0"})
+    asked = new.request.model_copy(update={"user": "tonight's question"})  # type: ignore[union-attr]
+    new = new.model_copy(update={"request": asked, "label": "target:1/c0"})
+    newer = newer.model_copy(update={"request": asked, "label": "target:2/c0"})
+    data = render_runs([old, new, newer])
+    assert data.decode().count('"sameRequest":true') == 1
+    back = parse_runs(data, "n.jsonl")
+    assert [r.request for r in back] == [old.request, asked, asked]

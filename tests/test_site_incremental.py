@@ -174,3 +174,27 @@ def test_the_index_lists_the_newest_nights_and_pages_the_older(
     assert "2026-11-30T02:00" in compare and "2026-11-28T02:00" not in compare
     form = index.split('id="compare"')[1].split("</form>")[0]
     assert newest in form and oldest not in form
+
+
+def test_a_hand_edited_ledger_names_no_other_page_and_no_script(
+    runner: CliRunner, isolated: Path
+) -> None:
+    store = KnowledgeStore(isolated / "rulvar.models.json")
+    two_nights(runner, isolated)
+    site = isolated / "site"
+    build_site(store, site, AS_OF)
+    full = pages(site)
+    ledger = json.loads((site / LEDGER_FILE).read_text())
+    for tampered in (
+        {"fold": [["scripted:weak", "case-00", True, "2026", "javascript:alert(1)"]]},
+        {"nights": {n: v | {"pages": ["../outside.html"]} for n, v in ledger["nights"].items()}},
+        {"nights": {n: v | {"claims": [7]} for n, v in ledger["nights"].items()}},
+    ):
+        (site / LEDGER_FILE).write_text(json.dumps(ledger | tampered))
+        rebuilt = build_site(store, site, AS_OF)
+        assert rebuilt.kept == 0 and rebuilt.warnings[0].endswith(
+            "every night's pages are drawn again"
+        )
+        assert pages(site) == full and "javascript:" not in "".join(
+            p.decode() for p in pages(site).values()
+        )

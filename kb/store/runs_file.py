@@ -70,7 +70,7 @@ def _shared_request(
     """A format-3 line with its request filled in from the case's earlier line."""
     where = (value.get("taskClass"), value.get("case"), value.get("kind"))
     if SAME_REQUEST not in value:
-        if "request" in value:
+        if "request" in value and EVIDENCE_FORMAT.version(value) >= 3:  # as the writer does
             asked.setdefault(where, value["request"])
         return value
     if EVIDENCE_FORMAT.version(value) < 3:

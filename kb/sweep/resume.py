@@ -160,8 +160,16 @@ def find_resume(
             )
         report_id = latest.report_id
     journal = read_journal(journal_path(directory, report_id))
-    evidence = load_evidence(store, report_id) if night_committed(store, report_id) else None
+    in_history = night_committed(store, report_id)
+    evidence = load_evidence(store, report_id) if in_history else None
     committed = evidence.report if evidence is not None else None
+    if journal is None and committed is None and in_history:
+        raise ConfigError(  # never measured and paid again: it is committed
+            "--resume",
+            f"the night {report_id!r} is committed already (its commit is in git) but its "
+            f"evidence is not in {directory} (written with --no-evidence, or elsewhere): "
+            "nothing to resume, and it is not measured again",
+        )
     if journal is None and committed is None:
         raise NothingToResume(
             "--resume",

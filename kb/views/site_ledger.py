@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -45,11 +46,42 @@ PriorAnswers = dict[tuple[str, str], PriorAnswer]
 
 @cache
 def site_code() -> str:
-    """sha256 of the code that draws the pages: a new kb draws every night again."""
-    digest = hashlib.sha256(GENERATOR.encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    """sha256 of kb's version and code: any other kb draws every night again.
+
+    All of kb, not only its views: a night's page also reads money, alarms and
+    the evidence readers; the version too, for an install without sources.
+    """
+    import kb
+
+    package = Path(kb.__file__).parent
+    digest = hashlib.sha256(f"{GENERATOR}\0{getattr(kb, '__version__', '')}".encode())
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+_PAGE = re.compile(r"[A-Za-z0-9._%-]+\.html")
+_ANSWER = re.compile(r"[A-Za-z0-9._%-]+\.html#case-[0-9a-f]{16}")
+
+
+def _page(value: Any) -> str:
+    """A page name the site itself writes (a hand-edited ledger names nothing else)."""
+    if not isinstance(value, str) or not _PAGE.fullmatch(value):
+        raise ValueError(f"not a page of this site: {str(value)[:60]!r}")
+    return value
+
+
+def _answer(value: Any) -> str | None:
+    """A link to an answer on a page of this site (``None``: none)."""
+    if value is not None and (not isinstance(value, str) or not _ANSWER.fullmatch(value)):
+        raise ValueError(f"not an answer of this site: {str(value)[:60]!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"not a text: {str(value)[:60]!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -93,19 +125,21 @@ class SiteLedger:
         if data.get("format") != LEDGER_FORMAT or data.get("code") != site_code():
             return cls()  # another kb drew these pages: it draws them again, as it should
         nights = {
-            night_id: BuiltNight(
-                entry["key"],
-                tuple(entry["pages"]),
-                {(tc, case): page for tc, case, page in entry["casePages"]},
-                tuple(entry["claims"]),
+            _text(night_id): BuiltNight(
+                _text(entry["key"]),
+                tuple(_page(page) for page in entry["pages"]),
+                {(_text(tc), _text(case)): _page(page) for tc, case, page in entry["casePages"]},
+                tuple(_text(claim) for claim in entry["claims"]),
             )
             for night_id, entry in data["nights"].items()
         }
         fold = {
-            (subject, case): PriorAnswer(bool(passed), observed, href)
+            (_text(subject), _text(case)): PriorAnswer(
+                passed is True, _text(observed), _answer(href)
+            )
             for subject, case, passed, observed, href in data["fold"]
         }
-        return cls(nights, str(data["foldKey"]), fold)
+        return cls(nights, _text(data["foldKey"]), fold)
 
     def render(self) -> str:
         data: dict[str, Any] = {

@@ -258,7 +258,7 @@ def _before(prior: PriorAnswer | None) -> str:
         return (
             '<small class="before meta">before: not asked in an earlier night of this site</small>'
         )
-    said = f"{'PASS' if prior.passed else 'FAIL'} on {prior.observed_at[:10]}"
+    said = f"{'PASS' if prior.passed else 'FAIL'} on {esc(prior.observed_at[:10])}"
     shown = f'<a href="{esc(prior.href)}">{said}</a>' if prior.href else said
     return f'<small class="before">before: {shown}</small>'
 
