@@ -162,6 +162,8 @@ class RunCost(NamedTuple):
 
 NightCosts = dict[Key, list[RunCost]]
 """A night's target runs as the index keeps them."""
+CostsOf = Callable[[str], "NightCosts | None"]
+"""A night's :data:`NightCosts` by report id (``None``: no evidence of it)."""
 
 
 def night_costs(runs: Iterable[RunRecord] | None) -> NightCosts | None:
@@ -189,8 +191,7 @@ class NightCostsReader:
     no longer matches its report); an edit that keeps the size is caught by
     every reader of the answers (``kb show``, ``kb report``, the site), not
     by the index. A note kb cannot read is ignored and written again; outside
-    git, or for a night read from history, nothing is kept. Called as a
-    :data:`RunsOf` it reads the runs themselves.
+    git, or for a night read from history, nothing is kept.
     """
 
     def __init__(
@@ -200,22 +201,22 @@ class NightCostsReader:
         only: Collection[str] | None = None,
     ) -> None:
         """``only``: the nights that may be read (any other reads as missing)."""
-        from kb.store.evidence import runs_reader
-
         self._only = only
         self._store = store
         self._directory = directory
-        self._runs = runs_reader(store, directory)
         git = store.git
         self._notes = git.git_dir / "kb-index" if git is not None else None
 
-    def __call__(self, report_id: str) -> list[RunRecord] | None:
-        return self._runs(report_id)
-
-    def costs(self, report_id: str) -> NightCosts | None:
+    def __call__(self, report_id: str) -> NightCosts | None:
         if self._only is not None and report_id not in self._only:
             return None
-        note, size = self._note(report_id)
+        located = self._located(report_id)
+        if located is None:  # outside git, one file alone, or only in history: read it
+            from kb.store.evidence import load_evidence
+
+            loaded = load_evidence(self._store, report_id, self._directory)
+            return night_costs(loaded.runs if loaded is not None and loaded.runs else None)
+        directory, report, note, size = located
         if note is not None:
             try:
                 data = json.loads(note.read_text("utf-8"))
@@ -227,35 +228,40 @@ class NightCostsReader:
                     }
             except (OSError, ValueError, TypeError, KeyError, RecursionError):
                 pass  # a note kb cannot read: the night is read again
-        from kb.store.evidence import load_evidence
+        from kb.store.evidence import report_runs
 
-        loaded = load_evidence(self._store, report_id, self._directory)
-        found = night_costs(loaded.runs if loaded is not None and loaded.runs else None)
-        if note is not None and found is not None and loaded is not None:
-            if not loaded.source.startswith("git "):
-                _write_note(note, size, found)
+        found = night_costs(report_runs(directory, report) or None)
+        if note is not None and found is not None:
+            _write_note(note, size, found)
         return found
 
-    def _note(self, report_id: str) -> tuple[Path | None, int]:
-        """The note of the night's runs file (named by its recorded sha256) and its size."""
+    def _located(self, report_id: str) -> tuple[Path, ReportFile, Path | None, int] | None:
+        """The night's directory, report, note and runs file size (a note keeps its costs).
+
+        The directory is where :func:`~kb.store.evidence.load_evidence` reads; the
+        note is named by the runs file's recorded sha256. ``None``: no note can be
+        kept (outside git; one file alone where the night is read; a report that
+        cannot be read, which the reader then names).
+        """
         from kb.store.evidence import evidence_paths
         from kb.store.records import parse_report
 
         if self._notes is None:
-            return None, -1
+            return None
         for directory in self._store.home.evidence_dirs(self._directory):
             runs_path, report_path = evidence_paths(directory, report_id)
             if not (report_path.is_file() or runs_path.is_file()):
                 continue
             if not (report_path.is_file() and runs_path.is_file()):
-                return None, -1  # where load_evidence reads, one file alone: no note
+                return None
             try:
-                digest = parse_report(report_path.read_bytes(), str(report_path)).runs_sha256
+                report = parse_report(report_path.read_bytes(), str(report_path))
                 size = runs_path.stat().st_size
             except (OSError, ConfigError):
-                return None, -1
-            return (self._notes / f"{digest}.json" if digest else None), size
-        return None, -1
+                return None
+            digest = report.runs_sha256
+            return directory, report, (self._notes / f"{digest}.json" if digest else None), size
+        return None
 
 
 NOTE_FORMAT = 1
@@ -301,14 +307,26 @@ class EvidenceIndex:
         epochs: EpochsFile,
         runs_of: RunsOf | None = None,
         *,
+        costs_of: CostsOf | None = None,
         task_class: str | None = None,
         subjects: Collection[str] | None = None,
     ) -> EvidenceIndex:
-        """The index of ``epochs``, each night's runs read once through ``runs_of``.
+        """The index of ``epochs``, each night read once through ``costs_of`` (or ``runs_of``).
 
-        ``task_class`` and ``subjects`` keep only those cells (and read only their
-        nights). Without ``runs_of`` only the scores are indexed (costs are unknown).
+        ``costs_of`` gives a night's :data:`NightCosts` (:class:`NightCostsReader`
+        keeps them noted); ``runs_of`` gives its runs. ``task_class`` and
+        ``subjects`` keep only those cells (and read only their nights). With
+        neither reader only the scores are indexed (costs are unknown).
         """
+        reader = costs_of
+        if reader is None and runs_of is not None:
+            given = runs_of
+
+            def from_runs(report_id: str) -> NightCosts | None:
+                return night_costs(given(report_id))
+
+            reader = from_runs
+
         kept = {
             key: epoch
             for key, epoch in epochs.cells.items()
@@ -317,19 +335,14 @@ class EvidenceIndex:
         }
         epochs = EpochsFile(cells=kept)
         nights = sorted({n.report_id for e in epochs.cells.values() for n in e.nights})
-        grouped: dict[str, dict[Key, list[RunCost]] | None] = {}
-        missing: list[str] = []
-        costs_of = runs_of if isinstance(runs_of, NightCostsReader) else None
-        for report_id in nights if runs_of is not None else ():
-            assert runs_of is not None
-            by_case = costs_of.costs(report_id) if costs_of else night_costs(runs_of(report_id))
-            if by_case is None:
-                missing.append(report_id)
-            grouped[report_id] = by_case
+        grouped: dict[str, NightCosts | None] = {}
+        if reader is not None:
+            grouped = {report_id: reader(report_id) for report_id in nights}
+        missing = [report_id for report_id, costs in grouped.items() if costs is None]
         found: dict[str, dict[str, CellEvidence]] = {}
         for name, epoch in sorted(epochs.cells.items()):
             subject, _, measured = name.partition("|")
-            case_runs = _case_runs(subject, measured, epoch, grouped) if runs_of else None
+            case_runs = _case_runs(subject, measured, epoch, grouped) if reader else None
             cell = CellEvidence.of(subject, measured, epoch, case_runs)
             if cell.scores:
                 found.setdefault(measured, {})[subject] = cell
@@ -352,7 +365,7 @@ class EvidenceIndex:
         """
         epochs = read_epochs(store.home.epochs_file)
         reader = NightCostsReader(store, evidence_dir) if runs else None
-        return cls.build(epochs, reader, task_class=task_class, subjects=subjects)
+        return cls.build(epochs, costs_of=reader, task_class=task_class, subjects=subjects)
 
     def cell(self, subject: str, task_class: str) -> CellEvidence | None:
         """One model's current epoch on one task class (``None``: none measured)."""
@@ -421,15 +434,15 @@ class RecordedReport:
     """sha256 of the report file's bytes (a format-2 report records its runs file's
     sha256) and the runs file's size: the same identity, the same night."""
 
-    def runs(self, store: KnowledgeStore) -> tuple[RunRecord, ...]:
+    def runs(self) -> tuple[RunRecord, ...]:
         """The night's runs (a ``ConfigError`` or ``OSError`` when they cannot be read)."""
-        from kb.store.evidence import load_evidence
+        from kb.store.evidence import report_runs
 
-        found = load_evidence(store, self.report.report_id, self.directory)
-        return tuple(found.runs) if found is not None else ()
+        return tuple(report_runs(self.directory, self.report))
 
 
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError)
+UNREADABLE = (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError)
+"""What reading a night's evidence files may raise: the night is left out, named."""
 
 
 def recorded_reports(store: KnowledgeStore) -> tuple[list[RecordedReport], list[str]]:
@@ -464,7 +477,7 @@ def recorded_reports(store: KnowledgeStore) -> tuple[list[RecordedReport], list[
                 report = parse_report(data, str(path))
                 runs_path, _ = evidence_paths(directory, str(report_id))
                 size = runs_path.stat().st_size if runs_path.is_file() else -1
-            except _UNREADABLE as exc:
+            except UNREADABLE as exc:
                 left_out.append(f"{report_id}: {str(exc)[:200]}; its night is left out")
                 continue
             if report_id in seen:
@@ -486,8 +499,8 @@ def recorded_nights(store: KnowledgeStore) -> tuple[list[RecordedNight], list[st
     nights: list[RecordedNight] = []
     for recorded in reports:
         try:
-            runs = recorded.runs(store)
-        except _UNREADABLE as exc:
+            runs = recorded.runs()
+        except UNREADABLE as exc:
             report_id = recorded.report.report_id
             left_out.append(f"{report_id}: {str(exc)[:200]}; its night is left out")
             continue

@@ -64,9 +64,9 @@ def test_a_site_built_night_by_night_is_the_site_built_at_once(
     reads: list[str] = []
     runs = RecordedReport.runs
 
-    def counted(self: RecordedReport, store: KnowledgeStore) -> tuple[RunRecord, ...]:
+    def counted(self: RecordedReport) -> tuple[RunRecord, ...]:
         reads.append(self.report.report_id)
-        return runs(self, store)
+        return runs(self)
 
     for_pages: list[str] = []
     drawing = site_module.write_nights

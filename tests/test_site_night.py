@@ -87,19 +87,25 @@ def failing(indices: range = range(300)) -> int:
     return sum(1 for i in indices if i % 3 == 0 or i % 7 == 0)
 
 
-def test_a_300_case_night_is_paged_searchable_and_readable_at_both_widths(
-    runner: CliRunner, isolated: Path
-) -> None:
-    spec = big_night(isolated)
+def one_night_site(runner: CliRunner, spec: Path, site: Path) -> tuple[Path, dict[str, int]]:
+    """Sweep ``spec`` one night, build its site: the site and each page's bytes (none over
+    the page budget)."""
     swept = runner.invoke(
         cli, ["sweep", str(spec), "--quiet", "--observed-at", "2026-11-28T02:00:00Z"]
     )
     assert swept.exit_code in (0, 1), swept.stderr
-    site = isolated / "public"
     built = runner.invoke(cli, ["--as-of", "2026-11-28T03:00:00Z", "site", str(site)])
     assert built.exit_code == 0, built.stderr
     sizes = {p.name: p.stat().st_size for p in site.glob("*.html")}
     assert max(sizes.values()) <= PAGE_BUDGET, sizes
+    return site, sizes
+
+
+def test_a_300_case_night_is_paged_searchable_and_readable_at_both_widths(
+    runner: CliRunner, isolated: Path
+) -> None:
+    spec = big_night(isolated)
+    site, sizes = one_night_site(runner, spec, isolated / "public")
     (night,) = [site / n for n in sizes if n.startswith("night-") and "-cases-" not in n]
     answer_pages = sorted(n for n in sizes if "-cases-" in n)
     assert len(answer_pages) >= 2  # 1,200 long answers do not fit one page
@@ -303,15 +309,7 @@ def test_one_case_whose_answers_pass_the_limit_continues_over_pages_each_under_i
     lines += [f"prompt = {json.dumps(prompt)}", 'graders = [{ kind = "golden", expected = "x" }]']
     spec = isolated / "long.toml"
     spec.write_text("\n".join(lines) + "\n")
-    swept = runner.invoke(
-        cli, ["sweep", str(spec), "--quiet", "--observed-at", "2026-11-28T02:00:00Z"]
-    )
-    assert swept.exit_code in (0, 1), swept.stderr
-    site = isolated / "public"
-    built = runner.invoke(cli, ["--as-of", "2026-11-28T03:00:00Z", "site", str(site)])
-    assert built.exit_code == 0, built.stderr
-    sizes = {p.name: p.stat().st_size for p in site.glob("*.html")}
-    assert max(sizes.values()) <= PAGE_BUDGET, sizes
+    site, _ = one_night_site(runner, spec, isolated / "public")
     pages = sorted(site.glob("night-*.html"))
     text = "".join(p.read_text() for p in pages)
     parts = re.findall(r"continued, part (\d) of (\d)", text)

@@ -94,17 +94,35 @@ def _loaded(
     report: bytes | None, runs: bytes | None, runs_path: Path, report_path: Path, source: str
 ) -> LoadedEvidence:
     parsed = parse_report(report, str(report_path)) if report is not None else None
+    return LoadedEvidence(parsed, _checked_runs(parsed, runs, runs_path), source)
+
+
+def _checked_runs(
+    report: ReportFile | None, runs: bytes | None, runs_path: Path
+) -> list[RunRecord]:
+    """The runs file's records, refused when they do not match what ``report`` recorded."""
     if runs is None:
-        if parsed is not None and parsed.run_count:
+        if report is not None and report.run_count:
             raise ConfigError(
                 str(runs_path),
-                f"is missing, but its report recorded {parsed.run_count} runs (restore it)",
+                f"is missing, but its report recorded {report.run_count} runs (restore it)",
             )
-        return LoadedEvidence(parsed, [], source)
+        return []
     records = parse_runs(runs, str(runs_path))
-    if parsed is not None:
-        check_runs_match(parsed, runs, len(records), str(runs_path))
-    return LoadedEvidence(parsed, records, source)
+    if report is not None:
+        check_runs_match(report, runs, len(records), str(runs_path))
+    return records
+
+
+def report_runs(directory: Path, report: ReportFile) -> list[RunRecord]:
+    """The runs of a report already read from ``directory`` (its runs file, checked).
+
+    What :func:`load_evidence` does for a night found in ``directory``, without
+    reading and validating its report file a second time.
+    """
+    runs_path, _ = evidence_paths(directory, report.report_id)
+    runs = runs_path.read_bytes() if runs_path.is_file() else None
+    return _checked_runs(report, runs, runs_path)
 
 
 def earlier_reports(directory: Path, observed_at: str) -> list[ReportFile]:

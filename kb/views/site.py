@@ -620,7 +620,6 @@ def _claim_pages(
 
 
 def _nights_of(
-    store: KnowledgeStore,
     sources: list[RecordedReport],
     ledger: SiteLedger,
     directory: Path,
@@ -630,7 +629,7 @@ def _nights_of(
     """The night pages, drawn or kept; a night whose runs cannot be read is left out."""
     while True:
         try:
-            return sources, write_nights(store, sources, ledger, directory, write)
+            return sources, write_nights(sources, ledger, directory, write)
         except NightUnreadable as exc:
             bad = sources[exc.index].report.report_id
             left_out.append(f"{bad}: {exc.reason}; its night is left out")
@@ -672,7 +671,7 @@ def build_site(
             raise ConfigError("site", f"cannot write {path}: {exc.strerror or exc}") from None
         written.append(path)
 
-    sources, drawn = _nights_of(store, sources, ledger, directory, write, left_out)
+    sources, drawn = _nights_of(sources, ledger, directory, write, left_out)
     nights = [Night(source.report, ()) for source in sources]
     warnings = (
         []
@@ -687,7 +686,8 @@ def build_site(
     write("compare.html", compare_page(nights[-NIGHTS_PER_PAGE:]))
     chosen = epochs if epochs is not None else EpochsFile()
     readable = {source.report.report_id for source in sources}  # not the nights left out
-    found = compare_models(EvidenceIndex.build(chosen, NightCostsReader(store, only=readable)))
+    costs = NightCostsReader(store, only=readable)
+    found = compare_models(EvidenceIndex.build(chosen, costs_of=costs))
     for name, text in models_files(found, chosen, drawn.hrefs).items():
         write(name, text)
     for name, text in _claim_pages(store, claims, drawn.linked, nights, epochs).items():

@@ -32,9 +32,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kb.errors import ConfigError
-from kb.evidence_index import RecordedReport
-from kb.store.filestore import KnowledgeStore
+from kb.evidence_index import UNREADABLE, RecordedReport
 from kb.views.site_night import NightLayout, PriorAnswer, answers_of, night_files
 from kb.views.site_pages import GENERATOR, Night, claim_page
 
@@ -198,7 +196,6 @@ class NightUnreadable(Exception):
 
 
 def write_nights(
-    store: KnowledgeStore,
     sources: Sequence[RecordedReport],
     earlier: SiteLedger,
     directory: Path,
@@ -213,7 +210,7 @@ def write_nights(
         _current(earlier, source, key, directory) for source, key in zip(sources, keys, strict=True)
     ]
     first = current.index(False) if False in current else len(sources)
-    fold = _fold_before(store, sources, earlier, keys, first)
+    fold = _fold_before(sources, earlier, keys, first)
     reports = [Night(source.report, ()) for source in sources]
     found = NightsWritten({}, [], 0, set(), SiteLedger())
     for index, source in enumerate(sources):
@@ -223,10 +220,7 @@ def write_nights(
             found.kept.extend(built.pages)
         else:
             assert fold is not None  # known before the first night drawn
-            try:
-                night = Night(source.report, source.runs(store))
-            except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError) as exc:
-                raise NightUnreadable(index, str(exc)[:200]) from None
+            night = _night(source, index)
             linked: set[str] = set()
 
             def claim_href(claim_id: str, linked: set[str] = linked) -> str:
@@ -249,6 +243,14 @@ def write_nights(
     return found
 
 
+def _night(source: RecordedReport, index: int) -> Night:
+    """The night with its runs, or :class:`NightUnreadable` naming it."""
+    try:
+        return Night(source.report, source.runs())
+    except UNREADABLE as exc:
+        raise NightUnreadable(index, str(exc)[:200]) from None
+
+
 def _current(earlier: SiteLedger, source: RecordedReport, key: str, directory: Path) -> bool:
     built = earlier.nights.get(source.report.report_id)
     return (
@@ -259,7 +261,6 @@ def _current(earlier: SiteLedger, source: RecordedReport, key: str, directory: P
 
 
 def _fold_before(
-    store: KnowledgeStore,
     sources: Sequence[RecordedReport],
     earlier: SiteLedger,
     keys: Sequence[str],
@@ -280,9 +281,6 @@ def _fold_before(
     for index in range(first):
         source = sources[index]
         built = earlier.nights[source.report.report_id]
-        try:
-            night = Night(source.report, source.runs(store))
-        except (OSError, ValueError, KeyError, TypeError, RecursionError, ConfigError) as exc:
-            raise NightUnreadable(index, str(exc)[:200]) from None
+        night = _night(source, index)
         fold |= answers_of(night, NightLayout(night.page, built.case_pages))
     return fold
