@@ -51,6 +51,10 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in ("KB_STORE", "KB_AS_OF", "KB_DEBUG", "KB_COMMITTER", "KB_NO_CACHE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # The shared rate-limit buckets (SPEC 14.4) in the test's own runtime folder: a
+    # loopback server's port is reused between tests, its 429 holds must not be
+    monkeypatch.delenv("KB_RATE_LIMITS", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     # Calls in this process unless a test asks for worker processes (tests/test_workers.py
     # runs sweeps through them): a worker pays litellm's import (~5 s of CPU) per sweep,
     # which the thousands of sweeps here would pay again and again.

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from kb.engine.pacing import PaceNote
     from kb.engine.runs import RunKind, RunResult
     from kb.engine.scheduler import Engine, EngineConfig
+    from kb.engine.shared_buckets import RateLimitSetting
     from kb.engine.workers import WorkerPool
     from kb.store.filestore import CommitResult, KnowledgeStore
 
@@ -362,9 +363,22 @@ def build_engine(
     )
     if flags.deadline is not None:
         config = replace(config, deadline=app.deadline(flags.deadline))
+    if flags.replay:
+        config = replace(config, rate_limits=None)  # a replay calls no provider
+    elif config.rate_limits is None:
+        config = replace(config, rate_limits=shared_buckets_setting(None))
     app.engine = Engine.build(config, cassette=cassette, workers=workers)
     app.engine.on_note = lambda line: click.echo(f"waiting: {line}", err=True)
+    app.engine.on_warning = lambda line: click.echo(f"warning: {line}", err=True)
+    click.get_current_context().call_on_close(app.engine.close)
     return app.engine
+
+
+def shared_buckets_setting(spec_value: str | None) -> RateLimitSetting:
+    """Where this job shares its rate-limit buckets: ``KB_RATE_LIMITS``, the spec, the default."""
+    from kb.engine.shared_buckets import rate_limit_setting
+
+    return rate_limit_setting(spec_value, os.environ, os.getuid())
 
 
 def start_workers(*, dry_run: bool, replay: Path | None) -> WorkerPool | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kb.engine.shared_buckets import RateLimitSetting
 from kb.errors import ConfigError
 
 
@@ -33,6 +34,10 @@ class EngineConfig:
     deadline: float | None = None
     """When the job must stop (wall-clock seconds since the epoch, ``--deadline``): no call
     starts after it, the calls in flight are cut short, what settled stays journaled."""
+    rate_limits: RateLimitSetting | None = None
+    """Where rate-limit buckets are shared with other processes (SPEC 14.4,
+    :mod:`kb.engine.shared_buckets`); ``None``: paced in this process alone. The CLI
+    gives :func:`~kb.engine.shared_buckets.rate_limit_setting`'s answer."""
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "per_provider"):

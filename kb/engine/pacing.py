@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -316,12 +316,27 @@ class BucketPace:
         flight sends one call (a probe) :data:`PROBE_EVERY_S` after its last; the
         probe's answer tells whether the bucket really is empty.
         """
-        if len(self.in_flight) >= max(1, math.floor(self.window)):
+        if self.own_in_flight() >= max(1, math.floor(self.window)):
             return None
         wait = min(self.held_s(tokens, now), RETRY_AFTER_MAX_S)
         if self.in_flight or self.last_sent_at is None or wait <= 0:
             return wait  # calls in flight: their answers may say there is room after all
         return min(wait, max(0.0, self.last_sent_at + PROBE_EVERY_S - now))
+
+    def own_in_flight(self) -> int:
+        """The calls in flight this process's window counts (all of them, unshared)."""
+        return len(self.in_flight)
+
+    def try_send(self, tokens: float, now: float) -> tuple[int | None, float | None]:
+        """Send a call of ``tokens`` if the pace allows it now: ``(send number, None)``.
+
+        Else ``(None, wait)``, ``wait`` as :meth:`wait_s` says. One step, so that
+        a shared bucket decides and takes under one lock.
+        """
+        wait = self.wait_s(tokens, now)
+        if wait is not None and wait <= 0:
+            return self.send(tokens, now), None
+        return None, wait
 
     def send(self, tokens: float, now: float) -> int:
         """A call goes out now: its send number."""
@@ -505,12 +520,16 @@ class RateLimits:
     """When each call was answered (monotonic, a 429 not counted), the last minute's."""
     heard: bool = False
     """Some provider said something about its limits (headers or a 429)."""
+    make: Callable[[Hashable, int], BucketPace | None] | None = None
+    """Makes a bucket's pace (shared between processes: :mod:`kb.engine.shared_buckets`);
+    ``None`` (or a ``None`` from it): one of this process's own."""
 
     def bucket(self, key: Hashable) -> BucketPace:
         """The bucket ``key`` (made on first use, at the ceiling)."""
         found = self.buckets.get(key)
         if found is None:
-            found = self.buckets[key] = BucketPace(self.ceiling)
+            made = self.make(key, self.ceiling) if self.make is not None else None
+            found = self.buckets[key] = made or BucketPace(self.ceiling)
         return found
 
     def sent(self, now: float) -> None:

@@ -60,6 +60,7 @@ from kb.engine.requests import (
     secrets_to_cut,
 )
 from kb.engine.runs import PlannedRun, RunResult
+from kb.engine.shared_buckets import SharedBuckets, open_share
 from kb.engine.transports import compose, save_recordings
 from kb.engine.transports.base import BatchTransport, Reply, Transport, ledger_of
 from kb.engine.transports.live import LiveTransport
@@ -100,6 +101,12 @@ class Engine:
     """Called once per thing a person should know while the job waits (a spent quota)."""
     notes: list[str] = field(default_factory=list, init=False)
     """Everything :attr:`on_note` was told, in order."""
+    on_warning: Callable[[str], None] | None = None
+    """Called once per thing that went wrong and did not stop the job (a lost Redis)."""
+    warnings: list[str] = field(default_factory=list, init=False)
+    """Everything :attr:`on_warning` was told, in order."""
+    sharing: SharedBuckets | None = field(default=None, init=False)
+    """How this job's buckets are shared with other processes (``None``: not at all)."""
     rate_limits: RateLimits = field(init=False)
     """Each rate-limit bucket's pacing, and the 429s met so far (:mod:`kb.engine.pacing`)."""
     refusals: ModelRefusals = field(default_factory=ModelRefusals, init=False)
@@ -129,6 +136,11 @@ class Engine:
 
     def __post_init__(self) -> None:
         self.rate_limits = RateLimits(min(self.config.concurrency, self.config.per_provider))
+        share = open_share(self.config.rate_limits)
+        if share is not None:
+            self.sharing = SharedBuckets.of(share, time.time(), time.monotonic())
+            self.sharing.on_lost = self._warn
+            self.rate_limits.make = self.sharing
 
     @classmethod
     def build(
@@ -191,6 +203,11 @@ class Engine:
     def finish(self) -> None:
         """Write the cassette when recording."""
         save_recordings(self.transport)
+
+    def close(self) -> None:
+        """Let go of the rate-limit share (its lock files, its Redis connection)."""
+        if self.sharing is not None:
+            self.sharing.close()
 
     async def _run_phase(
         self, runs: Sequence[PlannedRun], envelope: SpendEnvelope
@@ -381,6 +398,7 @@ class Engine:
         )
         started = None
         attempts = 0
+        limited = 0  # calls answered 429: sent (counted in attempts), never a spent try
         bucket = self.rate_limits.bucket(_bucket_key(run))
         tokens = estimated_tokens(run.request.messages, run.request.call_params.get("max_tokens"))
         refusals = self.refusals
@@ -417,14 +435,21 @@ class Engine:
                     bucket.unsent(sent)
                 else:
                     self._answered_pace(run, bucket, sent, *heard)
+            if error.status_code == 429 and self.transport.retries:
+                # SPEC 14.4: a rate-limited call waits on its bucket's hold and tries again,
+                # whatever the retries; only --deadline (or a signal) stops the night
+                limited += 1
+                if error.retry_after is None:  # no hold said: back off, a dead quota unhammered
+                    await asyncio.sleep(backoff_s(self.config, limited, None))
+                continue
             if (
                 not self.transport.retries
                 or not error.retryable
-                or attempts > self.config.max_retries
+                or attempts - limited > self.config.max_retries
             ):
                 refusals.settled(run, error.status_code or 0, self.cut(error.message))
                 return _ended(base, started, status="error", error=error.message, attempts=attempts)
-            await asyncio.sleep(backoff_s(self.config, attempts, error.retry_after))
+            await asyncio.sleep(backoff_s(self.config, attempts - limited, error.retry_after))
 
     async def _pace(self, bucket: BucketPace, tokens: float) -> int:
         """Until ``bucket`` may send a call of ``tokens``; the call's send number.
@@ -438,9 +463,9 @@ class Engine:
             gate = self._gates[bucket] = asyncio.Lock()
         async with gate:
             while True:
-                wait = bucket.wait_s(tokens, time.monotonic())
-                if wait is not None and wait <= 0:
-                    return bucket.send(tokens, time.monotonic())
+                sent, wait = bucket.try_send(tokens, time.monotonic())
+                if sent is not None:
+                    return sent
                 changed = self._paced
                 assert changed is not None
                 try:
@@ -480,6 +505,11 @@ class Engine:
         self.notes.append(line)
         if self.on_note is not None:
             self.on_note(line)
+
+    def _warn(self, line: str) -> None:
+        self.warnings.append(line)
+        if self.on_warning is not None:
+            self.on_warning(line)
 
     async def _attempt(self, run: PlannedRun, occurrence: int, timeout_s: float) -> Reply:
         """One attempt at the call, counted in flight from when it is sent until it ends."""

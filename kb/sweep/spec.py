@@ -137,6 +137,23 @@ class SweepSection(StrictModel):
     batch_poll_s: float = Field(default=2.0, gt=0, le=600)
     """Batch mode: the first wait before polling a batch; it doubles up to 60 s."""
     include: list[str] = Field(default_factory=list)
+    rate_limits: str | None = None
+    """Where the rate-limit buckets are shared with the other processes calling with the
+    same keys (SPEC 14.4): ``redis://HOST:PORT/DB`` across machines, ``file:DIR`` on
+    one, ``process`` not at all; unset, a per-user runtime folder on this machine.
+    ``KB_RATE_LIMITS`` overrides it."""
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rate_limits(cls, value: str | None) -> str | None:
+        if value is not None:
+            from kb.engine.shared_buckets import rate_limit_setting
+
+            try:
+                rate_limit_setting(value, {}, 0)
+            except ConfigError as error:
+                raise ValueError("; ".join(error.issues)) from None
+        return value
 
     @field_validator("tolerance")
     @classmethod
