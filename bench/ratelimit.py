@@ -26,8 +26,19 @@ can finish below the ideal: the floor with the burst is
 The peers are optional, as in ``bench/peers.py`` (``--inspect-python``,
 ``--promptfoo``); a missing one is skipped with a line saying how to install it.
 
+With ``--shards N`` (SPEC 14.4) it measures many processes on one key
+instead: the same calls over ``N`` ``kb sweep --shard I/N`` processes, each in
+its own clone, started together, under four ways of sharing the buckets —
+``process`` (none: v4's pacing, the before), ``file`` (the default: one
+runtime folder on this machine), ``redis`` (a real ``redis-server`` on
+loopback; each shard given its own runtime folder, so they share only Redis:
+the cross-host case) — and one process alone beside them. The calls are
+spread over 16 task classes of one model (a shard holds whole cells). Goals:
+≤ 1 % 429s, wall ≤ 1.15 × the rate-limit ideal, 0 shards failing.
+
 Usage: python bench/ratelimit.py [--rounds 1] [--calls 2000] [--rpm 600] [--tpm 200000]
        [--latency-ms 300] [--inspect-python PY] [--promptfoo PATH]
+       python bench/ratelimit.py --shards 4 [--shares one,process,file,redis]
 """
 
 from __future__ import annotations
@@ -60,6 +71,7 @@ from bench.peers import (  # noqa: E402
     promptfoo_setup,
 )
 from tests.fake_openai_main import child_server  # noqa: E402
+from tests.redis_server import redis_server  # noqa: E402
 
 INSPECT_TASK = """
 from inspect_ai import Task, task, eval
@@ -160,7 +172,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=between(1, 1000), default=16)
     parser.add_argument("--inspect-python", default=None)
     parser.add_argument("--promptfoo", default=None)
+    parser.add_argument("--shards", type=between(1, 64), default=None, help="many processes")
+    parser.add_argument("--shares", default=",".join(SHARES), help="which sharing to measure")
     args = parser.parse_args()
+    if args.shards is not None:
+        shares = [name.strip() for name in args.shares.split(",") if name.strip()]
+        if not shares or any(name not in SHARES for name in shares):
+            parser.error(f"--shares: a comma-separated list of {', '.join(SHARES)}")
+        shards_main(args, shares)
+        return
     if args.inspect_python is not None and not has_inspect_ai(args.inspect_python):
         parser.error(f"--inspect-python {args.inspect_python}: not a Python with inspect_ai")
     if args.promptfoo is not None and find_promptfoo(args.promptfoo) is None:
@@ -238,6 +258,171 @@ def main() -> None:
         print(
             f"| {name} | {wall:.1f} | {ideal:.1f} | {wall / ideal:.2f} | {requests:.0f} | "
             f"{limited:.0f} | {limited / max(requests, 1):.2%} | {versus} |"
+        )
+
+
+# -- many processes, one key (SPEC 14.4) --------------------------------------------------------
+
+SHARES = ("one", "process", "file", "redis")
+CLASSES = 16
+OBSERVED_AT = "2026-11-29T02:00:00Z"
+
+
+def shard_spec(base: str, calls: int, concurrency: int) -> str:
+    """One model on one key, ``calls`` cases spread over :data:`CLASSES` task classes."""
+    lines = [
+        "[sweep]",
+        'committer = "bench"',
+        "allow_unbounded = true",
+        'sampling = "full"',
+        "max_cases = 100000",
+        f"concurrency = {concurrency}",
+        f"per_provider = {concurrency}",
+        "",
+        "[[models]]",
+        'model = "openai:bench-0"',
+        f'params = {{ api_base = "{base}", api_key_env = "OPENAI_API_KEY", '
+        "price = { input_per_mtok = 1.0, output_per_mtok = 2.0 } }",
+    ]
+    for i in range(calls):
+        lines += [
+            "",
+            "[[cases]]",
+            f'name = "case-{i}"',
+            f'task_class = "class-{i % CLASSES}"',
+            f'prompt = "question {i}"',
+            f'graders = [{{ kind = "golden", expected = "echo: question {i}" }}]',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class ShardsRun:
+    """One night over many processes, as the server and the processes saw it."""
+
+    wall_s: float
+    requests: int
+    limited: int
+    failed: int
+    """Processes that exited other than 0."""
+
+
+def shards_run(
+    base: str, where: Path, shards: int, share: str, redis_url: str | None, env: dict[str, str]
+) -> ShardsRun:
+    """Refill the buckets, start every shard at once, wait for all, read the server."""
+    _server(base, "POST", "/reset")
+    count = 1 if share == "one" else shards
+    processes = []
+    start = time.perf_counter()
+    for index in range(1, count + 1):
+        clone = where / f"{share}-{index}"
+        own = {**env, "XDG_RUNTIME_DIR": str(where / f"run-{share}-{index}")}
+        if share == "process":
+            own["KB_RATE_LIMITS"] = "process"
+        elif share == "file":
+            own["KB_RATE_LIMITS"] = f"file:{where / f'shared-{share}'}"
+        elif share == "redis":
+            assert redis_url is not None
+            own["KB_RATE_LIMITS"] = redis_url
+        command = [
+            sys.executable,
+            "-m",
+            "kb",
+            "sweep",
+            "spec.toml",
+            "--no-commit",
+            "--quiet",
+            "--no-evidence",
+            "--observed-at",
+            OBSERVED_AT,
+        ]
+        if count > 1:
+            command += ["--shard", f"{index}/{count}"]
+        processes.append(
+            subprocess.Popen(
+                command,
+                cwd=clone,
+                env=own,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    failed = 0
+    for process in processes:
+        _, stderr = process.communicate()
+        if process.returncode != 0:
+            failed += 1
+            print(
+                f"  a {share} shard exited {process.returncode}: {stderr[-400:]}", file=sys.stderr
+            )
+    wall = time.perf_counter() - start
+    seen = _server(base, "GET", "/stats")
+    return ShardsRun(wall, int(seen["requests"]), int(seen["limited"]), failed)
+
+
+def shards_main(args: argparse.Namespace, shares: list[str]) -> None:
+    env = {**os.environ, **OFFLINE, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "sk-bench-key"}
+    env.pop("KB_RATE_LIMITS", None)
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+    print(f"command: python bench/ratelimit.py {' '.join(sys.argv[1:])}".rstrip())
+    found: dict[str, list[ShardsRun]] = {share: [] for share in shares}
+    with (
+        limited_server(args.rpm, args.tpm, args.latency_ms / 1000) as base,
+        redis_server() as redis_url,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        where = Path(tmp)
+        text = shard_spec(f"{base}/v1", args.calls, args.concurrency)
+        for share in shares:
+            for index in range(1, (1 if share == "one" else args.shards) + 1):
+                clone = where / f"{share}-{index}"
+                clone.mkdir()
+                subprocess.run(["git", "init", "-q"], cwd=clone, check=True)
+                subprocess.run(
+                    [sys.executable, "-m", "kb", "init"],
+                    cwd=clone,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                (clone / "spec.toml").write_text(text)
+        for round_number in range(args.rounds):
+            for share in shares:
+                run = shards_run(base, where, args.shards, share, redis_url, env)
+                found[share].append(run)
+                print(
+                    f"round {round_number + 1} {share}: {run.wall_s:.1f} s, {run.requests} "
+                    f"requests, {run.limited} answered 429, {run.failed} processes failed",
+                    flush=True,
+                )
+    ideal = args.calls / args.rpm * 60.0
+    burst_floor = max(0.0, args.calls - args.rpm) / args.rpm * 60.0
+    print()
+    print(
+        f"{args.calls} calls under {args.rpm} RPM on one key, {args.latency_ms:.0f} ms a call, "
+        f"{args.shards} shards; ideal by requests {ideal:.1f} s (with the first minute's "
+        f"burst: {burst_floor:.1f} s)"
+    )
+    print()
+    print(
+        "| sharing | processes | wall s | wall / ideal (goal ≤ 1.15) | requests | "
+        "429 share (goal ≤ 1 %) | processes failing (goal 0) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for share, runs in found.items():
+        wall = statistics.median(r.wall_s for r in runs)
+        requests = statistics.median(r.requests for r in runs)
+        limited = statistics.median(r.limited for r in runs)
+        failed = max(r.failed for r in runs)
+        count = 1 if share == "one" else args.shards
+        print(
+            f"| {share} | {count} | {wall:.1f} | {wall / ideal:.2f} | {requests:.0f} | "
+            f"{limited / max(requests, 1):.2%} | {failed} |"
         )
 
 

@@ -1,0 +1,260 @@
+"""Rate-limit buckets shared by processes on one key (SPEC 14.4): file, Redis, a lost share.
+
+The property that matters: processes sharing a bucket see what one process
+sending all of their calls would see (the mirrors, the hold, the calls in
+flight, the learned cost), whichever process sends or hears each call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kb.engine.budget import SpendEnvelope
+from kb.engine.pacing import BucketPace, RateReading, read_rate_headers
+from kb.engine.requests import ModelSpec
+from kb.engine.scheduler import Engine, EngineConfig
+from kb.engine.shared_buckets import (
+    FileShare,
+    RateLimitSetting,
+    RedisShare,
+    SharedBuckets,
+    SharedBucketPace,
+    default_folder,
+    open_share,
+    rate_limit_setting,
+)
+from kb.errors import ConfigError
+from tests.engine_helpers import plan
+from tests.fake_ratelimit import rate_limited_server
+from tests.redis_server import free_port, redis_server
+
+KEY = ("openai", "http://127.0.0.1:9/v1", "OPENAI_API_KEY", "gpt-4o-mini")
+WALL = 1_780_000_000.0
+
+
+def reading(remaining: int, tokens: int = 100_000, retry: float | None = None) -> RateReading:
+    headers = {
+        "x-ratelimit-limit-requests": "600",
+        "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": "100ms",
+        "x-ratelimit-limit-tokens": "200000",
+        "x-ratelimit-remaining-tokens": str(tokens),
+    }
+    if retry is not None:
+        headers["retry-after"] = str(retry)
+    found = read_rate_headers(headers, WALL)
+    assert found is not None
+    return found
+
+
+def process(share: Any, tag: str) -> SharedBucketPace:
+    sharing = SharedBuckets(share, f"{os.uname().nodename}/{os.getpid()}/{tag}", 0.0)
+    made = sharing(KEY, 8)
+    assert isinstance(made, SharedBucketPace)
+    return made
+
+
+# -- where: the setting ---------------------------------------------------------------------
+
+
+def test_the_setting_comes_from_the_environment_then_the_spec_then_the_default() -> None:
+    env = {"XDG_RUNTIME_DIR": "/run/user/1000"}
+    assert rate_limit_setting(None, env, 1000) == RateLimitSetting("file", "/run/user/1000/kb")
+    assert default_folder({}, 1000).endswith("/kb-1000")
+    spec = "redis://ci-redis:6379/2"
+    assert rate_limit_setting(spec, env, 1000) == RateLimitSetting("redis", spec)
+    assert rate_limit_setting(spec, {**env, "KB_RATE_LIMITS": "process"}, 1).kind == "process"
+    assert rate_limit_setting("file:/srv/kb", {}, 1) == RateLimitSetting("file", "/srv/kb")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["memcached://x:1", "file:", "redis://", "redis://h:notaport/0", "redis://h:1/x", "on"],
+)
+def test_a_bad_setting_is_refused_with_what_is_allowed(bad: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        rate_limit_setting(bad, {}, 0)
+    assert str(refused.value).startswith("rate_limits: ")
+
+
+def test_a_redis_password_is_never_shown() -> None:
+    setting = rate_limit_setting("redis://:hunter2@ci-redis:6379/0", {}, 0)
+    assert "hunter2" not in setting.shown and setting.shown == "redis://ci-redis:6379/0"
+    with pytest.raises(ConfigError) as refused:
+        rate_limit_setting("redis://:hunter2@ci-redis:port/0", {}, 0)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_calls_that_never_leave_the_machine_are_not_shared(tmp_path: Path) -> None:
+    sharing = SharedBuckets(FileShare(RateLimitSetting("file", str(tmp_path))), "h/1/a", 0.0)
+    assert sharing(("scripted", "", "", "m"), 8) is None
+    assert sharing(("local", "", "", "smollm2"), 8) is None
+    assert isinstance(sharing(KEY, 8), SharedBucketPace)
+
+
+# -- two processes sharing = one process sending all their calls ------------------------------
+
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.sampled_from(["send", "answer", "limited", "unsent"]),
+        st.integers(0, 600),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60)
+@given(steps=STEPS)
+def test_two_processes_sharing_a_bucket_see_what_one_process_sees(
+    steps: list[tuple[str, str, int]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    share = FileShare(RateLimitSetting("file", str(tmp_path_factory.mktemp("share"))))
+    sharers = {"a": process(share, "a"), "b": process(share, "b")}
+    alone = BucketPace(1_000)  # one process with every call (a window that never binds)
+    for sharer in sharers.values():
+        sharer.ceiling = sharer.window = 1_000
+    mine: dict[str, list[int]] = {"a": [], "b": []}
+    now = 0.0
+    for who, step, value in steps:
+        now += 0.05
+        pace = sharers[who]
+        if step == "send":
+            shared, expected = pace.try_send(20, now), alone.try_send(20, now)
+            assert shared[0] == expected[0]
+            if shared[0] is not None:
+                mine[who].append(shared[0])
+        elif mine[who]:
+            seq = mine[who].pop(value % len(mine[who]))
+            if step == "unsent":
+                pace.unsent(seq)
+                alone.unsent(seq)
+            else:
+                limited = step == "limited"
+                said = reading(value, 1000 * value, retry=2.0 if limited else None)
+                assert pace.answered(seq, said, limited, now) == alone.answered(
+                    seq, said, limited, now
+                )
+    probe = sharers["a"]
+    probe.try_send(10**9, now)  # loads the shared state (too large a call: nothing sent)
+    alone.try_send(10**9, now)
+    assert probe.sent == alone.sent
+    assert probe.in_flight == alone.in_flight
+    assert probe.hold_until == alone.hold_until
+    assert (probe.requests, probe.tokens) == (alone.requests, alone.tokens)
+    assert probe.tokens_per_call == alone.tokens_per_call
+
+
+def test_a_429_one_process_met_holds_the_others(tmp_path: Path) -> None:
+    share = FileShare(RateLimitSetting("file", str(tmp_path)))
+    first, second = process(share, "a"), process(share, "b")
+    seq, _ = first.try_send(20, 0.0)
+    assert seq is not None
+    first.answered(seq, reading(0, retry=30.0), True, 0.3)
+    sent, wait = second.try_send(20, 0.4)
+    assert sent is None and wait is not None and wait > 0  # held, looked at again soon
+    assert second.hold_until == pytest.approx(30.3)
+
+
+def test_each_process_keeps_its_own_window(tmp_path: Path) -> None:
+    share = FileShare(RateLimitSetting("file", str(tmp_path)))
+    first, second = process(share, "a"), process(share, "b")
+    first.window = second.window = 2
+    assert [first.try_send(1, 0.0)[0] for _ in range(3)] == [1, 2, None]
+    assert [second.try_send(1, 0.0)[0] for _ in range(2)] == [3, 4]  # its own two
+
+
+def test_a_dead_processes_calls_in_flight_are_dropped(tmp_path: Path) -> None:
+    share = FileShare(RateLimitSetting("file", str(tmp_path)))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    killed = SharedBuckets(share, f"{os.uname().nodename}/{dead.stdout.strip()}/x", 0.0)
+    ghost = killed(KEY, 8)
+    assert ghost is not None
+    ghost.window = 1
+    assert ghost.try_send(1, 0.0)[0] == 1  # sent, then its process died
+    survivor = process(share, "s")
+    survivor.try_send(1, 0.1)
+    assert set(survivor.in_flight) == {2}  # the dead process's call is gone
+
+
+def test_an_idle_torn_or_foreign_document_is_forgotten(tmp_path: Path) -> None:
+    share = FileShare(RateLimitSetting("file", str(tmp_path)))
+    first = process(share, "a")
+    first.answered(first.try_send(1, 0.0)[0] or 0, reading(0, retry=60.0), True, 0.1)
+    (document,) = tmp_path.glob("*.json")
+    later = process(share, "b")
+    assert later.try_send(1, 0.2)[0] is None  # held by the first one's 429
+    later_still = process(share, "c")
+    assert later_still.try_send(1, 0.2 + 901.0)[0] is not None  # 15 min idle: forgotten
+    document.write_text('{"format": 1, "bucket"')  # torn by a killed writer
+    assert process(share, "d").try_send(1, 1000.0)[0] is not None
+    document.write_text(json.dumps({"format": 1, "bucket": "other", "sent": 99}))
+    assert process(share, "e").try_send(1, 1000.0)[0] == 1
+
+
+# -- Redis ---------------------------------------------------------------------------------
+
+
+def test_processes_on_many_machines_share_a_bucket_through_redis() -> None:
+    with redis_server() as url:
+        setting = rate_limit_setting(url, {}, 0)
+        shares = RedisShare(setting), RedisShare(setting)
+        first, second = process(shares[0], "a"), process(shares[1], "b")
+        seq, _ = first.try_send(20, 0.0)
+        assert seq == 1
+        first.answered(seq, reading(0, retry=30.0), True, 0.3)
+        assert second.try_send(20, 0.4)[0] is None  # held, as the first process was told
+        assert second.try_send(20, 31.0)[0] == 2  # the send numbers are the bucket's
+        client = redis.Redis.from_url(url)
+        (key,) = client.keys("kb:rate-limits:*")
+        assert b"OPENAI_API_KEY" in key  # the variable's name, never a value
+        assert 0 < client.pttl(key) <= 900_000  # forgotten when idle
+        assert json.loads(client.get(key) or b"{}")["sent"] == 2
+        client.close()
+        for share in shares:
+            share.close()
+
+
+def test_a_redis_that_is_down_is_one_warning_and_the_job_goes_on() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    config = EngineConfig(
+        concurrency=4, per_provider=4, timeout_s=30.0, rate_limits=rate_limit_setting(url, {}, 0)
+    )
+    with rate_limited_server(600, 10**9) as (base, _):
+        engine = Engine.build(config)
+        spec = ModelSpec(
+            "openai:gpt-4o-mini", params={"api_base": f"{base}/v1", "api_key": "sk-test"}
+        )
+        results = engine.run(plan(spec, [f"q{i}" for i in range(6)]), SpendEnvelope(cap=None))
+    assert [r.status for r in results] == ["ok"] * 6
+    (line,) = engine.warnings
+    assert line.startswith(f"rate limits shared through {url}: ")
+    assert line.endswith("; pacing per process from now on")
+    assert engine.sharing is not None and engine.sharing.share is None
+
+
+def test_a_folder_that_cannot_be_written_is_one_warning_too(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the folder should be")
+    sharing = SharedBuckets(open_share(RateLimitSetting("file", str(blocked / "kb"))), "h/1/a", 0.0)
+    said: list[str] = []
+    sharing.on_lost = said.append
+    pace = sharing(KEY, 8)
+    assert pace is not None
+    assert pace.try_send(1, 0.0)[0] == 1 and pace.try_send(1, 0.0)[0] == 2
+    assert len(said) == 1 and "pacing per process from now on" in said[0]
