@@ -35,11 +35,13 @@ runtime-deps:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgomp1; }
 
 # Debian packages the tests use: git, chromium for the HTML report test, strace to kill a
-# commit at each of its writes (tests/test_commit_window.py).
+# commit at each of its writes (tests/test_commit_window.py), redis-server for the buckets
+# shared across machines (tests/test_shared_buckets.py, tests/test_ci_recipe.py).
 system-deps:
 	@command -v git >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 && \
-	  command -v strace >/dev/null 2>&1 || (apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq git chromium strace)
+	  command -v strace >/dev/null 2>&1 && command -v redis-server >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  git chromium strace redis-server)
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check kb tests bench

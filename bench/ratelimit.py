@@ -38,7 +38,9 @@ spread over 16 task classes of one model (a shard holds whole cells). Goals:
 
 Usage: python bench/ratelimit.py [--rounds 1] [--calls 2000] [--rpm 600] [--tpm 200000]
        [--latency-ms 300] [--inspect-python PY] [--promptfoo PATH]
-       python bench/ratelimit.py --shards 4 [--shares one,process,file,redis]
+       python bench/ratelimit.py --shards 4 [--shares one,process,file,redis] [--kb CHECKOUT]
+(``--kb``: another checkout's kb, e.g. v4's worktree for the before figures; v4 has no
+sharing, so give it ``--shares one,process``)
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ def main() -> None:
     parser.add_argument("--promptfoo", default=None)
     parser.add_argument("--shards", type=between(1, 64), default=None, help="many processes")
     parser.add_argument("--shares", default=",".join(SHARES), help="which sharing to measure")
+    parser.add_argument(
+        "--kb", type=Path, default=ROOT, help="the checkout whose kb the shards run (--shards)"
+    )
     args = parser.parse_args()
     if args.shards is not None:
         shares = [name.strip() for name in args.shares.split(",") if name.strip()]
@@ -363,7 +368,7 @@ def shards_run(
 
 
 def shards_main(args: argparse.Namespace, shares: list[str]) -> None:
-    env = {**os.environ, **OFFLINE, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "sk-bench-key"}
+    env = {**os.environ, **OFFLINE, "PYTHONPATH": str(args.kb), "OPENAI_API_KEY": "sk-bench-key"}
     env.pop("KB_RATE_LIMITS", None)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "

@@ -237,3 +237,18 @@ def _journal_with_runs(clone: Path, process: subprocess.Popen[str]) -> Path:
         assert process.poll() is None, "the shard ended before it journaled a run"
         time.sleep(0.01)  # polling the journal's growth, not ordering the test
     raise AssertionError("the shard journaled nothing in 120 s")
+
+
+def test_the_readme_workflow_is_the_recipe_these_tests_run() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("A GitHub Actions workflow: a matrix of shards")
+    block = readme[readme.index("```yaml", start) : readme.index("```\n", start + 10)]
+    step = " ".join(block.split("kb sweep ", 1)[1].split("\n", 3)[:3]).replace("\\", " ").split()
+    assert step[:2] == ["sweeps/nightly.toml", "--resume"]
+    ours = shard_command(1)[4:]
+    flags = [word for word in ours if word.startswith("--")]
+    assert flags == [word for word in step if word.startswith("--")][: len(flags)]
+    assert "--shard ${{ matrix.shard }}/4" in block and "--push --attempts 10" in block
+    assert 'KB_RATE_LIMITS: "${{ secrets.KB_REDIS_URL }}"' in block
+    assert "kb verify\n" in block
+    assert 'kb diff ${{ github.sha }} HEAD --markdown >> "$GITHUB_STEP_SUMMARY"' in block

@@ -158,7 +158,7 @@ def test_schema_imports_nothing_of_kb_but_errors() -> None:
     assert kb_imports(KB / "schema.py") <= {"kb.errors"}
 
 
-def test_only_the_adapter_imports_litellm_and_only_store_git_imports_git() -> None:
+def test_litellm_git_click_and_redis_are_each_imported_in_their_one_place() -> None:
     for path in MODULES:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         roots = {
@@ -178,6 +178,8 @@ def test_only_the_adapter_imports_litellm_and_only_store_git_imports_git() -> No
             assert module.startswith("kb.store.git"), f"{module} imports GitPython"
         if "click" in roots:
             assert module.startswith("kb.cli"), f"{module} (the core) imports click"
+        if "redis" in roots:
+            assert module == "kb.engine.shared_buckets", f"{module} imports redis"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))

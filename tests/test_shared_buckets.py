@@ -24,11 +24,12 @@ from kb.engine.pacing import BucketPace, RateReading, read_rate_headers
 from kb.engine.requests import ModelSpec
 from kb.engine.scheduler import Engine, EngineConfig
 from kb.engine.shared_buckets import (
+    BucketShare,
     FileShare,
     RateLimitSetting,
     RedisShare,
-    SharedBuckets,
     SharedBucketPace,
+    SharedBuckets,
     default_folder,
     open_share,
     rate_limit_setting,
@@ -75,6 +76,8 @@ def test_the_setting_comes_from_the_environment_then_the_spec_then_the_default()
     assert rate_limit_setting(spec, env, 1000) == RateLimitSetting("redis", spec)
     assert rate_limit_setting(spec, {**env, "KB_RATE_LIMITS": "process"}, 1).kind == "process"
     assert rate_limit_setting("file:/srv/kb", {}, 1) == RateLimitSetting("file", "/srv/kb")
+    # a CI secret that is not set expands to an empty value: unset, not an error
+    assert rate_limit_setting(None, {**env, "KB_RATE_LIMITS": " "}, 1).where == "/run/user/1000/kb"
 
 
 @pytest.mark.parametrize(
@@ -153,6 +156,28 @@ def test_two_processes_sharing_a_bucket_see_what_one_process_sees(
     assert probe.hold_until == alone.hold_until
     assert (probe.requests, probe.tokens) == (alone.requests, alone.tokens)
     assert probe.tokens_per_call == alone.tokens_per_call
+
+
+class RetriedShare(BucketShare):
+    """A share on which every update loses one race first (Redis's WATCH retries)."""
+
+    def __init__(self) -> None:
+        self.document: dict[str, Any] | None = None
+
+    def update(self, bucket: str, change: Any) -> None:
+        change(self.document)  # computed, then a concurrent writer won: thrown away
+        self.document = change(self.document)
+
+
+def test_a_step_retried_after_a_concurrent_write_leaves_no_phantom_call() -> None:
+    share = RetriedShare()
+    pace = process(share, "a")
+    sent = [pace.try_send(1, 0.0)[0] for _ in range(3)]
+    assert sent == [1, 2, 3]
+    for seq in sent:
+        pace.answered(seq or 0, reading(500), False, 0.1)
+    assert share.document is not None
+    assert share.document["in_flight"] == [] and share.document["sent"] == 3
 
 
 def test_a_429_one_process_met_holds_the_others(tmp_path: Path) -> None:
@@ -258,3 +283,72 @@ def test_a_folder_that_cannot_be_written_is_one_warning_too(tmp_path: Path) -> N
     assert pace is not None
     assert pace.try_send(1, 0.0)[0] == 1 and pace.try_send(1, 0.0)[0] == 2
     assert len(said) == 1 and "pacing per process from now on" in said[0]
+
+
+# -- through the command line -----------------------------------------------------------------
+
+
+def _store_and_spec(where: Path, rate_limits: str | None, base: str | None = None) -> Path:
+    subprocess.run(["git", "init", "-q"], cwd=where, check=True)
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "kb", "init"], cwd=where, capture_output=True
+        ).returncode
+        == 0
+    )
+    if base is None:
+        model = 'model = "scripted:a"\nparams = { responses = { "q" = "a" } }'
+    else:
+        model = (
+            f'model = "openai:gpt-4o-mini"\nparams = {{ api_base = "{base}/v1", api_key = "sk-x" }}'
+        )
+    setting = f'rate_limits = "{rate_limits}"\n' if rate_limits is not None else ""
+    (where / "s.toml").write_text(
+        f'[sweep]\ncommitter = "me"\nallow_unbounded = true\n{setting}\n[[models]]\n{model}\n\n'
+        '[[cases]]\nname = "c"\ntask_class = "t"\nprompt = "q"\n'
+        'graders = [{ kind = "golden", expected = "a" }]\n'
+    )
+    return where / "rulvar.models.json"
+
+
+def _sweep(where: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kb", "sweep", "s.toml", "--observed-at", "2026-11-29T02:00:00Z"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
+
+
+@pytest.mark.parametrize(
+    ("in_spec", "in_env", "said"),
+    [
+        ("memcached://x", None, "Error: s.toml: sweep.rate_limits: must be file:DIR, "),
+        (None, "bogus", "Error: KB_RATE_LIMITS: must be file:DIR, redis://HOST:PORT/DB or "),
+    ],
+)
+def test_a_bad_setting_is_one_line_exit_2_and_the_store_untouched(
+    in_spec: str | None, in_env: str | None, said: str, tmp_path: Path
+) -> None:
+    store = _store_and_spec(tmp_path, in_spec)
+    before = store.read_bytes()
+    done = _sweep(tmp_path, **({"KB_RATE_LIMITS": in_env} if in_env else {}))
+    assert done.returncode == 2
+    assert (
+        [line for line in done.stderr.splitlines() if line.startswith("Error")]
+        == [line for line in done.stderr.splitlines() if line.startswith(said)]
+        != []
+    )
+    assert store.read_bytes() == before
+
+
+def test_a_night_with_redis_down_says_so_once_and_commits(tmp_path: Path) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with rate_limited_server(600, 10**9) as (base, _):
+        _store_and_spec(tmp_path, url, base)
+        done = _sweep(tmp_path)
+    assert done.returncode == 0, done.stderr
+    lost = [line for line in done.stderr.splitlines() if "pacing per process" in line]
+    assert lost == [f"warning: rate limits shared through {url}: " + lost[0].split(": ", 2)[2]]
+    assert "Connection refused; pacing" in lost[0] and "committed: store v0" in done.stdout

@@ -297,7 +297,8 @@ class SharedBuckets:
             return
         share.close()
         if self.on_lost is not None:
-            self.on_lost(f"rate limits shared through {error}; pacing per process from now on")
+            said = str(error).rstrip(". ")
+            self.on_lost(f"rate limits shared through {said}; pacing per process from now on")
 
     def close(self) -> None:
         """Let go of the share (the job ended)."""
@@ -374,7 +375,9 @@ class SharedBucketPace(BucketPace):
         done: list[T] = []
 
         def change(found: dict[str, Any] | None) -> dict[str, Any]:
-            self.window, self.shrunk_at, self.quota_told = mine
+            # each attempt starts from the state before the first: a step a concurrent
+            # writer undid (Redis retries) must leave nothing behind (a phantom send)
+            self._restore(mine, before, now)
             self._load(found, now)
             done[:] = [step()]
             return self._dump(now)
@@ -384,11 +387,18 @@ class SharedBucketPace(BucketPace):
         except ShareUnavailable as error:
             assert self.sharing is not None
             self.sharing.lost(error)
-            self.window, self.shrunk_at, self.quota_told = mine
-            self._load(before, now)
+            self._restore(mine, before, now)
             self._alone()
             return step()
         return done[0]
+
+    def _restore(
+        self, mine: tuple[float, int, bool], before: dict[str, Any], now: float | None
+    ) -> None:
+        """Back to the state ``before`` a step and this process's own ``mine``."""
+        self.window, self.shrunk_at, self.quota_told = mine
+        self.in_flight, self.owners, self.sent = {}, {}, 0
+        self._take(before, None)
 
     def _alone(self) -> None:
         """Forget the other processes' calls in flight (their answers never come here)."""

@@ -151,8 +151,8 @@ class SweepSection(StrictModel):
 
             try:
                 rate_limit_setting(value, {}, 0)
-            except ConfigError as error:
-                raise ValueError("; ".join(error.issues)) from None
+            except ConfigError as error:  # (the spec's error line quotes the value itself)
+                raise ValueError(error.issues[0].split(", got ")[0]) from None
         return value
 
     @field_validator("tolerance")
