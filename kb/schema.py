@@ -182,6 +182,11 @@ def _as_written(value: Any) -> str:
         return repr(value)
 
 
+HIDDEN = "_value_hidden"
+"""The end of an error type whose input is never echoed (a value that may hold a password:
+the message quotes it with the password cut)."""
+
+
 def validation_issues(prefix: str, error: ValidationError) -> list[str]:
     """One line per pydantic error, each with its key path and the offending value."""
     issues = []
@@ -193,7 +198,10 @@ def validation_issues(prefix: str, error: ValidationError) -> list[str]:
         elif item["type"] == "extra_forbidden":
             msg = "unknown key"
         elif (
-            item["type"] != "model_type" and "input" in item and not isinstance(item["input"], dict)
+            item["type"] != "model_type"
+            and not item["type"].endswith(HIDDEN)
+            and "input" in item
+            and not isinstance(item["input"], dict)
         ):  # a whole object echoed back is noise: the message names what is wrong in it
             shown = _as_written(item["input"])
             if len(shown) > 60:

@@ -8,6 +8,7 @@ flight, the learned cost), whichever process sends or hears each call.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -122,6 +123,20 @@ STEPS = st.lists(
 def test_two_processes_sharing_a_bucket_see_what_one_process_sees(
     steps: list[tuple[str, str, int]], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    from kb.engine import shared_buckets
+
+    # one clock for both (the offset is never re-read): the sharing is compared exactly,
+    # apart from how two processes read the wall clock
+    moved, shared_buckets.OFFSET_MOVED_S = shared_buckets.OFFSET_MOVED_S, math.inf
+    try:
+        _two_processes_against_one(steps, tmp_path_factory)
+    finally:
+        shared_buckets.OFFSET_MOVED_S = moved
+
+
+def _two_processes_against_one(
+    steps: list[tuple[str, str, int]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     share = FileShare(RateLimitSetting("file", str(tmp_path_factory.mktemp("share"))))
     sharers = {"a": process(share, "a"), "b": process(share, "b")}
     alone = BucketPace(1_000)  # one process with every call (a window that never binds)
@@ -162,6 +177,7 @@ class RetriedShare(BucketShare):
     """A share on which every update loses one race first (Redis's WATCH retries)."""
 
     def __init__(self) -> None:
+        self.setting = RateLimitSetting("redis", "redis://retried:6379/0")
         self.document: dict[str, Any] | None = None
 
     def update(self, bucket: str, change: Any) -> None:
@@ -352,3 +368,193 @@ def test_a_night_with_redis_down_says_so_once_and_commits(tmp_path: Path) -> Non
     lost = [line for line in done.stderr.splitlines() if "pacing per process" in line]
     assert lost == [f"warning: rate limits shared through {url}: " + lost[0].split(": ", 2)[2]]
     assert "Connection refused; pacing" in lost[0] and "committed: store v0" in done.stdout
+
+
+# -- a hostile machine, a hostile document (found by an attack on this change) ----------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("sent", 1e999),
+        ("sent", -1),
+        ("sent", True),
+        ("limited_seqs", [float("inf")]),
+        ("in_flight", [[10**400, 1.0, WALL, "h/1/x"]]),
+        ("in_flight", [[5, float("nan"), WALL, "h/1/x"]]),
+        ("in_flight", [[5, 1.0, WALL, f"{os.uname().nodename}/{10**20}/x"]]),
+        ("hold_until", "soon"),
+        ("requests", [1, 2]),
+        ("doubted", "yes"),
+    ],
+)
+def test_a_hostile_document_is_forgotten_whole_never_a_failed_step(
+    field: str, value: Any, tmp_path: Path
+) -> None:
+    share = FileShare(RateLimitSetting("file", str(tmp_path)))
+    first = process(share, "a")
+    first.answered(first.try_send(1, 0.0)[0] or 0, reading(500), False, 0.1)
+    (document,) = tmp_path.glob("*.json")
+    found = json.loads(document.read_text())
+    found[field] = value
+    document.write_text(json.dumps(found))  # (Python writes NaN and Infinity as JSON does not)
+    later = process(share, "b")
+    sent, _ = later.try_send(1, 0.2)
+    assert sent is not None and later.hold_until < 0.2  # a step, and no hold out of nothing
+
+
+def test_a_document_nested_past_the_recursion_limit_is_forgotten(tmp_path: Path) -> None:
+    share = FileShare(RateLimitSetting("file", str(tmp_path)))
+    process(share, "a").try_send(1, 0.0)
+    (document,) = tmp_path.glob("*.json")
+    document.write_text("[" * 100_000)
+    assert process(share, "b").try_send(1, 0.1)[0] == 1
+
+
+def test_a_folder_other_users_can_write_is_refused_never_written(tmp_path: Path) -> None:
+    folder = tmp_path / "kb-1000"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)  # made first by someone else, open to all (the default's /tmp path)
+    sharing = SharedBuckets(FileShare(RateLimitSetting("file", str(folder))), "h/1/a", 0.0)
+    said: list[str] = []
+    sharing.on_lost = said.append
+    pace = sharing(KEY, 8)
+    assert pace is not None and pace.try_send(1, 0.0)[0] == 1
+    assert said == [
+        f"rate limits shared through file:{folder}: open to other users (mode 777; chmod 700 "
+        "it); pacing per process from now on"
+    ]
+    assert list(folder.iterdir()) == []
+
+
+def test_a_planted_link_is_never_followed(tmp_path: Path) -> None:
+    import hashlib
+
+    folder = tmp_path / "kb"
+    folder.mkdir(mode=0o700)
+    victim = tmp_path / "important.txt"
+    victim.write_text("the user's file")
+    name = hashlib.sha256(process(None, "x").bucket.encode()).hexdigest()[:32]
+    (folder / f"{name}.json.{os.getpid()}").symlink_to(victim)
+    (folder / f"{name}.json").symlink_to(victim)
+    pace = process(FileShare(RateLimitSetting("file", str(folder))), "a")
+    pace.try_send(1, 0.0)
+    assert victim.read_text() == "the user's file"
+
+
+def test_a_lock_held_by_a_stopped_process_is_given_up_not_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from kb.engine import shared_buckets
+
+    monkeypatch.setattr(shared_buckets, "LOCK_WAIT_S", 0.05)
+    share = FileShare(RateLimitSetting("file", str(tmp_path)))
+    pace = process(share, "a")
+    pace.try_send(1, 0.0)
+    (lock,) = tmp_path.glob("*.lock")
+    holder = os.open(lock, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # a process stopped (Ctrl-Z) inside its step
+    said: list[str] = []
+    assert pace.sharing is not None
+    pace.sharing.on_lost = said.append
+    try:
+        assert pace.try_send(1, 0.1)[0] == 2
+    finally:
+        os.close(holder)
+    assert len(said) == 1 and "its lock was held for 0 s" in said[0]
+
+
+def test_a_share_too_slow_to_pace_by_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kb.engine import shared_buckets
+
+    monkeypatch.setattr(shared_buckets, "SLOW_STEP_S", 0.0)  # every step is "too slow"
+    share = RetriedShare()
+    pace = process(share, "a")
+    said: list[str] = []
+    assert pace.sharing is not None
+    pace.sharing.on_lost = said.append
+    for _ in range(shared_buckets.SLOW_STEPS + 5):
+        pace.try_send(1, 0.0)
+    assert len(said) == 1 and "on average (more than 0 ms: too far to pace by)" in said[0]
+
+
+def test_credentials_in_an_endpoint_never_reach_the_shared_state(tmp_path: Path) -> None:
+    key = ("openai", "https://kbuser:gw-SECRET@gateway.example:8443/v1?api-key=S2", "K", "m")
+    sharing = SharedBuckets(FileShare(RateLimitSetting("file", str(tmp_path))), "h/1/a", 0.0)
+    pace = sharing(key, 8)
+    assert pace is not None and pace.try_send(1, 0.0)[0] == 1
+    (document,) = tmp_path.glob("*.json")
+    text = document.read_text()
+    assert "SECRET" not in text and "S2" not in text
+    assert "https://gateway.example:8443/v1" in text
+    assert document.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://:hunter2@ci-redis:port/0", "rediss://hunter2@ci-redis:port/0"]
+)
+def test_a_token_in_a_bad_redis_url_is_never_echoed(url: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        rate_limit_setting(url, {}, 0)
+    assert "hunter2" not in str(refused.value)
+    store = _store_and_spec(tmp_path, url)
+    before = store.read_bytes()
+    done = _sweep(tmp_path)
+    assert done.returncode == 2 and "hunter2" not in done.stderr + done.stdout
+    assert "://***@ci-redis:port/0 is not redis://HOST:PORT/DB" in (done.stderr)
+    assert store.read_bytes() == before
+
+
+def test_a_redis_url_whose_query_redis_cannot_read_is_refused() -> None:
+    with pytest.raises(ConfigError) as refused:
+        rate_limit_setting("redis://:pw@host:6379/0?db=x", {}, 0)
+    assert str(refused.value).startswith("rate_limits: redis://***@host:6379/0?db=x: ")
+
+
+def test_a_429_for_an_account_that_cannot_pay_spends_its_retries() -> None:
+    from kb.engine.transports.mock import MockTransport
+    from kb.errors import ProviderFailure
+
+    def provider(run: Any, occurrence: int) -> object:
+        raise ProviderFailure(
+            "RateLimitError: You exceeded your current quota (insufficient_quota)",
+            retryable=True,
+            status_code=429,
+        )
+
+    engine = Engine(EngineConfig(concurrency=1, max_retries=2, backoff_base_s=0.0))
+    engine.transport = MockTransport(provider)
+    (result,) = engine.run(plan(ModelSpec("openai:m"), ["a"]), SpendEnvelope.from_usd(None))
+    assert (result.status, result.attempts) == ("error", 3)
+
+
+def test_a_429_with_no_real_hold_backs_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kb.engine import scheduler
+    from kb.engine.transports.base import Reply
+    from kb.engine.transports.mock import MockTransport
+    from kb.errors import ProviderFailure
+
+    waits: list[int] = []
+    real = scheduler.backoff_s
+
+    def recorded(config: EngineConfig, attempt: int, retry_after: float | None) -> float:
+        waits.append(attempt)
+        return real(config, attempt, retry_after) * 0  # counted, not slept
+
+    monkeypatch.setattr(scheduler, "backoff_s", recorded)
+    refusals = [0]
+
+    def provider(run: Any, occurrence: int) -> Reply:
+        if refusals[0] < 4:
+            refusals[0] += 1
+            raise ProviderFailure(
+                "429", retryable=True, status_code=429, headers={"retry-after": "0"}
+            )
+        return Reply("ok")
+
+    engine = Engine(EngineConfig(concurrency=1, max_retries=0, backoff_base_s=0.01))
+    engine.transport = MockTransport(provider)
+    (result,) = engine.run(plan(ModelSpec("openai:m"), ["a"]), SpendEnvelope.from_usd(None))
+    assert result.status == "ok" and waits == [1, 2, 3, 4]  # growing back-off, no attempt spent

@@ -47,6 +47,9 @@ RETRY_AFTER_MAX_S = 120.0
 """A longer ``retry-after`` holds the bucket this long at most (a refusal, not pacing)."""
 PROBE_EVERY_S = RETRY_AFTER_MAX_S
 """A bucket its readings say is empty for longer still sends one call this often (a probe)."""
+SEND_NOW_S = 1e-3
+"""A wait shorter than this is a shared clock's rounding (times pass through the wall
+clock between processes), not a wait: the call goes now."""
 QUOTA_S = 3600.0
 """A bucket empty for longer than this is a spent quota (a day's): said once."""
 
@@ -334,7 +337,7 @@ class BucketPace:
         a shared bucket decides and takes under one lock.
         """
         wait = self.wait_s(tokens, now)
-        if wait is not None and wait <= 0:
+        if wait is not None and wait <= SEND_NOW_S:
             return self.send(tokens, now), None
         return None, wait
 
@@ -421,8 +424,8 @@ class BucketPace:
         # the round trip later is where the reading is taken to describe, erring toward
         # waiting (a network delay in front of the count) by a fraction of a latency.
         sent_at = min(found[1] + (now - found[1]) / 4, now)
-        if limited:
-            self.limited_seqs.add(seq)
+        if limited and (self.tokens.limit is not None or (reading and reading.tokens)):
+            self.limited_seqs.add(seq)  # (only a tokens bucket's cost learning reads them)
         if reading is not None and self.doubted:
             reading = _believed(reading, found[0])
         if reading is not None:

@@ -435,11 +435,11 @@ class Engine:
                     bucket.unsent(sent)
                 else:
                     self._answered_pace(run, bucket, sent, *heard)
-            if error.status_code == 429 and self.transport.retries:
+            if rate_limited(error) and self.transport.retries:
                 # SPEC 14.4: a rate-limited call waits on its bucket's hold and tries again,
                 # whatever the retries; only --deadline (or a signal) stops the night
                 limited += 1
-                if error.retry_after is None:  # no hold said: back off, a dead quota unhammered
+                if (error.retry_after or 0.0) < 1.0:  # no real hold said: back off (<= 30 s)
                     await asyncio.sleep(backoff_s(self.config, limited, None))
                 continue
             if (
@@ -554,6 +554,19 @@ def quota_note(run: PlannedRun, wait_s: float) -> str:
         f"one call every {PROBE_EVERY_S:.0f} s to see whether it is back (--deadline stops "
         "the night, its runs journaled)"
     )
+
+
+BILLING_429 = ("insufficient_quota", "billing", "credit balance")
+"""Words of a 429 whose account cannot pay (OpenAI's ``insufficient_quota``): a refusal
+that waiting does not end, so it is retried and settled like any error."""
+
+
+def rate_limited(error: ProviderFailure) -> bool:
+    """Whether ``error`` is a rate limit (a 429 that waiting ends), which spends no attempt."""
+    if error.status_code != 429:
+        return False
+    said = error.message.lower()
+    return not any(word in said for word in BILLING_429)
 
 
 def _bucket_key(run: PlannedRun) -> tuple[str, str, str, str]:

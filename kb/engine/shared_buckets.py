@@ -41,7 +41,9 @@ import math
 import os
 import secrets
 import socket
+import stat
 import tempfile
+import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,6 +124,12 @@ def rate_limit_setting(
             port = -1
         if not parts.hostname or port == -1 or (database and not database.isdigit()):
             raise ConfigError(source, f"{_safe(raw)} is not redis://HOST:PORT/DB")
+        from redis.connection import parse_url
+
+        try:
+            parse_url(raw)  # type: ignore[no-untyped-call]  # its query, as the client reads it
+        except ValueError as error:
+            raise ConfigError(source, f"{_safe(raw)}: {error}") from None
         return RateLimitSetting("redis", raw)
     raise ConfigError(
         source, f"must be file:DIR, redis://HOST:PORT/DB or process, got {_safe(raw)!r}"
@@ -129,11 +137,11 @@ def rate_limit_setting(
 
 
 def _safe(url: str) -> str:
-    """``url`` with any password taken out (it may be quoted in an error)."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """``url`` with its user and password taken out (either may be a token)."""
+    head, at, rest = url.rpartition("@")
+    if not at or "://" not in head:
         return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    return f"{head.split('://', 1)[0]}://***@{rest}"
 
 
 class ShareUnavailable(Exception):
@@ -159,21 +167,82 @@ class BucketShare:
         """Let go of what the share holds open."""
 
 
+MAX_DOCUMENT_BYTES = 1 << 20
+"""A shared document larger than this is not read (a hostile or runaway one: forgotten)."""
+LOCK_WAIT_S = 2.0
+"""How long a step waits for the folder's lock before the share counts as lost (a
+process stopped inside it, a hung network folder)."""
+SLOW_STEP_S = 0.1
+"""A share whose steps take longer than this on average (over :data:`SLOW_STEPS`) is
+too slow to pace by (a distant Redis): the job paces per process."""
+SLOW_STEPS = 20
+OFFSET_MOVED_S = 0.01
+"""The wall clock moved this far from the monotonic one: a step takes the new distance."""
+
+
+def parse_document(raw: bytes | None) -> dict[str, Any] | None:
+    """A shared document, or ``None`` when absent, too large or not a JSON object."""
+    if not raw or len(raw) > MAX_DOCUMENT_BYTES:
+        return None
+    try:
+        found = json.loads(raw)
+    except Exception:  # noqa: BLE001 - torn, hostile or nested past the recursion limit
+        return None
+    return found if isinstance(found, dict) else None
+
+
 class FileShare(BucketShare):
-    """A folder of one file per bucket, each updated under an exclusive ``flock``."""
+    """A folder of one file per bucket, each updated under an exclusive ``flock``.
+
+    The folder must be this user's own and closed to others (mode ``0700``): a
+    folder another user made first at the predictable default path
+    (``/tmp/kb-<uid>``) is refused, never written into. Files are opened
+    without following links and written ``0600``.
+    """
 
     def __init__(self, setting: RateLimitSetting) -> None:
         self.setting = setting
         self.folder = Path(setting.where)
         self._locks: dict[str, int] = {}
+        self._checked = False
+
+    def _own_folder(self) -> None:
+        if self._checked:
+            return
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        found = os.lstat(self.folder)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+            raise ShareUnavailable(f"{self.setting.shown}: not a folder of this user's own")
+        if found.st_mode & 0o077:
+            raise ShareUnavailable(
+                f"{self.setting.shown}: open to other users (mode "
+                f"{stat.S_IMODE(found.st_mode):o}; chmod 700 it)"
+            )
+        self._checked = True
 
     def _lock_fd(self, name: str) -> int:
         found = self._locks.get(name)
         if found is None:
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            found = os.open(self.folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            self._own_folder()
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+            found = os.open(self.folder / f"{name}.lock", flags, 0o600)
             self._locks[name] = found
         return found
+
+    def _lock(self, fd: int) -> None:
+        waited = 0.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if waited >= LOCK_WAIT_S:
+                    raise ShareUnavailable(
+                        f"{self.setting.shown}: its lock was held for {LOCK_WAIT_S:.0f} s "
+                        "(a kb process stopped inside it?)"
+                    ) from None
+                time.sleep(0.002)  # another process's step takes about a millisecond
+                waited += 0.002
 
     def update(
         self, bucket: str, change: Callable[[dict[str, Any] | None], dict[str, Any]]
@@ -183,17 +252,22 @@ class FileShare(BucketShare):
         path = self.folder / f"{name}.json"
         try:
             fd = self._lock_fd(name)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._lock(fd)
             try:
                 try:
-                    found = json.loads(path.read_bytes())
+                    reader = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
                 except FileNotFoundError:
-                    found = None
-                except ValueError:
-                    found = None  # torn by a killed writer: forgotten, as if idle
-                text = json.dumps(change(found if isinstance(found, dict) else None))
+                    raw = None
+                else:
+                    with os.fdopen(reader, "rb") as opened:
+                        raw = opened.read(MAX_DOCUMENT_BYTES + 1)
+                text = json.dumps(change(parse_document(raw))).encode()
                 scratch = path.with_name(f"{path.name}.{os.getpid()}")
-                scratch.write_text(text)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(scratch)  # a killed step's leftover (never followed: unlinked)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                with os.fdopen(os.open(scratch, flags, 0o600), "wb") as out:
+                    out.write(text)
                 os.replace(scratch, path)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -232,11 +306,8 @@ class RedisShare(BucketShare):
                     try:
                         pipe.watch(key)  # type: ignore[no-untyped-call]
                         raw = pipe.get(key)
-                        try:
-                            found = json.loads(raw) if raw else None
-                        except ValueError:
-                            found = None
-                        text = json.dumps(change(found if isinstance(found, dict) else None))
+                        found = parse_document(raw if isinstance(raw, bytes) else None)
+                        text = json.dumps(change(found))
                         pipe.multi()
                         pipe.set(key, text, px=int(IDLE_S * 1000))
                         pipe.execute()
@@ -274,6 +345,8 @@ class SharedBuckets:
     """Wall-clock minus monotonic seconds, read once: the document's times are wall-clock."""
     on_lost: Callable[[str], None] | None = None
     """Told once, in one line, when the share failed and the job paces alone."""
+    steps: int = 0
+    step_s: float = 0.0
 
     @classmethod
     def of(cls, share: BucketShare, wall_now: float, monotonic_now: float) -> SharedBuckets:
@@ -285,10 +358,25 @@ class SharedBuckets:
         """The shared pace of the bucket ``key`` (``None``: a bucket kept to this process)."""
         if not isinstance(key, tuple) or not key or key[0] in UNSHARED_PROVIDERS:
             return None
-        bucket = "|".join(str(part) for part in key)
+        bucket = "|".join(_public(str(part)) for part in key)
         return SharedBucketPace(
             ceiling, sharing=self, bucket=bucket, owner=self.owner, offset=self.offset
         )
+
+    def timed(self, seconds: float) -> None:
+        """A step took ``seconds``: a share too slow to pace by is given up (one line)."""
+        self.steps += 1
+        self.step_s += seconds
+        if self.steps >= SLOW_STEPS and self.step_s / self.steps > SLOW_STEP_S:
+            self.lost(
+                ShareUnavailable(
+                    f"{self.share.setting.shown if self.share else 'the share'}: its steps "
+                    f"take {1000 * self.step_s / self.steps:.0f} ms on average (more than "
+                    f"{1000 * SLOW_STEP_S:.0f} ms: too far to pace by)"
+                )
+            )
+        if self.steps >= SLOW_STEPS:
+            self.steps, self.step_s = 0, 0.0  # judged over the latest steps, not the night
 
     def lost(self, error: ShareUnavailable) -> None:
         """The share failed: from now on every bucket paces in this process alone."""
@@ -306,6 +394,19 @@ class SharedBuckets:
             self.share.close()
 
 
+def _public(part: str) -> str:
+    """A bucket id's part as others may read it: an endpoint without user, password or query."""
+    if "://" not in part:
+        return part
+    parts = urlsplit(part)
+    host = parts.hostname or ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
 def _alive(owner: str, host: str) -> bool:
     """Whether the process ``owner`` names may still run (only this machine's can be checked)."""
     parts = owner.split("/")
@@ -315,8 +416,8 @@ def _alive(owner: str, host: str) -> bool:
         os.kill(int(parts[1]), 0)
     except ProcessLookupError:
         return False
-    except OSError:
-        return True  # another user's process: it exists
+    except (OSError, OverflowError, ValueError):
+        return True  # another user's process (it exists), or no pid at all
     return True
 
 
@@ -366,11 +467,17 @@ class SharedBucketPace(BucketPace):
         )
 
     def _shared(self, now: float | None, step: Callable[[], T]) -> T:
-        share = self.sharing.share if self.sharing is not None else None
-        if share is None:
+        sharing = self.sharing
+        share = sharing.share if sharing is not None else None
+        if sharing is None or share is None:
             self._alone()
             return step()
         mine = (self.window, self.shrunk_at, self.quota_told)
+        # the wall clock's distance from this process's monotonic one, read at each step:
+        # a suspended machine or a stepped clock moves it (its jitter, microseconds, not)
+        began = time.monotonic()
+        if abs(time.time() - began - self.offset) > OFFSET_MOVED_S:
+            self.offset = time.time() - began
         before = self._dump(now)
         done: list[T] = []
 
@@ -384,9 +491,9 @@ class SharedBucketPace(BucketPace):
 
         try:
             share.update(self.bucket, change)
+            sharing.timed(time.monotonic() - began)
         except ShareUnavailable as error:
-            assert self.sharing is not None
-            self.sharing.lost(error)
+            sharing.lost(error)
             self._restore(mine, before, now)
             self._alone()
             return step()
@@ -453,16 +560,19 @@ class SharedBucketPace(BucketPace):
             return
         try:
             self._take(found, wall_now)
-        except (KeyError, TypeError, ValueError, IndexError):
+        except Exception:  # noqa: BLE001 - whatever a hostile writer put there: forgotten
             self._alone()
 
     def _take(self, found: dict[str, Any], wall_now: float | None) -> None:
+        """Take ``found``'s state, all of it or (a value kb never writes: raises) none."""
         host = self.owner.split("/")[0]
         mine = {s: v for s, v in self.in_flight.items() if self.owners.get(s) == self.owner}
         in_flight: dict[int, tuple[float, float]] = {}
         owners: dict[int, str] = {}
+        if len(found["in_flight"]) > MAX_IN_FLIGHT:
+            raise ValueError("more calls in flight than any job sends")
         for seq, cost, at, owner in found["in_flight"]:
-            seq, cost, at, owner = int(seq), float(cost), float(at), str(owner)
+            seq, cost, at, owner = _count(seq), _finite(cost), _finite(at), str(owner)
             if owner != self.owner:
                 if wall_now is not None and at < wall_now - STALE_IN_FLIGHT_S:
                     continue
@@ -473,20 +583,26 @@ class SharedBucketPace(BucketPace):
         for seq, value in mine.items():  # never lose this process's own calls
             in_flight.setdefault(seq, value)
             owners.setdefault(seq, self.owner)
-        sent = int(found["sent"])
-        self.sent = max(sent, self.sent)
-        self.in_flight, self.owners = in_flight, owners
-        self.hold_until = self._local(_finite(found["hold_until"]))
-        self.requests = self._mirror(found["requests"])
-        self.tokens = self._mirror(found["tokens"])
+        sent = max(_count(found["sent"]), self.sent)
+        hold_until = self._local(_finite(found["hold_until"]))
+        requests, tokens = self._mirror(found["requests"]), self._mirror(found["tokens"])
         per_call = found["tokens_per_call"]
-        self.tokens_per_call = None if per_call is None else _finite(per_call)
-        self.limited_seqs = {int(s) for s in found["limited_seqs"]}
-        self.reading_level = _finite(found["reading_level"])
-        self.reading_at = self._local(_finite(found["reading_at"]))
+        tokens_per_call = None if per_call is None else _finite(per_call)
+        if len(found["limited_seqs"]) > MAX_IN_FLIGHT:
+            raise ValueError("more 429s remembered than any job meets")
+        limited_seqs = {_count(s) for s in found["limited_seqs"]}
+        reading_level = _finite(found["reading_level"])
+        reading_at = self._local(_finite(found["reading_at"]))
         last = found["last_sent_at"]
-        self.last_sent_at = None if last is None else self._local(_finite(last))
-        self.doubted = bool(found["doubted"])
+        last_sent_at = None if last is None else self._local(_finite(last))
+        doubted = found["doubted"]
+        if not isinstance(doubted, bool):
+            raise ValueError(f"not a boolean: {doubted!r}")
+        self.sent, self.in_flight, self.owners = sent, in_flight, owners
+        self.hold_until, self.requests, self.tokens = hold_until, requests, tokens
+        self.tokens_per_call, self.limited_seqs = tokens_per_call, limited_seqs
+        self.reading_level, self.reading_at = reading_level, reading_at
+        self.last_sent_at, self.doubted = last_sent_at, doubted
 
     def _mirror(self, raw: list[Any]) -> BucketMirror:
         limit, rate, level, at, seq = raw
@@ -495,8 +611,18 @@ class SharedBucketPace(BucketPace):
             _finite(rate),
             _finite(level),
             self._local(_finite(at)),
-            int(seq),
+            _count(seq + 1) - 1,  # -1: no reading yet
         )
+
+
+MAX_IN_FLIGHT = 10_000
+"""More calls in flight than this (or 429s remembered) is not a document kb wrote."""
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+        raise ValueError(f"not a count: {value!r}")
+    return value
 
 
 def _finite(value: object) -> float:

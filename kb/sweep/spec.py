@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from kb.engine.params import param_issues
 from kb.engine.prices import DECLARE_HINT, price_param_issues, unpriced
@@ -45,7 +46,7 @@ from kb.errors import ConfigError
 from kb.evals.cases import Case, PythonGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, grouped_issues, load_dataset
 from kb.evals.graders import judge_spec
-from kb.schema import ModelRefText, StrictModel, validate_into
+from kb.schema import HIDDEN, ModelRefText, StrictModel, validate_into
 from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
 from kb.tomlfile import read_toml
 
@@ -151,8 +152,8 @@ class SweepSection(StrictModel):
 
             try:
                 rate_limit_setting(value, {}, 0)
-            except ConfigError as error:  # (the spec's error line quotes the value itself)
-                raise ValueError(error.issues[0].split(", got ")[0]) from None
+            except ConfigError as error:  # never echoed: a Redis URL may carry a password
+                raise PydanticCustomError(f"rate_limits{HIDDEN}", error.issues[0]) from None
         return value
 
     @field_validator("tolerance")
