@@ -387,6 +387,8 @@ def checkpoint_rates(seeds: int, rng: np.random.Generator, n: int = 40) -> None:
 SCENARIOS = (
     ("equal", 0.0, 0.05),
     ("3 points worse", -0.03, 0.08),
+    ("3.5 points worse (psi 0.05)", -0.035, 0.05),
+    ("4 points worse (psi 0.05)", -0.04, 0.05),
     ("5 points worse", -0.05, 0.10),
     ("10 points worse", -0.10, 0.15),
     ("5 points better", 0.05, 0.10),
@@ -510,7 +512,7 @@ def sequential_study(
     seq_decided = totals["s_dec_calls"] / max(1, totals["s_dec"])
     seq_all = totals["s_all"] / runs
     print(
-        f"\nall five truths: errors fixed {totals['f_err'] / runs:.4f}, sequential "
+        f"\nall {len(SCENARIOS)} truths: errors fixed {totals['f_err'] / runs:.4f}, sequential "
         f"{totals['s_err'] / runs:.4f} (largest gap in one truth {worst_gap:.1f} pp); "
         f"decided fixed {totals['f_dec'] / runs:.3f}, sequential {totals['s_dec'] / runs:.3f}; "
         f"A: calls per decided comparison {f_calls} / {seq_decided:.1f} "

@@ -93,7 +93,9 @@ ROUTED = [(f"route-{i}", f"Routed task {i}?", f"routed-{i}") for i in range(4)]
 
 
 def answers(correct: bool, cases: list[tuple[str, str, str]]) -> dict[str, str]:
-    return {prompt: (answer if correct else "wrong") for _, prompt, answer in cases}
+    # a wrong model's own wrong answers, one per case (one text to every prompt is an
+    # outage's pattern: the health rule makes such an arm contaminated, SPEC 14.7)
+    return {prompt: (answer if correct else f"not {answer}") for _, prompt, answer in cases}
 
 
 def write_world(
@@ -106,6 +108,7 @@ def write_world(
     mid_right: bool = True,
     routed_class: str = "extraction",
     cheap_cost: float = 0.001,
+    cheap_replies: dict[str, str] | None = None,
 ) -> Path:
     """Ladder cheap < mid < top (start tier 1: mid); profiles fast (cheap), careful (top).
 
@@ -122,7 +125,7 @@ def write_world(
         return f'[[models]]\nmodel = "scripted:{name}"\nparams = {toml_value(params)}\n'
 
     right = answers(True, extraction) | answers(True, ROUTED)
-    cheap = answers(cheap_right, extraction) | answers(True, ROUTED)
+    cheap = answers(cheap_right, extraction) | answers(True, ROUTED) | (cheap_replies or {})
     mid = answers(mid_right, extraction) | answers(True, ROUTED)
     lines = [
         "[checkpoint]",
@@ -646,4 +649,49 @@ def test_the_readmes_example_spec_parses_and_runs(runner: CliRunner, isolated: P
     )
     assert [line for line in sent.splitlines() if line] == [
         line for line in shown.splitlines() if line
+    ]
+
+
+# -- the sweep's health rule on every arm (SPEC 14.7 item 4) ----------------------------------
+
+OUTAGE = "<html><head><title>503 Service Unavailable</title></head><body>busy</body></html>"
+
+
+def test_an_arm_answered_by_an_error_page_is_contaminated_never_worse(
+    runner: CliRunner, isolated: Path
+) -> None:
+    seed_store()
+    # the cheap rung's provider answers three of its eight cases with one error page
+    extraction = EXTRACTION + [(f"ck-{i}", f"Checkpoint question {i}?", "") for i in range(4, 8)]
+    paged = {prompt: OUTAGE for _, prompt, _ in extraction[1:4]}
+    world = write_world(isolated / "cp.toml", cheap_right=True, cases=8, cheap_replies=paged)
+    result = run(runner, world, "--json")
+    report = json.loads(result.stdout)
+    c1 = report["criterion1"]
+    assert c1["verdict"] == "contaminated" and report["passed"] is False
+    treatment = c1["cells"][0]["treatment"]
+    assert treatment["contamination"].startswith(
+        "suspect answers from scripted:cheap · extraction (suspect: 3 of 8 replies were "
+    )
+    assert "it is an error page or an error object, not words" in treatment["contamination"]
+    table = one_line(run(runner, world).stdout)
+    assert "treatment CONTAMINATED: suspect answers from scripted:cheap" in table
+
+
+def test_a_canned_refusal_asked_again_is_the_models_answer_and_scored(
+    runner: CliRunner, isolated: Path
+) -> None:
+    seed_store()
+    extraction = EXTRACTION + [(f"ck-{i}", f"Checkpoint question {i}?", "") for i in range(4, 8)]
+    refused = {prompt: "I can't help with that." for _, prompt, _ in extraction[1:4]}
+    world = write_world(isolated / "cp.toml", cheap_right=True, cases=8, cheap_replies=refused)
+    result = run(runner, world, "--json", "--rule", "rulvar")
+    report = json.loads(result.stdout)
+    (cell,) = report["criterion1"]["cells"]
+    assert "contamination" not in cell["treatment"]  # asked again: the same words
+    assert cell["treatment"]["passRate"] == pytest.approx(5 / 8)  # its refusals fail, scored
+    assert report["criterion1"]["verdict"] != "contaminated"
+    assert report["askedAgain"] == [
+        'scripted:cheap · extraction: 3 prompts answered "I can\'t help with that." asked '
+        "again: the same text, the model's own answer (scored)"
     ]

@@ -109,6 +109,8 @@ class Arm:
     routing: dict[str, RunResult] = field(default_factory=dict)
     """Criterion 2's orchestrator call per case (by case name), paid and counted."""
     invalid_choices: int = 0
+    suspects: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(model, task class) → why its answers look like an outage (:mod:`.health`)."""
 
     @property
     def extra_runs(self) -> list[RunResult]:
@@ -133,6 +135,8 @@ class Arm:
     @property
     def contamination(self) -> str | None:
         """The first run that makes the arm's verdict unusable, if any."""
+        for (model, task_class), why in sorted(self.suspects.items()):
+            return f"suspect answers from {model} · {task_class} ({why})"
         for verdict in self.verdicts:
             if verdict.judge_incomplete:
                 return f"judge-incomplete on {verdict.name}"
@@ -169,7 +173,8 @@ class Arm:
         verdicts = [v for v in self.verdicts if v.task_class in keep]
         names = {v.name for v in verdicts}
         routing = {name: run for name, run in self.routing.items() if name in names}
-        return Arm(self.name, verdicts, routing, self.invalid_choices)
+        suspects = {g: why for g, why in self.suspects.items() if g[1] in keep}
+        return Arm(self.name, verdicts, routing, self.invalid_choices, suspects)
 
     def to_json(self) -> dict[str, Any]:
         """Report form."""
@@ -200,6 +205,7 @@ def pooled(name: str, arms: Sequence[Arm], prefixes: Sequence[str] | None = None
         pooled.verdicts += [replace(v, name=prefix + v.name) for v in arm.verdicts]
         pooled.routing |= {prefix + key: run for key, run in arm.routing.items()}
         pooled.invalid_choices += arm.invalid_choices
+        pooled.suspects |= arm.suspects
     return pooled
 
 
@@ -513,6 +519,8 @@ class CheckpointReport:
     """Task classes the card says something about (``None``: all of them)."""
     options: CheckpointOptions = field(default_factory=CheckpointOptions)
     sequential: SequentialRecord | None = None
+    asked_again: tuple[str, ...] = ()
+    """What the health rule asked again and what came back (:mod:`kb.checkpoint.health`)."""
 
     # -- the seed's point rule (--rule rulvar) -----------------------------------
 
@@ -724,5 +732,6 @@ class CheckpointReport:
                 "blind": self.blind.to_json(),
             },
             "sequential": self.sequential.to_json() if self.sequential else None,
+            "askedAgain": list(self.asked_again),
             "spentUsd": self.spent_usd,
         }

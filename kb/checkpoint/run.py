@@ -46,6 +46,7 @@ from kb.checkpoint.arms import (
     compare,
     pooled,
 )
+from kb.checkpoint.health import ArmHealth
 from kb.checkpoint.rules import START_RUNG_INTERVAL
 from kb.checkpoint.spec import CheckpointSpec, leakage_issues
 from kb.engine.budget import SpendEnvelope, usd
@@ -295,14 +296,13 @@ def run_checkpoint(
     plan = plan_checkpoint(spec, store, as_of=as_of)
     plan.job.refuse_overspend(allow_partial=allow_partial)
     envelope = SpendEnvelope.from_usd(spec.budgets.max_total_usd)
+    health = ArmHealth(engine, envelope)
     sequential = None
     if options.sequential is None:
-        cells = _cells(plan, _run_case_runs(plan, list(plan.pairs), engine, envelope))
+        cells = _cells(plan, _run_case_runs(plan, list(plan.pairs), health), health)
     else:
-        cells, sequential = _sequential_cells(
-            plan, engine, envelope, options.sequential, options.margin
-        )
-    informed, blind = _profile_arms(plan, engine, envelope)
+        cells, sequential = _sequential_cells(plan, health, options.sequential, options.margin)
+    informed, blind = _profile_arms(plan, health)
     engine.finish()
     tested = [cell for cell in cells if cell.recommended_tier is not None]
     strongest = [cell.strongest for cell in tested if cell.strongest is not None]
@@ -320,6 +320,7 @@ def run_checkpoint(
         card_classes=card_task_classes(plan.claims, spec.ladders, as_of),
         options=options,
         sequential=sequential,
+        asked_again=tuple(health.notes),
     )
 
 
@@ -333,16 +334,14 @@ Planned = tuple[ArmKey, CaseRun]
 
 
 def _run_case_runs(
-    plan: CheckpointPlan, pairs: Sequence[Planned], engine: Engine, envelope: SpendEnvelope
+    plan: CheckpointPlan, pairs: Sequence[Planned], health: ArmHealth
 ) -> dict[ArmKey, list[CaseVerdict]]:
     """Criterion 1's ``pairs`` in one engine phase (targets, then judges), by arm."""
     case_runs = [pair for _, pair in pairs]
+    targets = target_phase(case_runs, plan.spec.budgets.target_usd)
+    health.sent(targets.runs)
     verdicts = run_pairs(
-        engine,
-        case_runs,
-        target_phase(case_runs, plan.spec.budgets.target_usd),
-        envelope,
-        judge_usd=plan.spec.budgets.judge_usd,
+        health.engine, case_runs, targets, health.envelope, judge_usd=plan.spec.budgets.judge_usd
     )
     by_arm: dict[ArmKey, list[CaseVerdict]] = {}
     for (key, _), verdict in zip(pairs, verdicts, strict=True):
@@ -350,8 +349,20 @@ def _run_case_runs(
     return by_arm
 
 
-def _cells(plan: CheckpointPlan, by_arm: dict[ArmKey, list[CaseVerdict]]) -> list[StartRungCell]:
-    """Criterion 1's cells from the verdicts so far (a rung two arms share: the same runs)."""
+def _cells(
+    plan: CheckpointPlan, by_arm: dict[ArmKey, list[CaseVerdict]], health: ArmHealth
+) -> list[StartRungCell]:
+    """Criterion 1's cells from the verdicts so far (a rung two arms share: the same runs).
+
+    Every answer so far goes through the health rule first (:mod:`.health`): an
+    arm with a suspect group is contaminated.
+    """
+    cases = {pair.name: pair.case for _, pair in plan.pairs}
+    health.check([v for verdicts in by_arm.values() for v in verdicts], cases)
+
+    def arm(name: str, verdicts: list[CaseVerdict]) -> Arm:
+        return Arm(name, verdicts, suspects=health.of(verdicts))
+
     cells = []
     for cell in plan.layout:
         name = cell.ladder.name
@@ -364,15 +375,15 @@ def _cells(plan: CheckpointPlan, by_arm: dict[ArmKey, list[CaseVerdict]]) -> lis
             tier = cell.strongest_tier
             reused = treatment if tier == rungs["treatment"] else baseline
             runs = by_arm.get((name, cell.task_class, "strongest"), list(reused))
-            strongest = Arm("strongest", runs)
+            strongest = arm("strongest", runs)
         cells.append(
             StartRungCell(
                 name,
                 cell.task_class,
                 cell.ladder.start_tier,
                 cell.recommended_tier,
-                Arm("baseline", baseline),
-                Arm("treatment", treatment),
+                arm("baseline", baseline),
+                arm("treatment", treatment),
                 strongest,
             )
         )
@@ -406,11 +417,7 @@ def sequential_order(plan: CheckpointPlan) -> SequentialUnits:
 
 
 def _sequential_cells(
-    plan: CheckpointPlan,
-    engine: Engine,
-    envelope: SpendEnvelope,
-    design: SequentialDesign,
-    margin: float,
+    plan: CheckpointPlan, health: ArmHealth, design: SequentialDesign, margin: float
 ) -> tuple[list[StartRungCell], SequentialRecord]:
     """Criterion 1 in rounds.
 
@@ -425,11 +432,11 @@ def _sequential_cells(
     for start in range(0, max(1, len(units)), design.round_size):
         fresh = units[start : start + design.round_size]
         batch = (untested if rounds == 0 else []) + [run for unit in fresh for run in unit]
-        for key, verdicts in _run_case_runs(plan, batch, engine, envelope).items():
+        for key, verdicts in _run_case_runs(plan, batch, health).items():
             by_arm.setdefault(key, []).extend(verdicts)
         rounds += 1
         cases += len(fresh)
-        cells = _cells(plan, by_arm)
+        cells = _cells(plan, by_arm, health)
         sequence.add(_unit_differences(cells, fresh))
         tested = [c for c in cells if c.recommended_tier is not None]
         decision = compare(
@@ -471,9 +478,10 @@ def _unit_differences(
     return differences
 
 
-def _profile_arms(plan: CheckpointPlan, engine: Engine, envelope: SpendEnvelope) -> tuple[Arm, Arm]:
+def _profile_arms(plan: CheckpointPlan, health: ArmHealth) -> tuple[Arm, Arm]:
     """Criterion 2: the orchestrator picks a profile with and without the card."""
     spec = plan.spec
+    engine, envelope = health.engine, health.envelope
     router_runs = engine.run(plan.job.phase("orchestrator").runs, envelope)
     arms = {"informed": Arm("informed"), "blind": Arm("blind")}
     chosen: list[tuple[str, str, CaseRun]] = []
@@ -494,14 +502,13 @@ def _profile_arms(plan: CheckpointPlan, engine: Engine, envelope: SpendEnvelope)
         case_run = CaseRun(model, routed.case, f"{routed.arm}/{routed.name}")
         chosen.append((routed.arm, routed.name, case_run))
     pairs = [pair for _, _, pair in chosen]
-    verdicts = run_pairs(
-        engine,
-        pairs,
-        target_phase(pairs, spec.budgets.target_usd),
-        envelope,
-        judge_usd=spec.budgets.judge_usd,
-    )
+    targets = target_phase(pairs, spec.budgets.target_usd)
+    health.sent(targets.runs)
+    verdicts = run_pairs(engine, pairs, targets, envelope, judge_usd=spec.budgets.judge_usd)
     for (arm_name, name, _), verdict in zip(chosen, verdicts, strict=True):
         # Named by the routed case in both arms, so the two arms pair case by case.
         arms[arm_name].verdicts.append(replace(verdict, name=name))
+    health.check(verdicts, {pair.name: pair.case for _, _, pair in chosen})
+    for arm in arms.values():
+        arm.suspects = health.of(v for v in arm.verdicts if v.target.status == "ok")
     return arms["informed"], arms["blind"]

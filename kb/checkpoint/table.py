@@ -213,6 +213,7 @@ def checkpoint_table(report: CheckpointReport) -> str:
     controls = report.controls
     if controls is not None:
         lines += controls_lines(controls)
+    lines += [f"  health: {note}" for note in report.asked_again]
     lines.append(f"  criterion 1: {_decision(c1, sequential=sequential)}")
     rule1 = (
         "holds"
