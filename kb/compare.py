@@ -109,6 +109,10 @@ class ClassComparison:
     pairs: tuple[PairComparison, ...]
     unshared: tuple[tuple[str, str], ...] = ()
     """Pairs asked for that have no case in common (nothing to compare)."""
+    family: int = 0
+    """How many pairs the correction covers: this class's (``--family class``, the default)
+    or every class's shown (``--family all``); 0: this class's."""
+    family_all: bool = False
 
 
 def compare_pair(
@@ -173,23 +177,30 @@ def compare_models(
     task_class: str | None = None,
     models: Sequence[str] = (),
     margin: float = DEFAULT_MARGIN,
+    every_pair: bool = False,
 ) -> list[ClassComparison]:
     """Per task class, each pair of models with shared cases, read with its interval.
 
     ``models`` (subject keys, ``provider:model`` or ``provider:model@effort``)
     keeps the pairs among them; one model: its pairs with every other. The
     intervals are Bonferroni-adjusted over the pairs with shared cases shown
-    for that task class (95 % family-wise).
+    for that task class (each class's lines hold together 95 % of the time,
+    not the whole table), or, ``every_pair``, over every pair shown in every
+    class (``--family all``: the whole table 95 % of the time, wider intervals).
     """
-    found = []
+    classes = []
     for name, cells in index.cells.items():
         if task_class is not None and name != task_class:
             continue
         pairs = wanted_pairs(sorted(cells), models)
         sharing = [(x, y) for x, y in pairs if set(cells[x].scores) & set(cells[y].scores)]
-        if not pairs:
-            continue
-        z = bonferroni_z(max(len(sharing), 1))
+        if pairs:
+            classes.append((name, cells, pairs, sharing))
+    everything = sum(len(sharing) for *_, sharing in classes)
+    found = []
+    for name, cells, pairs, sharing in classes:
+        size = everything if every_pair else len(sharing)
+        z = bonferroni_z(max(size, 1))
         compared = []
         for x, y in sharing:
             a, b = _cheaper_first(cells[x], cells[y])
@@ -197,7 +208,9 @@ def compare_models(
             assert pair is not None  # sharing has cases in common
             compared.append(pair)
         unshared = tuple(p for p in pairs if p not in sharing)
-        found.append(ClassComparison(name, margin, z, tuple(compared), unshared))
+        found.append(
+            ClassComparison(name, margin, z, tuple(compared), unshared, size, family_all=every_pair)
+        )
     return found
 
 

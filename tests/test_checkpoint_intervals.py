@@ -350,7 +350,10 @@ def test_the_table_fits_80_columns_with_two_decimal_intervals(
     plain, _, _, contaminated = tables
     assert "  ladder / task class  tiers  baseline      treatment\n" in plain
     assert "\n  general-purpose-ladder-for-every-task\n    extraction         1->0" in plain
-    assert "      inconclusive: [-0.49, +0.49] spans -0.03; 90 more cases would decide\n" in plain
+    assert (
+        "      inconclusive: [-0.49, +0.49] spans -0.03; about 90 more cases would decide\n"
+        "        if the arms are equal (80 % power)\n"
+    ) in plain
     assert "pooled treatment - baseline +0.00 [-0.49, +0.49] (newcombe, n 4)" in plain
     assert "0.50 $0.0020 !" in contaminated  # the arm marked, why on the line under it
     assert "      treatment CONTAMINATED: refused run target:scripted:cheap/" in contaminated
@@ -370,7 +373,8 @@ def test_sequential_shows_the_interval_that_decided(runner: CliRunner, isolated:
     assert "[-0.49, +0.49]" not in criterion1 and "more cases would decide" not in criterion1
     assert (
         "criterion 1: inconclusive: [-1.00, +1.00] spans -0.03 (confidence sequence, n 4); "
-        "a fixed-n run would need about 90 more cases (without --sequential)"
+        "a fixed-n run would need about 90 more cases (without --sequential) if the arms are "
+        "equal"
     ) in criterion1
     assert result.stderr.splitlines() == [
         "checkpoint inconclusive: criterion 1 needs more cases (its confidence sequence spans "

@@ -140,6 +140,16 @@ def assert_the_night_landed_whole(text: str, store: KnowledgeStore, where: Path)
     ids = {claim.id for claim in store.read().claims}
     night = "kb-sweep-2026-11-29T02:00:00.000Z/openai:gpt-4o-mini"
     assert ids == {f"{night}/class-{c}" for c in range(CLASSES)}  # every cell, once
+    # ... and every shard's evidence: one report of the whole night, every case's run
+    report = kb(where / "report", "report", "kb-sweep-2026-11-29T02:00:00.000Z", "--json")
+    assert report.returncode == 0, report.stderr
+    found = json.loads(report.stdout)
+    assert sorted(c["taskClass"] for c in found["cells"]) == sorted(
+        f"class-{c}" for c in range(CLASSES)
+    )
+    assert len(found["runs"]) == CASES and len(found["claims"]) == CLASSES
+    shown = kb(where / "report", "show", f"{night}/class-3")
+    assert "6 of 6 runs passed" in shown.stdout, shown.stdout
     assert text.count("openai:gpt-4o-mini") >= CLASSES  # every cell in the step summary
     history = git(where / "report", "log", "--format=%s", "--first-parent")
     assert git(where / "report", "rev-list", "--merges", "HEAD") == ""  # linear

@@ -456,3 +456,29 @@ def test_a_task_class_typo_gets_a_suggestion_and_two_formats_are_refused(
         both = kb(runner, *command, "--json", "--markdown")
         assert both.exit_code == 2, command
         assert "--json: choose one of --json and --markdown" in both.stderr
+
+
+def test_family_all_holds_the_whole_table_together_over_every_class(
+    runner: CliRunner, isolated: Path
+) -> None:
+    third = model("third", {1, 2, 3, 4, 5, 6}, cost=0.002, latency=0.0)
+    night(runner, spec(isolated / "a.toml", DEAR, CHEAP, third))
+    night(runner, spec(isolated / "b.toml", DEAR, CHEAP, task_class="planning"), 2)
+    per_class = {g["taskClass"]: g for g in compare_json(runner)}
+    assert per_class["extraction"]["z"] == pytest.approx(bonferroni_z(3))
+    assert per_class["planning"]["z"] == pytest.approx(bonferroni_z(1))
+    assert per_class["planning"]["family"] == {"scope": "class", "pairs": 1}
+    every = {g["taskClass"]: g for g in compare_json(runner, "--family", "all")}
+    for group in every.values():  # 3 + 1 pairs shown: one family, wider intervals
+        assert group["z"] == pytest.approx(bonferroni_z(4))
+        assert group["family"] == {"scope": "all", "pairs": 4}
+    low = per_class["planning"]["pairs"][0]["interval"][0]
+    assert every["planning"]["pairs"][0]["interval"][0] < low
+    text = unwrapped(kb(runner, "compare").stdout)
+    assert "95% intervals per class (Bonferroni over 3 pairs" in text
+    wide = unwrapped(kb(runner, "compare", "--family", "all").stdout)
+    assert "95% intervals holding together over all 4 pairs shown (Bonferroni, z 2.50)" in wide
+    assert (
+        "the whole table holds 95 % of the time"
+        in kb(runner, "compare", "--family", "all", "--markdown").stdout
+    )

@@ -503,7 +503,7 @@ def test_a_token_in_a_bad_redis_url_is_never_echoed(url: str, tmp_path: Path) ->
     before = store.read_bytes()
     done = _sweep(tmp_path)
     assert done.returncode == 2 and "hunter2" not in done.stderr + done.stdout
-    assert "://***@ci-redis:port/0 is not redis://HOST:PORT/DB" in (done.stderr)
+    assert "://***@ci-redis:port/0: the port is not a number from 1 to 65535" in (done.stderr)
     assert store.read_bytes() == before
 
 
@@ -558,3 +558,40 @@ def test_a_429_with_no_real_hold_backs_off(monkeypatch: pytest.MonkeyPatch) -> N
     engine.transport = MockTransport(provider)
     (result,) = engine.run(plan(ModelSpec("openai:m"), ["a"]), SpendEnvelope.from_usd(None))
     assert result.status == "ok" and waits == [1, 2, 3, 4]  # growing back-off, no attempt spent
+
+
+def test_a_redis_that_refuses_the_setting_is_exit_2_before_any_call(tmp_path: Path) -> None:
+    with redis_server() as url:
+        client = redis.Redis.from_url(url)
+        client.config_set("requirepass", "s3cret")  # the server wants a password
+        client.close()
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        with rate_limited_server(600, 10**9) as (base, limits):
+            store = _store_and_spec(tmp_path, None, base)
+            before = store.read_bytes()
+            for wrong, said in (
+                (f"redis://127.0.0.1:{port}/0", "it needs a password"),
+                (f"redis://:wrong@127.0.0.1:{port}/0", "invalid username-password"),
+                (f"redis://:s3cret@127.0.0.1:{port}/99", "DB index is out of range"),
+            ):
+                done = _sweep(tmp_path, KB_RATE_LIMITS=wrong)
+                assert done.returncode == 2, done.stderr
+                (line,) = [x for x in done.stderr.splitlines() if x.startswith("Error")]
+                assert line.startswith("Error: rate_limits: redis://127.0.0.1:"), line
+                assert said in line and "s3cret" not in done.stderr + done.stdout
+            assert limits.served == 0 and store.read_bytes() == before
+            good = _sweep(tmp_path, KB_RATE_LIMITS=f"redis://:s3cret@127.0.0.1:{port}/0")
+            assert good.returncode == 0 and "pacing per process" not in good.stderr
+
+
+def test_a_relative_folder_in_the_spec_is_the_specs_own() -> None:
+    spec_folder = Path("/srv/ci/sweeps")
+    assert rate_limit_setting("file:rl", {}, 0, spec_folder).where == "/srv/ci/sweeps/rl"
+    env = {"KB_RATE_LIMITS": "file:rl"}  # the environment's: the current folder's, as given
+    assert rate_limit_setting(None, env, 0, spec_folder).where == "rl"
+
+
+def test_a_port_out_of_range_says_so() -> None:
+    with pytest.raises(ConfigError) as refused:
+        rate_limit_setting("redis://127.0.0.1:99999/0", {}, 0)
+    assert "the port is not a number from 1 to 65535" in str(refused.value)

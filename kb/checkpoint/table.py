@@ -73,10 +73,13 @@ def _decision(decision: Decision, *, sequential: bool = False) -> str:
         if sequential:  # the estimate is a fixed-n one: a confidence sequence needs more
             text += (
                 f"; a fixed-n run would need about {decision.cases_to_decide} more cases "
-                "(without --sequential)"
+                "(without --sequential) if the arms are equal"
             )
         else:
-            text += f"; {decision.cases_to_decide} more cases would decide"
+            text += (
+                f"; about {decision.cases_to_decide} more cases would decide if the arms are "
+                "equal (80 % power)"
+            )
     return text
 
 

@@ -371,14 +371,18 @@ def build_engine(
     app.engine.on_note = lambda line: click.echo(f"waiting: {line}", err=True)
     app.engine.on_warning = lambda line: click.echo(f"warning: {line}", err=True)
     click.get_current_context().call_on_close(app.engine.close)
+    if app.engine.sharing is not None:
+        app.engine.sharing.probe()  # a Redis that refuses the setting: exit 2 before any call
     return app.engine
 
 
-def shared_buckets_setting(spec_value: str | None) -> RateLimitSetting:
+def shared_buckets_setting(
+    spec_value: str | None, spec_folder: Path | None = None
+) -> RateLimitSetting:
     """Where this job shares its rate-limit buckets: ``KB_RATE_LIMITS``, the spec, the default."""
     from kb.engine.shared_buckets import rate_limit_setting
 
-    return rate_limit_setting(spec_value, os.environ, os.getuid())
+    return rate_limit_setting(spec_value, os.environ, os.getuid(), spec_folder)
 
 
 def start_workers(*, dry_run: bool, replay: Path | None) -> WorkerPool | None:

@@ -66,7 +66,7 @@ def sweep_engine_config(
         batch=batch if batch is not None else spec.sweep.batch,
         batch_poll_s=spec.sweep.batch_poll_s,
         batch_poll_max_s=max(60.0, spec.sweep.batch_poll_s),
-        rate_limits=shared_buckets_setting(spec.sweep.rate_limits),
+        rate_limits=shared_buckets_setting(spec.sweep.rate_limits, spec.path.parent),
     )
 
 

@@ -304,6 +304,13 @@ Examples:
     help="Keep the pairs among these (repeatable); one model: its pairs with every other.",
 )
 @margin_option
+@click.option(
+    "--family",
+    type=click.Choice(["class", "all"]),
+    default="class",
+    show_default=True,
+    help="What the 95 % holds for: each task class's pairs, or every pair shown (wider).",
+)
 @click.option("--markdown", is_flag=True, help="Print markdown tables (inert names).")
 @json_option("Print every pair with every number and every discordant case.")
 @evidence_dir_option
@@ -314,6 +321,7 @@ def compare(
     task_class: str | None,
     models: tuple[str, ...],
     margin: float,
+    family: str,
     markdown: bool,
     as_json: bool,
     evidence_dir: Path | None,
@@ -326,7 +334,9 @@ def compare(
     one_output_format(as_json, markdown)
     check_compare_filters(EvidenceIndex.load(app.store, runs=False), task_class, models)
     index = EvidenceIndex.load(app.store, evidence_dir, task_class=task_class)
-    found = compare_models(index, task_class=task_class, models=models, margin=margin)
+    found = compare_models(
+        index, task_class=task_class, models=models, margin=margin, every_pair=family == "all"
+    )
     warn_missing_evidence(index.warning())
     if as_json:
         echo_json(compare_json(found))

@@ -95,13 +95,15 @@ def default_folder(environ: Mapping[str, str], uid: int) -> str:
 
 
 def rate_limit_setting(
-    spec_value: str | None, environ: Mapping[str, str], uid: int
+    spec_value: str | None, environ: Mapping[str, str], uid: int, spec_folder: Path | None = None
 ) -> RateLimitSetting:
     """What ``KB_RATE_LIMITS`` (else the spec's ``rate_limits``, else the default) says.
 
     ``file:DIR`` shares through a folder, ``redis://HOST:PORT/DB`` (or
     ``rediss://``) through Redis, ``process`` not at all; unset, the per-user
-    runtime folder (:func:`default_folder`).
+    runtime folder (:func:`default_folder`). A relative ``file:`` folder in the
+    spec is the spec's folder's (as a dataset's path is); in ``KB_RATE_LIMITS``,
+    the current folder's.
     """
     from_env = environ.get(SETTING_ENV, "").strip()
     source = SETTING_ENV if from_env else "rate_limits"
@@ -114,7 +116,10 @@ def rate_limit_setting(
         folder = raw.removeprefix("file:").strip()
         if not folder:
             raise ConfigError(source, "file: needs a folder (file:DIR)")
-        return RateLimitSetting("file", folder)
+        where = Path(folder).expanduser()
+        if not from_env and spec_folder is not None and not where.is_absolute():
+            where = spec_folder / where
+        return RateLimitSetting("file", str(where))
     parts = urlsplit(raw)
     if parts.scheme in ("redis", "rediss"):
         database = parts.path.strip("/")
@@ -122,7 +127,9 @@ def rate_limit_setting(
             port = parts.port
         except ValueError:
             port = -1
-        if not parts.hostname or port == -1 or (database and not database.isdigit()):
+        if port == -1:
+            raise ConfigError(source, f"{_safe(raw)}: the port is not a number from 1 to 65535")
+        if not parts.hostname or (database and not database.isdigit()):
             raise ConfigError(source, f"{_safe(raw)} is not redis://HOST:PORT/DB")
         from redis.connection import parse_url
 
@@ -317,10 +324,45 @@ class RedisShare(BucketShare):
         except redis.RedisError as error:
             raise ShareUnavailable(f"{self.setting.shown}: {error}") from error
 
+    def probe(self) -> None:
+        """Ask Redis once, before any call: a URL it refuses is an error, not a fallback.
+
+        A wrong password or database is the setting's mistake, and a night that
+        quietly paced per process would hide it (CI stays green, 429s return):
+        :class:`~kb.errors.ConfigError`. A Redis that is down or unreachable
+        raises :class:`ShareUnavailable` (the night goes on, per process).
+        """
+        import redis
+
+        try:
+            self._client.ping()
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            said = str(error)
+            if not _refused(error, said):
+                raise ShareUnavailable(f"{self.setting.shown}: {error}") from error
+            raise ConfigError("rate_limits", f"{self.setting.shown}: {_why(said)}") from None
+        except redis.RedisError as error:  # refused: a password, a database, a protocol
+            raise ConfigError("rate_limits", f"{self.setting.shown}: {_why(str(error))}") from None
+
     def close(self) -> None:
         """Close the connection pool."""
         with contextlib.suppress(Exception):
             self._client.close()
+
+
+def _refused(error: Exception, said: str) -> bool:
+    """Whether a connection error is Redis refusing the setting (a password), not a network."""
+    import redis
+
+    return isinstance(error, redis.AuthenticationError) or any(
+        word in said for word in ("HELLO must be called", "NOAUTH", "username-password", "AUTH")
+    )
+
+
+def _why(said: str) -> str:
+    if "HELLO must be called" in said or "NOAUTH" in said:
+        return "it needs a password (redis://:PASSWORD@HOST:PORT/DB)"
+    return said
 
 
 def open_share(setting: RateLimitSetting | None) -> BucketShare | None:
@@ -387,6 +429,18 @@ class SharedBuckets:
         if self.on_lost is not None:
             said = str(error).rstrip(". ")
             self.on_lost(f"rate limits shared through {said}; pacing per process from now on")
+
+    def probe(self) -> None:
+        """Ask the share once before any call (only Redis can refuse a setting).
+
+        A Redis that refuses it raises ``ConfigError``; one that is down is said in
+        one line and the job paces per process.
+        """
+        if isinstance(self.share, RedisShare):
+            try:
+                self.share.probe()
+            except ShareUnavailable as error:
+                self.lost(error)
 
     def close(self) -> None:
         """Let go of the share (the job ended)."""

@@ -72,6 +72,7 @@ from kb.sweep.resume import (
     find_resume,
     journal_path,
 )
+from kb.sweep.shard_join import join_recorded, recorded_night
 from kb.sweep.spec import SweepSpec, judge_models
 
 
@@ -213,17 +214,30 @@ def _with_evidence(
     evidence: EvidenceTarget,
     files: dict[str, bytes],
 ) -> ReportFile:
-    """The night's runs file and report file into ``files``; the report that says so."""
+    """The night's runs file and report file into ``files``; the report of this sweep.
+
+    The night's evidence already in the work tree (another shard's, committed on
+    the tip this attempt commits on) is joined in the files, never replaced
+    (:mod:`.shard_join`); the report returned (what the sweep prints) stays this
+    sweep's own, as when no other shard had committed.
+    """
     runs_file, report_file = evidence_paths(evidence.directory, plan.report_id)
-    records = night_runs(plan, measurement)
+    own = night_runs(plan, measurement)
+    recorded = recorded_night(evidence.directory, plan.report_id)
+    joined, records = join_recorded(recorded, report, own)
     runs = render_runs(records)
-    report = report.model_copy(
+    joined = joined.model_copy(
         update={"run_count": len(records), "runs_sha256": sha256(runs).hexdigest()}
     )
     files[str(runs_file)] = runs
-    files[str(report_file)] = report.render()
+    files[str(report_file)] = joined.render()
     files.update(evidence.settings)
-    return report
+    if len(records) == len(own):
+        return joined
+    mine = render_runs(own)
+    return report.model_copy(
+        update={"run_count": len(own), "runs_sha256": sha256(mine).hexdigest()}
+    )
 
 
 def _epochs_at(store: KnowledgeStore) -> EpochsAt:

@@ -82,8 +82,7 @@ def compare_text(found: Sequence[ClassComparison], width: int = WIDTH) -> str:
         count = len(group.pairs)
         lines.append(
             f"{group.task_class}: {count} pair{'s' if count != 1 else ''}, margin "
-            f"{margin_text(group.margin)}, 95% intervals"
-            + (f" (Bonferroni over {count} pairs, z {group.z:.2f})" if count > 1 else "")
+            f"{margin_text(group.margin)}, {family_text(group)}"
         )
         for pair in group.pairs:
             lines.append(f"  {pair.a} vs {pair.b}  n={pair.n} shared cases")
@@ -146,9 +145,16 @@ def compare_markdown(found: Sequence[ClassComparison]) -> str:
                 f"| {higher_a or '—'} | {higher_b or '—'} |"
             )
         out.append("")
+    every = bool(found) and found[0].family_all
     out.append(
         "a − b on the cases both measured in their current epochs; intervals Bonferroni-"
-        "adjusted over the pairs of each task class."
+        + (
+            f"adjusted over all {found[0].family} pairs shown: the whole table holds 95 % of the "
+            "time."
+            if every
+            else "adjusted over the pairs of each task class: each class's lines hold 95 % of "
+            "the time, not the whole table (--family all)."
+        )
     )
     return "\n".join(out) + "\n"
 
@@ -170,6 +176,17 @@ def _costs_json(costs: ArmCosts) -> dict[str, Any]:
     }
 
 
+def family_text(group: ClassComparison) -> str:
+    """What the class's 95 % holds for: its own pairs, or every pair shown (``--family all``)."""
+    size = group.family or len(group.pairs)
+    z = f"z {group.z:.2f}"
+    if group.family_all:
+        return f"95% intervals holding together over all {size} pairs shown (Bonferroni, {z})"
+    if size > 1:
+        return f"95% intervals per class (Bonferroni over {size} pairs, {z})"
+    return "95% interval"
+
+
 def compare_json(found: Sequence[ClassComparison]) -> list[dict[str, Any]]:
     """The ``--json`` form: every pair with every number, every discordant case."""
     return [
@@ -177,6 +194,7 @@ def compare_json(found: Sequence[ClassComparison]) -> list[dict[str, Any]]:
             "taskClass": group.task_class,
             "margin": group.margin,
             "z": group.z,
+            "family": {"scope": "all" if group.family_all else "class", "pairs": group.family},
             "pairs": [
                 {
                     "a": pair.a,
