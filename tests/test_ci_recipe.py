@@ -174,6 +174,8 @@ def test_the_readme_matrix_shares_one_key_and_lands_every_cell(share: str, tmp_p
             _, stderr = process.communicate(timeout=300)
             assert process.returncode == 0, stderr
             assert "RateLimitError" not in stderr and "pacing per process" not in stderr
+            shared = "file:" + str(tmp_path / "run" / "kb") if share == "file" else redis_url
+            assert f"answered 429; buckets shared through {shared}\n" in stderr  # the CI log
         text, store = report_job(remote, tmp_path, before)
         assert_the_night_landed_whole(text, store, tmp_path)
         # the shards paced as one: the 429s of a bucket that starts empty, few

@@ -31,10 +31,16 @@ def test_resume_starts_a_night_none_journaled_then_says_it_is_committed(
     assert first.stderr.rstrip().endswith("and no committed evidence of it: the night starts now")
     assert store_version(repo) == 1
     commits = git(repo, "rev-list", "--count", "HEAD")
-    again = night(runner, spec, 1, "--resume")  # the CI job re-run: the same instant
+    summary, page = repo.parent / "summary.md", repo.parent / "report.html"
+    again = night(  # the CI job re-run: the same instant, its step summary and page asked for
+        runner, spec, 1, "--resume", "--summary", str(summary), "--html", str(page)
+    )
     assert again.exit_code == 0, again.stderr
     assert "kb-sweep-2026-11-01T02:00:00.000Z is already committed (store v1)" in again.stdout
     assert store_version(repo) == 1 and git(repo, "rev-list", "--count", "HEAD") == commits
+    # the re-run job still has its artifacts: the committed night's summary and page
+    assert "kb-sweep-2026-11-01T02:00:00.000Z" in summary.read_text()
+    assert "scripted:e" in summary.read_text() and "<html" in page.read_text()
 
 
 def test_a_red_night_re_run_with_resume_stays_red_for_the_same_reason(

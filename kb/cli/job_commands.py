@@ -286,6 +286,23 @@ class SweepShown:
         engine.on_settled = engine.on_batch = engine.on_pace = bars.enter_context(bar)
 
 
+def pacing_line(app: App) -> None:
+    """One stderr line, once a provider spoke of its limits: the 429s and where buckets live.
+
+    A CI log has no progress bar: this says whether shards shared their key's limit.
+    """
+    engine = app.engine
+    if engine is None or not engine.rate_limits.heard:
+        return
+    sharing = engine.sharing
+    where = (
+        f"buckets shared through {sharing.share.setting.shown}"
+        if sharing is not None and sharing.share is not None
+        else "buckets paced in this process alone"
+    )
+    click.echo(f"rate limits: {engine.rate_limits.limited} answered 429; {where}", err=True)
+
+
 def show_sweep(
     done: SweepReport, app: App, html_path: Path | None, summary_path: Path | None, as_json: bool
 ) -> None:
@@ -302,12 +319,8 @@ def show_sweep(
     )
 
     report = done.report
-    if done.already_committed:
-        version = (
-            f" (store v{report.committed_version})" if report.committed_version is not None else ""
-        )
-        click.echo(f"the night {report.report_id} is already committed{version}: nothing to resume")
-        return
+    # a re-run CI job of a committed night still writes its page and its step summary
+    # (the committed night's: every shard's cells), so the job's artifacts are there
     if html_path:
         assert done.history_dir is not None
         earlier = reports_before(done.history_dir, report.observed_at)
@@ -315,11 +328,18 @@ def show_sweep(
     if summary_path:
         changes = diff_markdown(done.store_diff) if done.store_diff is not None else None
         summary_path.write_text(sweep_markdown(report, changes), encoding="utf-8")
+    if done.already_committed:
+        version = (
+            f" (store v{report.committed_version})" if report.committed_version is not None else ""
+        )
+        click.echo(f"the night {report.report_id} is already committed{version}: nothing to resume")
+        return
     if as_json:
         echo_json(report.to_wire())
     else:
         click.echo(summary_text(report, done.git_commit))
     echo_warnings(app)
+    pacing_line(app)
     for resumed in done.measurement.resumed:
         click.echo(f"resume: {resumed.line()}", err=True)
     for line in done.measurement.rechecks:
