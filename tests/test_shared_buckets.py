@@ -510,7 +510,7 @@ def test_a_token_in_a_bad_redis_url_is_never_echoed(url: str, tmp_path: Path) ->
 def test_a_redis_url_whose_query_redis_cannot_read_is_refused() -> None:
     with pytest.raises(ConfigError) as refused:
         rate_limit_setting("redis://:pw@host:6379/0?db=x", {}, 0)
-    assert str(refused.value).startswith("rate_limits: redis://***@host:6379/0?db=x: ")
+    assert str(refused.value).startswith("rate_limits: redis://***@host:6379/0?…: Invalid value")
 
 
 def test_a_429_for_an_account_that_cannot_pay_spends_its_retries() -> None:
@@ -595,3 +595,61 @@ def test_a_port_out_of_range_says_so() -> None:
     with pytest.raises(ConfigError) as refused:
         rate_limit_setting("redis://127.0.0.1:99999/0", {}, 0)
     assert "the port is not a number from 1 to 65535" in str(refused.value)
+
+
+# -- found by a review of this change ---------------------------------------------------------
+
+
+def test_a_password_in_a_redis_urls_query_is_never_echoed() -> None:
+    for url in ("redis://h:99999/0?password=s3cret", "redis://h:6379/x?password=s3cret"):
+        with pytest.raises(ConfigError) as refused:
+            rate_limit_setting(url, {}, 0)
+        assert "s3cret" not in str(refused.value) and "?…" in str(refused.value)
+
+
+def test_a_night_of_429s_never_overflows_its_back_off() -> None:
+    from kb.engine.scheduler import backoff_s
+
+    assert backoff_s(EngineConfig(), 5000, None) <= EngineConfig().backoff_max_s
+
+
+def test_a_per_minute_429_that_mentions_billing_is_still_a_rate_limit() -> None:
+    from kb.engine.scheduler import rate_limited
+    from kb.errors import ProviderFailure
+
+    gemini = (
+        "RESOURCE_EXHAUSTED: You exceeded your current quota, please check your plan and "
+        "billing details"
+    )
+    openai = "RateLimitError: {'code': 'insufficient_quota', 'message': 'You exceeded ...'}"
+    assert rate_limited(ProviderFailure(gemini, retryable=True, status_code=429))
+    assert not rate_limited(ProviderFailure(openai, retryable=True, status_code=429))
+
+
+def test_a_step_that_raises_anything_loses_the_share_never_the_night(tmp_path: Path) -> None:
+    class Broken(BucketShare):
+        setting = RateLimitSetting("file", str(tmp_path))
+
+        def update(self, bucket: str, change: Any) -> None:
+            raise ImportError("no fcntl here")  # (a Windows kb)
+
+    pace = process(Broken(), "a")
+    said: list[str] = []
+    assert pace.sharing is not None
+    pace.sharing.on_lost = said.append
+    assert pace.try_send(1, 0.0)[0] == 1 and pace.try_send(1, 0.0)[0] == 2
+    assert len(said) == 1 and "ImportError: no fcntl here" in said[0]
+
+
+def test_a_judge_run_belongs_to_the_cell_it_judged() -> None:
+    from kb.store.records import RunRecord
+    from kb.sweep.shard_join import cell_of
+
+    judge = RunRecord.model_validate(
+        {
+            "format": 2, "kind": "judge", "label": "judge:openai:a/c1/0", "model": "openai:judge",
+            "case": "c1", "taskClass": "t", "repeat": 0, "status": "ok", "output": "{}",
+            "costUsd": 0.0, "latencyMs": None, "attempts": 1,
+        }
+    )  # fmt: skip
+    assert judge.subject_key == "openai:judge" and cell_of(judge) == "openai:a"

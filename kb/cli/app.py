@@ -382,7 +382,8 @@ def shared_buckets_setting(
     """Where this job shares its rate-limit buckets: ``KB_RATE_LIMITS``, the spec, the default."""
     from kb.engine.shared_buckets import rate_limit_setting
 
-    return rate_limit_setting(spec_value, os.environ, os.getuid(), spec_folder)
+    uid = os.getuid() if hasattr(os, "getuid") else 0  # (no uid on Windows)
+    return rate_limit_setting(spec_value, os.environ, uid, spec_folder)
 
 
 def start_workers(*, dry_run: bool, replay: Path | None) -> WorkerPool | None:

@@ -47,6 +47,8 @@ RETRY_AFTER_MAX_S = 120.0
 """A longer ``retry-after`` holds the bucket this long at most (a refusal, not pacing)."""
 PROBE_EVERY_S = RETRY_AFTER_MAX_S
 """A bucket its readings say is empty for longer still sends one call this often (a probe)."""
+LIMITED_KEPT = 1000
+"""The most 429s a bucket remembers between two token readings (the newest)."""
 SEND_NOW_S = 1e-3
 """A wait shorter than this is a shared clock's rounding (times pass through the wall
 clock between processes), not a wait: the call goes now."""
@@ -426,6 +428,8 @@ class BucketPace:
         sent_at = min(found[1] + (now - found[1]) / 4, now)
         if limited and (self.tokens.limit is not None or (reading and reading.tokens)):
             self.limited_seqs.add(seq)  # (only a tokens bucket's cost learning reads them)
+            if len(self.limited_seqs) > LIMITED_KEPT:  # a night of 429s and no reading
+                self.limited_seqs = set(sorted(self.limited_seqs)[-LIMITED_KEPT:])
         if reading is not None and self.doubted:
             reading = _believed(reading, found[0])
         if reading is not None:

@@ -556,9 +556,10 @@ def quota_note(run: PlannedRun, wait_s: float) -> str:
     )
 
 
-BILLING_429 = ("insufficient_quota", "billing", "credit balance")
-"""Words of a 429 whose account cannot pay (OpenAI's ``insufficient_quota``): a refusal
-that waiting does not end, so it is retried and settled like any error."""
+BILLING_429 = ("insufficient_quota",)
+"""The error code of a 429 whose account cannot pay (OpenAI's ``insufficient_quota``): a
+refusal that waiting does not end, so it is retried and settled like any error. Only the
+code: Gemini's per-minute 429 also says "check your plan and billing details"."""
 
 
 def rate_limited(error: ProviderFailure) -> bool:
@@ -671,7 +672,8 @@ async def _run_batch(
 
 def backoff_s(config: EngineConfig, attempt: int, retry_after: float | None) -> float:
     """Jittered exponential back-off; never shorter than the provider's ``retry-after``."""
-    exponential = min(config.backoff_max_s, config.backoff_base_s * 2.0 ** (attempt - 1))
+    # (the exponent capped: a night of 429s counts its back-offs past any float's range)
+    exponential = min(config.backoff_max_s, config.backoff_base_s * 2.0 ** min(attempt - 1, 60))
     delay: float = exponential * random.uniform(0.5, 1.0)
     if retry_after is not None:
         # Honour the provider, up to a bound: a retry-after of hours is a refusal.

@@ -34,7 +34,6 @@ machine sees its pid gone, or after :data:`STALE_IN_FLIGHT_S` from anywhere.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import math
@@ -144,11 +143,17 @@ def rate_limit_setting(
 
 
 def _safe(url: str) -> str:
-    """``url`` with its user and password taken out (either may be a token)."""
-    head, at, rest = url.rpartition("@")
-    if not at or "://" not in head:
-        return url
-    return f"{head.split('://', 1)[0]}://***@{rest}"
+    """``url`` as a message may quote it: no user, password (either may be a token) or query.
+
+    redis reads ``?password=`` too, so the query never shows; a cut one is marked.
+    """
+    head, query, _ = url.partition("?")
+    scheme, sep, rest = head.partition("://")
+    if not sep:
+        return url if not query else f"{head}?…"
+    user, at, where = rest.rpartition("@")
+    shown = f"{scheme}://***@{where}" if at else head
+    return f"{shown}?…" if query else shown
 
 
 class ShareUnavailable(Exception):
@@ -237,6 +242,8 @@ class FileShare(BucketShare):
         return found
 
     def _lock(self, fd: int) -> None:
+        import fcntl  # (POSIX: a Windows kb paces per process, the share lost at once)
+
         waited = 0.0
         while True:
             try:
@@ -277,7 +284,7 @@ class FileShare(BucketShare):
                     out.write(text)
                 os.replace(scratch, path)
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                _unlock(fd)
         except OSError as error:
             raise ShareUnavailable(f"{self.setting.shown}: {error.strerror or error}") from error
 
@@ -287,6 +294,12 @@ class FileShare(BucketShare):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._locks.clear()
+
+
+def _unlock(fd: int) -> None:
+    import fcntl
+
+    fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 class RedisShare(BucketShare):
@@ -546,7 +559,9 @@ class SharedBucketPace(BucketPace):
         try:
             share.update(self.bucket, change)
             sharing.timed(time.monotonic() - began)
-        except ShareUnavailable as error:
+        except Exception as error:  # noqa: BLE001 - pacing never fails a night: paced alone
+            if not isinstance(error, ShareUnavailable):
+                error = ShareUnavailable(f"{share.setting.shown}: {type(error).__name__}: {error}")
             sharing.lost(error)
             self._restore(mine, before, now)
             self._alone()

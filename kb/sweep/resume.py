@@ -40,6 +40,7 @@ from kb.store.evidence import evidence_stem, load_evidence
 from kb.store.filestore import REPORT_TRAILER, KnowledgeStore
 from kb.store.records import CellRecord, ReportFile, RunRecord
 from kb.sweep.canary import CanaryResult, fingerprint, probe_output
+from kb.sweep.shard_join import cell_of
 
 JOURNAL_SUFFIX = ".journal.jsonl"
 
@@ -106,7 +107,7 @@ class Resume:
             for run in self.committed_runs
             if run.kind != "canary"
             and run.task_class is not None
-            and self.is_done(run.subject_key, run.task_class)
+            and self.is_done(cell_of(run), run.task_class)
         ]
 
 

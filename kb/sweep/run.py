@@ -232,7 +232,7 @@ def _with_evidence(
     files[str(runs_file)] = runs
     files[str(report_file)] = joined.render()
     files.update(evidence.settings)
-    if len(records) == len(own):
+    if len(joined.cells) == len(report.cells):  # nothing of another shard's joined
         return joined
     mine = render_runs(own)
     return report.model_copy(

@@ -15,9 +15,9 @@ finds in the work tree (the tip it commits on): every cell recorded there
 that tonight did not measure stays, with its runs, before tonight's — the
 same file a sequential run of the shards makes. The other sections join
 by their keys (claims and retirements by claim id, canaries by model, the
-pool by model). The spend adds up: wholly when the two parts are disjoint
-(two shards that never saw each other), else by the joined cells' own cost
-(the other part was joined already, its spend counted once).
+pool by model); the other shards' canary runs join with their canaries. The
+spend adds up
+(each invocation's figure counts only its own calls, a resumed one's too).
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def recorded_night(directory: Path, report_id: str) -> tuple[ReportFile, list[Ru
         return None  # a file kb cannot read is replaced as before, never joined half
 
 
+def cell_of(run: RunRecord) -> str:
+    """The subject whose cell a run belongs to: a judge run, the answer's it judged."""
+    return run.judged or run.subject_key if run.kind == "judge" else run.subject_key
+
+
 def join_recorded(
     recorded: tuple[ReportFile, Sequence[RunRecord]] | None,
     report: ReportFile,
@@ -59,21 +64,22 @@ def join_recorded(
     if not joined:
         return report, list(runs)
     keys = {(c.subject_key, c.task_class) for c in joined}
+    canaries = {(c.model, c.effort) for c in report.canary}
     extra = [
         run
         for run in found_runs
-        if run.kind != "canary"
-        and run.task_class is not None
-        and (run.subject_key, run.task_class) in keys
+        if (run.kind == "canary" and (run.model, run.effort) not in canaries)
+        or (
+            run.kind != "canary"
+            and run.task_class is not None
+            and (cell_of(run), run.task_class) in keys
+        )
     ]
+    # each invocation's spend counts only its own calls (a resumed one too): they add up
+    spent = found.spent_usd + report.spent_usd
     disjoint = len(joined) == len(found.cells)
-    if disjoint:
-        spent = found.spent_usd + report.spent_usd
-    else:
-        spent = report.spent_usd + sum(c.total_cost_usd or 0.0 for c in joined)
     claim_ids = {str(claim.get("id")) for claim in report.claims}
     retired_ids = {r.claim_id for r in report.retired}
-    canaries = {(c.model, c.effort) for c in report.canary}
     pooled = {p.model for p in report.pool}
     worst = (
         None
