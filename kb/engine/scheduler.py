@@ -436,11 +436,8 @@ class Engine:
                 else:
                     self._answered_pace(run, bucket, sent, *heard)
             if rate_limited(error) and self.transport.retries:
-                # SPEC 14.4: a rate-limited call waits on its bucket's hold and tries again,
-                # whatever the retries; only --deadline (or a signal) stops the night
                 limited += 1
-                if (error.retry_after or 0.0) < 1.0:  # no real hold said: back off (<= 30 s)
-                    await asyncio.sleep(backoff_s(self.config, limited, None))
+                await self._wait_out(error, limited)
                 continue
             if (
                 not self.transport.retries
@@ -450,6 +447,16 @@ class Engine:
                 refusals.settled(run, error.status_code or 0, self.cut(error.message))
                 return _ended(base, started, status="error", error=error.message, attempts=attempts)
             await asyncio.sleep(backoff_s(self.config, attempts - limited, error.retry_after))
+
+    async def _wait_out(self, error: ProviderFailure, limited: int) -> None:
+        """A rate-limited call waits, then is sent again, whatever its retries (SPEC 14.4).
+
+        The bucket's hold does the waiting; a 429 with no real hold backs off (up to
+        ``backoff_max_s``) so a spent quota is not hammered. Only ``--deadline`` (or a
+        signal) stops the night.
+        """
+        if (error.retry_after or 0.0) < 1.0:
+            await asyncio.sleep(backoff_s(self.config, limited, None))
 
     async def _pace(self, bucket: BucketPace, tokens: float) -> int:
         """Until ``bucket`` may send a call of ``tokens``; the call's send number.
