@@ -9,6 +9,11 @@ are compared with the truth (SPEC 12.2, 13.7):
 * three more strengths at 0.97 that change at night 8: 10 % and 20 % of the
   pool's cases start to fail (always, from then on), and a slide 0.97 → 0.85
   over 10 nights (0.012 a night);
+* changes in a young epoch (#46): two strengths (0.95, 0.97) that drop to 0.85 three
+  nights into their first epoch (``--young-at``), and two whose epoch restarts at night 8
+  (as every alarm, suite edit, drift and ``--new-epoch`` restarts one; forced in the
+  vectorized model only, so the real CLI's cross-check leaves them out) and that drop to
+  0.85 three nights later;
 * three worlds (SPEC 13.7) — *fresh*: each case passes with probability p,
   redrawn every night; *fixed-nested* (v3's ``fixed``): each case's outcome
   is drawn once (a drop turns passing cases into failing ones, failing cases
@@ -44,11 +49,16 @@ none). Figures (each with its standard error over seeds; worst world):
   before is gone (worst of the two starting models); not gone — % of those
   still holding it 16 nights later; rise — mean nights until the risen
   model holds a strength; 10 %, 20 %, slide — the same delay for the three
-  extra strengths;
+  extra strengths; d young, d restarted — the same delay for the changes 3 nights into
+  an epoch and 3 nights after a restart (worst of the two models);
 * calls — target calls per cell per night, % of measuring 30 cases
   (the cold start and every escalation included).
 
+``--variants young=first-runs,flip_floor=0.05,strength.alarm=6.5`` adds nightly rules
+with some numbers changed beside kb's (``+`` joins changes into one rule).
+
 Usage: python bench/truth_sim.py [--seeds 1000] [--real-seeds 10] [--workers 2]
+       [--pools 120,30] [--variants ...] [--worlds ...] [--young-at 3]
 """
 
 from __future__ import annotations
@@ -96,7 +106,15 @@ CHANGES = DROPS + RISES
 EXTRAS = ("10 %", "20 %", "slide")
 """Strengths at 0.97 that change at night 8: 10 % / 20 % of cases start to fail; a slide."""
 EXTRA_P = 0.97
-MODELS = len(STABLE) + len(CHANGES) + len(EXTRAS)
+YOUNG = ((0.95, 0.85), (0.97, 0.85))
+"""Strengths that drop at night :data:`YOUNG_AT`, 3 nights into the first epoch (#46)."""
+RESTARTED = ((0.95, 0.85), (0.97, 0.85))
+"""Strengths whose epoch restarts at night :data:`RESTART_AT` (an alarm, a suite edit, a
+drift, ``--new-epoch``: each starts the epoch afresh) and that drop 3 nights later."""
+YOUNG_AT, RESTART_AT, RESTART_CHANGE = 3, 8, 11
+MODELS = len(STABLE) + len(CHANGES) + len(EXTRAS) + len(YOUNG) + len(RESTARTED)
+FIRST_YOUNG = len(STABLE) + len(CHANGES) + len(EXTRAS)
+FIRST_RESTARTED = FIRST_YOUNG + len(YOUNG)
 NIGHTS, CHANGE, FLIP, V2_CASES = 24, 8, 0.05, 30
 SLIDE_TO, SLIDE_NIGHTS = 0.85, 10
 STRENGTH, WEAKNESS, TOLERANCE = 0.9, 0.5, 0.1
@@ -111,11 +129,24 @@ GOALS |= {"coverage": 94.5, "flaps": 2.5, "rise": 1.6}
 def rates(nights: int = NIGHTS) -> np.ndarray:
     """[nights, MODELS] each model's pass rate (the extras' rate over the cases that can pass)."""
     p = np.tile(
-        np.array([*STABLE, *(a for a, _ in CHANGES), *(EXTRA_P,) * len(EXTRAS)], dtype=float),
+        np.array(
+            [
+                *STABLE,
+                *(a for a, _ in CHANGES),
+                *(EXTRA_P,) * len(EXTRAS),
+                *(a for a, _ in YOUNG),
+                *(a for a, _ in RESTARTED),
+            ],
+            dtype=float,
+        ),
         (nights, 1),
     )
     for j, (_, b) in enumerate(CHANGES):
         p[CHANGE:, len(STABLE) + j] = b
+    for j, (_, b) in enumerate(YOUNG):
+        p[YOUNG_AT:, FIRST_YOUNG + j] = b
+    for j, (_, b) in enumerate(RESTARTED):
+        p[RESTART_CHANGE:, FIRST_RESTARTED + j] = b
     slide = len(STABLE) + len(CHANGES) + 2
     for t in range(CHANGE, nights):
         step = min(t - CHANGE + 1, SLIDE_NIGHTS)
@@ -141,12 +172,12 @@ def truth(
             flips = rng.random((nights, MODELS, pool)) < FLIP
             if world == "fixed-redraw":  # only a model whose rate changes is redrawn
                 redrawn = rng.random((MODELS, pool))
-                changing = np.zeros(MODELS, dtype=bool)
-                changing[len(STABLE) : len(STABLE) + len(CHANGES)] = True
-                changing[first_extra + 2] = True  # the slide
-                case = np.where(
-                    after[:, None, None] & changing[None, :, None], redrawn[None], case[None]
-                )
+                changed = np.zeros((nights, MODELS), dtype=bool)  # from its change on
+                changed[:, len(STABLE) : len(STABLE) + len(CHANGES)] = after[:, None]
+                changed[:, first_extra + 2] = after  # the slide
+                changed[YOUNG_AT:, FIRST_YOUNG : FIRST_YOUNG + len(YOUNG)] = True
+                changed[RESTART_CHANGE:, FIRST_RESTARTED:] = True
+                case = np.where(changed[:, :, None], redrawn[None], case[None])
             drawn = np.logical_xor(case < p[:, :, None], flips)
         # 10 % / 20 % of the extras' cases start to fail at the change (a fixed subset)
         for k, share in enumerate((0.10, 0.20)):
@@ -175,8 +206,14 @@ def gate(held: np.ndarray, low: np.ndarray, high: np.ndarray, blocked: np.ndarra
 Rule = EpochRule | NightlyRule
 
 
-def run_rule(rule: Rule, outcomes: np.ndarray, orders: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """kb's rule on every cell: states [nights, B] and calls [nights, B] (cases run per night)."""
+def run_rule(
+    rule: Rule, outcomes: np.ndarray, orders: np.ndarray, restart: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """kb's rule on every cell: states [nights, B] and calls [nights, B] (cases run per night).
+
+    ``restart``: the restarted scenarios' epochs start afresh at :data:`RESTART_AT` (the
+    real CLI's cross-check runs without it, and leaves those models out).
+    """
     nights, cells, pool = outcomes.shape
     state: EpochArrays
     if isinstance(rule, NightlyRule):
@@ -187,7 +224,12 @@ def run_rule(rule: Rule, outcomes: np.ndarray, orders: np.ndarray) -> tuple[np.n
     new = np.ones(cells, dtype=bool)
     states = np.zeros((nights, cells), dtype=np.int64)
     calls = np.zeros((nights, cells), dtype=np.int64)
+    restarted = np.zeros(cells, dtype=bool)
+    restarted[FIRST_RESTARTED % MODELS :: MODELS] = True  # cells are seed-major
+    restarted[FIRST_RESTARTED + 1 :: MODELS] = True
     for t in range(nights):
+        if restart and t == RESTART_AT:
+            new = new | restarted  # the epoch starts afresh (the claim stands, as in kb)
         if isinstance(rule, NightlyRule):
             assert isinstance(state, NightlyArrays)
             passes: Generator[tuple[NightPass, np.ndarray], np.ndarray, NightResult]
@@ -305,6 +347,22 @@ def figures(p: np.ndarray, states: np.ndarray, calls: np.ndarray) -> dict[str, F
     found["rise"] = max((delays[r][0] for r in RISES), key=_key)
     for extra in EXTRAS:
         found[f"d {extra}"], found[f"not gone {extra}"] = delays[extra]
+    for name, first, at, changes in (
+        ("young", FIRST_YOUNG, YOUNG_AT, YOUNG),
+        ("restarted", FIRST_RESTARTED, RESTART_CHANGE, RESTARTED),
+    ):
+        waits, lost = [], []
+        for j in range(len(changes)):
+            col = st[:, :, first + j]
+            after = col[at : at + min(16, nights - at)]
+            gone = after != HELD_STRENGTH
+            delay = np.where(gone.any(axis=0), gone.argmax(axis=0) + 1, 99)[
+                col[at - 1] == HELD_STRENGTH
+            ]
+            waits.append(_mean(delay[delay < 99]))
+            lost.append(_share(delay == 99))
+        found[f"d {name}"] = max(waits, key=_key)
+        found[f"not gone {name}"] = max(lost, key=_key)
     return found
 
 
@@ -349,11 +407,12 @@ COLUMNS = (
     ("d80", 2, ""), ("d75", 2, ""), ("not_gone", 1, " %"), ("rise", 2, ""),
     ("calls", 1, " %"), ("calls all", 1, " %"), ("d 10 %", 2, ""), ("d 20 %", 2, ""),
     ("d slide", 2, ""),
-    ("not gone slide", 1, " %"),
+    ("not gone slide", 1, " %"), ("d young", 2, ""), ("d restarted", 2, ""),
 )  # fmt: skip
 HEADER = [
     "| rule | world | wrong | flaps | coverage | d→0.85 | d→0.80 | d→0.75 | not gone | rise "
-    "| calls | calls, extras incl. | 10 % fail | 20 % fail | slide | slide not gone |",
+    "| calls | calls, extras incl. | 10 % fail | 20 % fail | slide | slide not gone "
+    "| d, 3 nights into an epoch | d, 3 nights after a restart |",
     "|---|---|" + "---:|" * len(COLUMNS),
 ]
 
@@ -498,7 +557,11 @@ def cross_check(
             real_calls = np.concatenate([run.calls for run in picked], axis=1)
             _, outcomes = truth(world, seeds, pool, seed0, nights)
             orders = np.tile(rotation(picked[0].fingerprint, pool), (outcomes.shape[1], 1))
-            states, calls = run_rule(replace_pool(rule, pool), outcomes, orders)
+            states, calls = run_rule(replace_pool(rule, pool), outcomes, orders, restart=False)
+            same = np.ones(states.shape[1], dtype=bool)  # the real CLI restarts no epoch:
+            same[FIRST_RESTARTED::MODELS] = same[FIRST_RESTARTED + 1 :: MODELS] = False
+            states, calls = states[:, same], calls[:, same]
+            real_states, real_calls = real_states[:, same], real_calls[:, same]
             found.append(
                 CrossCheck(
                     world,
@@ -519,6 +582,24 @@ def replace_pool(rule: Rule, pool: int) -> Rule:
     return replace(rule, max_cases=pool)
 
 
+def variant_rule(text: str) -> NightlyRule:
+    """A nightly rule with some numbers changed: ``young=first-runs+strength.alarm=6``."""
+    from dataclasses import replace
+
+    rule = DEFAULT_NIGHTLY
+    for part in text.split("+"):
+        key, _, value = part.partition("=")
+        if key == "young":
+            rule = replace(rule, young_level=value)  # type: ignore[arg-type]
+        elif "." in key:
+            which, field = key.split(".")
+            detector = replace(getattr(rule, which), **{field: float(value)})
+            rule = replace(rule, **{which: detector})
+        else:
+            rule = replace(rule, **{key: type(getattr(rule, key))(value)})
+    return rule
+
+
 def against_v3(name: str, new: Figure, old: Figure) -> str:
     """The nightly rule's figure against v3's as a goal (SPEC 13.7's one-SE convention)."""
     gap = (old[0] - new[0]) if name == "coverage" else (new[0] - old[0])
@@ -535,7 +616,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--pools", default="120,30")
     parser.add_argument("--real-pools", default="120", help="the pools the real check sweeps")
+    parser.add_argument(
+        "--variants", default="", help="other nightly rules beside kb's: young=first-runs, ..."
+    )
+    parser.add_argument("--worlds", default=",".join(WORLDS))
+    parser.add_argument(
+        "--young-at", type=int, default=YOUNG_AT, help="the young change's night (3)"
+    )
     args = parser.parse_args()
+    if args.young_at != YOUNG_AT:
+        globals()["YOUNG_AT"] = args.young_at
     pools = [int(p) for p in args.pools.split(",")]
     started = time.perf_counter()
     out = [
@@ -552,11 +642,13 @@ def main() -> None:
         "SPEC 12.2 and the research note count); beside it with the three extras included.",
     ]
     rules: dict[str, Rule] = {"kb adaptive (nightly)": DEFAULT_NIGHTLY, "adaptive-v3": DEFAULT_RULE}
+    for variant in args.variants.split(",") if args.variants else []:
+        rules[f"nightly, {variant}"] = variant_rule(variant)
     summary: dict[tuple[str, int], dict[str, Figure]] = {}
     for pool in pools:
         out += ["", f"## A pool of {pool}", "", *HEADER]
         per_rule: dict[str, list[dict[str, Figure]]] = {}
-        for world in WORLDS:
+        for world in args.worlds.split(","):
             p, outcomes = truth(world, args.seeds, pool, args.seed0)
             orders = np.tile(rotation("truth-sim", pool), (outcomes.shape[1], 1))
             for name, point in (("v2 interval gate", False), ("point gate", True)):

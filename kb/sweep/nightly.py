@@ -74,7 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -138,8 +138,18 @@ class NightlyRule:
     """Old runs the level needs (else it is the mean of the epoch's case means)."""
     level_low: float = 0.03
     level_high: float = 0.96
+    young_level: Literal["case-means", "first-runs"] = "case-means"
+    """A young epoch's level (fewer than ``level_runs`` runs ``level_lag`` sweeps old):
+    ``case-means`` — the mean of all its case means (v4; it follows the runs after a
+    change); ``first-runs`` — the pass rate of its oldest ``level_runs`` runs (its first
+    nights), which a change after them does not move (SPEC 14.7 item 1)."""
     rho_discount: float = 0.15
     """Subtracted from the estimated intraclass correlation (it errs high on few runs)."""
+    flip_floor: float = 0.0
+    """The least flip rate a case prediction allows (a case's record says no more than
+    ``1 − flip_floor`` of passing): while few cases have two runs the within-case spread
+    reads near 0 and one flip of a case that passed twice weighs as much as three ordinary
+    fails (SPEC 14.7 item 2: false alarms on true strengths)."""
     strength: Detector = field(default_factory=lambda: Detector(0.10, 5.5, 0.5))
     weakness: Detector = field(default_factory=lambda: Detector(0.30, 6.0, 2.0))
     none: Detector = field(default_factory=lambda: Detector(0.25, 8.0, ALWAYS))
@@ -276,6 +286,18 @@ def level(state: NightlyArrays, rule: NightlyRule) -> FloatArray:
     use_old = known & (old_runs >= rule.level_runs)
     mean = np.divide(successes, n, out=np.full(len(n), 0.5), where=n > 0)
     lagged = np.divide(old_passes, old_runs, out=mean.copy(), where=use_old)
+    if rule.young_level == "first-runs" and state.recent_runs.shape[1]:
+        # the epoch's oldest runs: those outside the ring, then its nights oldest first,
+        # until there are level_runs of them (a young epoch: its first nights)
+        runs = old_runs[:, None] + np.cumsum(np.nan_to_num(state.recent_runs), axis=1)
+        passes = old_passes[:, None] + np.cumsum(np.nan_to_num(state.recent_passes), axis=1)
+        reached = runs >= rule.level_runs
+        first = np.argmax(reached, axis=1)
+        rows = np.arange(len(first))
+        young = known & ~use_old & reached.any(axis=1)
+        early = np.divide(passes[rows, first], runs[rows, first], out=mean.copy(), where=young)
+        lagged = np.where(young, early, lagged)
+        use_old = use_old | young
     p0 = np.clip(np.where(use_old, lagged, mean), rule.level_low, rule.level_high)
     return np.asarray(p0, dtype=np.float64)
 
@@ -304,6 +326,7 @@ def case_predictions(state: EpochArrays, p0: FloatArray, rule: NightlyRule) -> F
     icc = np.divide(msb - msw, denominator, out=np.zeros(len(runs)), where=denominator > 0)
     rho = np.clip(np.where(repeated, icc, 0.0) - rule.rho_discount, 0.0, 1.0)
     flip = (1 - np.sqrt(np.maximum(0.0, 1 - 4 * np.minimum(msw, 0.25)))) / 2
+    flip = np.maximum(flip, rule.flip_floor)
     weight = k * rho[:, None] / (1 + (k - 1) * rho[:, None])
     q = p0[:, None] + weight * (means - p0[:, None])
     low = np.minimum(p0, flip)[:, None]
