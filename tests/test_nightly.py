@@ -33,6 +33,7 @@ from kb.store.epochs import parse_epochs, read_epochs
 from kb.sweep.epochs import HELD_NONE, HELD_STRENGTH, HELD_WEAKNESS, rotation
 from kb.sweep.nightly import (
     DEFAULT_NIGHTLY,
+    Detector,
     NightlyArrays,
     NightlyResult,
     NightlyRule,
@@ -259,7 +260,8 @@ def test_a_small_pool_s_alarm_night_runs_the_cases_a_strength_needs() -> None:
     assert DEFAULT_NIGHTLY.alarm_night_cases == 16
     assert wilson_interval(16, 16)[0] >= 0.8 > wilson_interval(15, 15)[0]
     for pool, expected in [(30, 16), (20, 16), (10, 10), (40, 20)]:
-        rule = replace(DEFAULT_NIGHTLY, max_cases=pool)
+        # (the alarm is the setup, at v4's bar of 6: 10 passes of a pool of 10 reach 6.9)
+        rule = replace(DEFAULT_NIGHTLY, max_cases=pool, weakness=Detector(0.30, 6.0, 2.0))
         state = settled([0.3], pool=pool)
         result, ran, _ = drive(state, [HELD_WEAKNESS], np.ones((1, pool)), rule=rule)
         assert result.alarm_up[0], pool
