@@ -485,3 +485,24 @@ def test_the_benchs_vectorized_model_is_the_real_cli_call_for_call(isolated: Pat
 def test_the_rotation_the_bench_reads_is_the_suites() -> None:
     assert rotation("x", 30).tolist() == rotation("x", 30).tolist()
     assert sorted(rotation("x", 30).tolist()) == list(range(30))
+
+
+def test_a_flip_of_a_case_that_passed_twice_is_not_three_fails_worth() -> None:
+    """SPEC 14.7 item 2: early in an epoch no case has flipped yet, so the within-case spread
+    reads 0 and a case that passed twice was predicted at 0.99: four flips tonight alarmed a
+    true 0.95 strength. With a flip rate of at least 0.05 they are four ordinary fails."""
+    state = settled([0.95], nights=2)
+    state.recent_runs[0] = 0  # all 60 runs older than the ring: the level reads them
+    state.recent_passes[0] = 0
+    state.counts[0] = 0.0
+    state.scores[0] = 0.0
+    state.counts[0, :40] = [2.0] * 20 + [1.0] * 20  # 20 cases run twice, 20 once
+    state.scores[0, :40] = [2.0] * 20 + [1.0] * 18 + [0.0] * 2
+    outcomes = np.ones((1, 120))
+    outcomes[0, :4] = 0.0  # four of tonight's first cases flip
+    floored, _, _ = drive(state, [HELD_STRENGTH], outcomes)
+    assert DEFAULT_NIGHTLY.flip_floor == 0.05 and not floored.alarm_down[0]
+    bare, _, _ = drive(
+        state, [HELD_STRENGTH], outcomes, rule=replace(DEFAULT_NIGHTLY, flip_floor=0)
+    )
+    assert bare.alarm_down[0]  # v4: the true strength retired
