@@ -76,7 +76,7 @@ def test_the_evidence_file_holds_every_run(runner: CliRunner, repo: Path) -> Non
     ]  # fmt: skip
     assert first["expected"] == "contains 'answer' · judge scripted:judge: Is it right?"
     # Format 2 records what was asked: the request text, params, tokens, price source.
-    assert first["format"] == 3
+    assert first["format"] == 4
     assert first["request"] == {"user": "Question 0?"}
     assert first["params"] == {}  # the scripted model's replies are the model, not params
     assert first["usage"] == {"promptTokens": 2, "completionTokens": 5}

@@ -181,7 +181,7 @@ def test_judge_budget_marks_the_row_judge_incomplete_not_failed() -> None:
     assert suite.completed_n == 0
 
 
-def test_an_unparseable_verdict_is_judge_incomplete() -> None:
+def test_an_unparseable_verdict_is_unscored_not_a_fail() -> None:
     cases = [case("c", "q", {**JUDGE, "params": {"default": "I think it passed?"}})]
     (suite,) = run_suites(
         Engine(FAST),
@@ -191,7 +191,10 @@ def test_an_unparseable_verdict_is_judge_incomplete() -> None:
         target_usd=None,
         judge_usd=None,
     )
-    assert suite.verdicts[0].judge_incomplete
+    (verdict,) = suite.verdicts
+    assert verdict.unscored and not verdict.judge_incomplete and not verdict.measured
+    assert not verdict.passed and verdict.grades[0].passed is None
+    assert verdict.grades[0].detail.startswith("unscored: ")
 
 
 def test_judges_debit_the_same_envelope() -> None:

@@ -68,6 +68,7 @@ def test_install_in_an_existing_repo_keeps_the_users_attributes(
         "/rulvar.models.json merge=kb",
         "/rulvar.models.canary.json merge=kb",
         "/rulvar.models.epochs.json merge=kb",
+        "/rulvar.models.labels.json merge=kb",
     ]
     again = kb(runner, "merge-driver", "--install")
     assert again.exit_code == 0 and "already routes" in again.stdout

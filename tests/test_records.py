@@ -81,7 +81,7 @@ def test_kb_report_and_kb_show_read_a_v2_night(runner: CliRunner, repo: Path) ->
     assert "cases (12 of 12 runs passed" in shown.stdout
 
 
-def test_a_sweep_writes_format_3_and_reads_it_back(runner: CliRunner, repo: Path) -> None:
+def test_a_sweep_writes_format_4_and_reads_it_back(runner: CliRunner, repo: Path) -> None:
     assert kb(runner, "init").exit_code == 0
     spec = write_spec(repo / "s.toml", [scripted_model("m", 7)])
     result = kb(
@@ -92,7 +92,7 @@ def test_a_sweep_writes_format_3_and_reads_it_back(runner: CliRunner, repo: Path
     stem = "kb-sweep-2026-11-29T02:00:00.000Z"
     report = parse_report((repo / "kb-evidence" / f"{stem}.report.json").read_bytes(), "r")
     runs = parse_runs((repo / "kb-evidence" / f"{stem}.jsonl").read_bytes(), "r")
-    assert report.format == FORMAT == 3 and {run.format for run in runs} == {3}
+    assert report.format == FORMAT == 4 and {run.format for run in runs} == {4}
     # the file is in case order; --json keeps the sweep's order: the same runs, whole
     assert sorted((r.to_wire() for r in runs), key=lambda r: r["label"]) == sorted(
         printed["runs"], key=lambda r: r["label"]
@@ -181,10 +181,10 @@ def test_a_shared_request_that_cannot_be_filled_in_is_named(
 
 
 def test_a_newer_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    data = json.loads((FORMAT1 / f"{NIGHTS[0]}.report.json").read_text()) | {"format": 4}
+    data = json.loads((FORMAT1 / f"{NIGHTS[0]}.report.json").read_text()) | {"format": 5}
     with pytest.raises(ConfigError) as caught:
         parse_report(json.dumps(data).encode(), "r.report.json")
-    assert "format 4 was written by a newer kb (this kb reads format 1, 2 and 3)" in str(
+    assert "format 5 was written by a newer kb (this kb reads format 1, 2, 3 and 4)" in str(
         caught.value
     )
     assert "upgrade kb" in str(caught.value)

@@ -140,6 +140,8 @@ class Arm:
         for verdict in self.verdicts:
             if verdict.judge_incomplete:
                 return f"judge-incomplete on {verdict.name}"
+            if verdict.unscored:  # no verdict is not a fail: a paired comparison cannot use it
+                return f"unscored verdict on {verdict.name}"
         for run in self.runs:
             if run.status != "ok":
                 return f"{run.status} run {run.label}"

@@ -22,8 +22,10 @@ from kb.sweep.spec import (
     duplicate_name_issues,
     included_cases,
     judge_models,
+    label_grader_issues,
     load_spec,
     resolve_models,
+    self_judge_issues,
     unpriced_issues,
 )
 from kb.tomlfile import read_toml
@@ -146,7 +148,11 @@ def load_checkpoint_spec(path: Path | str) -> CheckpointSpec:
         tuple(spec.orchestrated),
         tuple(seeding),
     )
-    issues = task_class_issues(loaded)
+    targets = [loaded.model(p.model, p.effort) for p in ladders.profiles]
+    issues = task_class_issues(loaded) + self_judge_issues(
+        targets, [*loaded.cases, *loaded.orchestrated]
+    )
+    issues += label_grader_issues(located)
     if issues:  # a case no ladder serves would be dropped from criterion 1 without a word
         raise ConfigError(str(path), issues)
     # Both criteria compare arms on cost: a model nobody prices cannot be compared; a

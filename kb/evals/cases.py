@@ -179,25 +179,80 @@ class RubricGrader(StrictModel):
 
 
 class JudgeGrader(StrictModel):
-    """An LLM verdict ``{passed, reason}``; ``model`` is mandatory (no default judge)."""
+    """An LLM verdict ``{passed, reason}`` from one judge (``model``) or a panel (``models``).
+
+    There is no default judge: one of ``model`` and ``models`` is required. A
+    panel asks each of its judges and passes by strict majority of the
+    verdicts it got; a tie (or no verdict at all) is *unscored*, never a
+    fail. A judge may not be a target model of the same spec (any effort)
+    unless ``self_judge = true`` (:func:`kb.sweep.spec.self_judge_issues`).
+    """
 
     kind: Literal["judge"]
-    model: ModelRefText
+    model: ModelRefText | None = None
     """``provider:model`` of the judge."""
+    models: list[ModelRefText] | None = None
+    """A panel: two or more judges, each asked once per answer."""
     instructions: str = Field(min_length=1)
     """What the answer must do to pass."""
     effort: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    self_judge: bool | None = None
+    """``true`` lets a judge grade answers of its own model (refused otherwise)."""
+
+    @model_validator(mode="after")
+    def _one_judge_or_panel(self) -> JudgeGrader:
+        if (self.model is None) == (self.models is None):
+            raise ValueError('a judge needs model = "provider:model" or models = [...] (not both)')
+        if self.models is not None:
+            if len(self.models) < 2:
+                raise ValueError("a panel (models) needs two or more judges; use model for one")
+            if len(set(self.models)) != len(self.models):
+                raise ValueError("a panel names each judge once")
+        return self
+
+    @property
+    def panel(self) -> tuple[str, ...]:
+        """Every judge the grader asks (one for a single judge)."""
+        return tuple(self.models) if self.models is not None else (str(self.model),)
 
     @property
     def grader_id(self) -> str:
-        """A short name for reports."""
-        return f"judge:{self.model}"
+        """A short name for reports: ``judge:<model>``, a panel's joined by ``+``."""
+        return "judge:" + "+".join(self.panel)
 
     @property
     def expects(self) -> str:
         """The judge and what it was told an answer must do."""
-        return f"judge {self.model}: {self.instructions}"
+        who = self.panel[0] if len(self.panel) == 1 else "panel " + ", ".join(self.panel)
+        return f"judge {who}: {self.instructions}"
+
+
+class LabelGrader(StrictModel):
+    """A person's verdict on a case for one model (``kb label``), in place of its graders.
+
+    Never written in a spec: the sweep puts it in a case's place for the
+    model a label names, from the night after it was recorded
+    (:mod:`kb.store.labels`). Being part of the case, it changes the cell's
+    suite fingerprint, so the epoch starts over.
+    """
+
+    kind: Literal["label"]
+    verdict: Literal["pass", "fail"]
+    report_id: str
+    """The night whose answer the person labelled."""
+    labelled_at: str
+    why: str | None = None
+
+    @property
+    def grader_id(self) -> str:
+        """A short name for reports."""
+        return "label"
+
+    @property
+    def expects(self) -> str:
+        """The label in words."""
+        return f"a person's label: {self.verdict} (kb label, {self.labelled_at[:10]})"
 
 
 class PythonGrader(StrictModel):
@@ -255,7 +310,7 @@ class PythonGrader(StrictModel):
         return f"python {self.function}"
 
 
-Grader = GoldenGrader | RubricGrader | JudgeGrader | PythonGrader
+Grader = GoldenGrader | RubricGrader | JudgeGrader | PythonGrader | LabelGrader
 """Every kind of grader: the one place the union is spelled."""
 GraderSpec = Annotated[Grader, Field(discriminator="kind")]
 """A grader as a spec writes it (its ``kind`` picks the class)."""

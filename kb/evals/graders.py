@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from kb.evals.cases import (
     GoldenGrader,
     Grader,
     JudgeGrader,
+    LabelGrader,
     PythonGrader,
     RubricGrader,
 )
@@ -45,7 +47,8 @@ class Grade:
     """One grader's verdict on one output."""
 
     grader_id: str
-    passed: bool
+    passed: bool | None
+    """``None``: unscored (a judge whose verdict could not be read, a panel's tie)."""
     detail: str
     """Why, in a few words a reviewer can check against the output."""
     score: float | None = None
@@ -189,6 +192,8 @@ def grade(
     """
     if isinstance(grader, JudgeGrader):
         raise GraderError(f"{case_name}: a judge grades through its run, not locally")
+    if isinstance(grader, LabelGrader):
+        return label_grade(grader)
     try:
         if isinstance(grader, GoldenGrader):
             return grade_golden(grader, output)
@@ -203,13 +208,24 @@ def grade(
         ) from exc
 
 
-def judge_spec(grader: JudgeGrader) -> ModelSpec:
-    """The judge as a model (temperature 0 unless its params say otherwise)."""
-    return ModelSpec(grader.model, grader.effort, {"temperature": 0, **grader.params})
+def judge_spec(grader: JudgeGrader, model: str | None = None) -> ModelSpec:
+    """One judge as a model (temperature 0 unless its params say otherwise).
+
+    ``model``: which of a panel's judges (default: the first, a single judge's own).
+    """
+    chosen = model if model is not None else grader.panel[0]
+    return ModelSpec(chosen, grader.effort, {"temperature": 0, **grader.params})
 
 
-def judge_request(grader: JudgeGrader, prompt: str, output: str) -> ProviderRequest:
-    """The judge call for one answer."""
+def judge_specs(grader: JudgeGrader) -> tuple[ModelSpec, ...]:
+    """Every judge the grader asks, in its order."""
+    return tuple(judge_spec(grader, model) for model in grader.panel)
+
+
+def judge_request(
+    grader: JudgeGrader, prompt: str, output: str, model: str | None = None
+) -> ProviderRequest:
+    """The call to one judge (``model``: which of a panel's) for one answer."""
     question = (
         f"Task given to the model:\n{prompt}\n\n"
         f"The model's answer:\n{output}\n\n"
@@ -217,7 +233,7 @@ def judge_request(grader: JudgeGrader, prompt: str, output: str) -> ProviderRequ
         "Did the answer meet the criteria?"
     )
     return build_request(
-        judge_spec(grader), question, system=JUDGE_SYSTEM, response_schema=VERDICT_SCHEMA
+        judge_spec(grader, model), question, system=JUDGE_SYSTEM, response_schema=VERDICT_SCHEMA
     )
 
 
@@ -239,9 +255,41 @@ def verdict_data(reply: str) -> dict[str, Any] | None:
     return data
 
 
-def parse_verdict(grader: JudgeGrader, reply: str) -> Grade | None:
-    """The judge's ``{passed, reason}``; ``None`` when the reply is not that shape."""
+def parse_verdict(model: str, reply: str) -> Grade | None:
+    """One judge's ``{passed, reason}`` as ``judge:<model>``; ``None``: the reply is not that."""
     data = verdict_data(reply)
     if data is None:
         return None
-    return Grade(grader.grader_id, data["passed"], str(data.get("reason", ""))[:200])
+    return Grade(f"judge:{model}", data["passed"], str(data.get("reason", ""))[:200])
+
+
+def unscored_grade(grader_id: str, why: str) -> Grade:
+    """A verdict nobody could read: neither a pass nor a fail (the seed's null, not zero)."""
+    return Grade(grader_id, None, f"unscored: {why}"[:200])
+
+
+def panel_grade(grader: JudgeGrader, said: Sequence[Grade | None]) -> Grade:
+    """The grader's verdict from its judges' (aligned with :attr:`JudgeGrader.panel`).
+
+    A single judge's verdict is its own; unreadable, it is unscored. A panel
+    passes or fails by strict majority of the verdicts it got; a tie, or no
+    verdict at all, is unscored.
+    """
+    if len(grader.panel) == 1:
+        found = said[0]
+        if found is None:
+            return unscored_grade(grader.grader_id, "the judge's reply was not {passed, reason}")
+        return Grade(grader.grader_id, found.passed, found.detail)
+    passes = sum(1 for g in said if g is not None and g.passed)
+    fails = sum(1 for g in said if g is not None and g.passed is False)
+    tally = f"{passes} of {len(said)} judges passed it, {fails} failed it"
+    if passes == fails:
+        return unscored_grade(grader.grader_id, f"a tie ({tally})")
+    return Grade(grader.grader_id, passes > fails, f"panel majority: {tally}")
+
+
+def label_grade(grader: LabelGrader) -> Grade:
+    """The person's verdict, saying whose night it was recorded against."""
+    why = f": {grader.why}" if grader.why else ""
+    detail = f"labelled {grader.verdict} by a person (report {grader.report_id}){why}"
+    return Grade("label", grader.verdict == "pass", detail[:200])

@@ -2,7 +2,7 @@
 
 A job plans its cases as two engine phases: :func:`target_phase` (every
 target run, known before the first call) and :func:`judge_phase` (a bound:
-at most one run per judge grader of each target that settles ok).
+at most one run per judge — each of a panel's — of each target that settles ok).
 :func:`run_pairs` then runs exactly the planned targets, builds the judge runs
 for the answers that came back ok, and grades. :func:`run_suites` does all
 of it for callers that need no plan (a suite measured on its own), so a
@@ -10,8 +10,9 @@ sweep's models run concurrently with each other either way.
 
 A case passes when its target run settled ``ok`` and every grader passed.
 Its row is *judge-incomplete* when a judge run did not settle ``ok`` (its
-budget, the envelope, the judge's provider) or returned something that is
-not ``{passed, reason}``: that is missing evidence, never a fail.
+budget, the envelope, the judge's provider), and *unscored* when a judge
+answered something that is not ``{passed, reason}`` or a panel tied: both
+are missing evidence, never a fail.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from kb.engine.runs import PlannedRun, RunResult
 from kb.engine.scheduler import Engine
 from kb.errors import GraderError
 from kb.evals.cases import Case, JudgeGrader, case_fingerprint, expected_text, unique_names
-from kb.evals.graders import Grade, grade, judge_request, judge_spec, parse_verdict
+from kb.evals.graders import (
+    Grade,
+    grade,
+    judge_request,
+    judge_spec,
+    panel_grade,
+    parse_verdict,
+)
 
 
 class CaseRun(NamedTuple):
@@ -57,6 +65,7 @@ class CaseVerdict:
     grades: tuple[Grade, ...]
     judges: tuple[RunResult, ...]
     judge_incomplete: bool
+    """A judge run did not settle ``ok`` (its ceiling, the envelope, its provider)."""
     passed: bool
     repeat: int | None = None
     judge_models: tuple[ModelSpec, ...] = ()
@@ -67,9 +76,21 @@ class CaseVerdict:
     """What the case's graders take as a pass, in words (:func:`kb.evals.cases.expected_text`)."""
 
     @property
+    def unscored(self) -> bool:
+        """The answer has no verdict: a judge's reply could not be read, or a panel tied.
+
+        Missing evidence, never a fail (the seed's rule: null, not zero).
+        """
+        return (
+            self.target.status == "ok"
+            and not self.judge_incomplete
+            and any(g.passed is None for g in self.grades)
+        )
+
+    @property
     def measured(self) -> bool:
-        """The target answered and every judge gave a verdict."""
-        return self.target.status == "ok" and not self.judge_incomplete
+        """The target answered and every grader gave a verdict."""
+        return self.target.status == "ok" and not self.judge_incomplete and not self.unscored
 
 
 @dataclass(frozen=True)
@@ -86,8 +107,8 @@ class SuiteResult:
 
     @property
     def completed_n(self) -> int:
-        """Cases whose target settled ok and whose judges all answered."""
-        return sum(1 for v in self.verdicts if v.target.status == "ok" and not v.judge_incomplete)
+        """Cases whose target settled ok and whose graders all gave a verdict."""
+        return sum(1 for v in self.verdicts if v.measured)
 
     @property
     def passed_n(self) -> int:
@@ -135,8 +156,8 @@ def target_phase(pairs: Sequence[CaseRun], target_usd: float | None) -> Phase:
 
 
 def judge_phase(pairs: Sequence[CaseRun], judge_usd: float | None, name: str = "judges") -> Phase:
-    """The judge runs of ``pairs``: at most one per judge grader, decided by the targets."""
-    judges = sum(len(p.case.judges) for p in pairs)
+    """The judge runs of ``pairs``: one per judge (a panel's each) of each target that settles."""
+    judges = sum(len(g.panel) for p in pairs for g in p.case.judges)
     return Phase(
         name,
         later=judges,
@@ -159,29 +180,37 @@ def run_pairs(
     """
     targets_done = engine.run(targets.runs, envelope)
     judge_plan: list[PlannedRun] = []
-    judge_slots: list[tuple[int, int]] = []  # (pair index, grader index)
+    judge_slots: list[tuple[int, int, int]] = []  # (pair index, grader index, panel seat)
     for index, (pair, result) in enumerate(zip(pairs, targets_done, strict=True)):
         if result.status != "ok":
             continue
         case = pair.case
         for g_index, grader in enumerate(case.graders):
-            if isinstance(grader, JudgeGrader):
+            if not isinstance(grader, JudgeGrader):
+                continue
+            for seat, model in enumerate(grader.panel):
                 judge_plan.append(
                     PlannedRun(
-                        label=f"judge:{result.model}/{pair.name}{pair.suffix}/{g_index}",
+                        label=judge_label(pair, str(result.model), g_index, seat, grader),
                         kind="judge",
-                        spec=judge_spec(grader),
-                        request=judge_request(grader, case.prompt, result.output or ""),
+                        spec=judge_spec(grader, model),
+                        request=judge_request(grader, case.prompt, result.output or "", model),
                         ceiling_usd=judge_usd,
                     )
                 )
-                judge_slots.append((index, g_index))
+                judge_slots.append((index, g_index, seat))
     judged = engine.run(judge_plan, envelope) if judge_plan else []
-    judge_runs: dict[tuple[int, int], RunResult] = dict(zip(judge_slots, judged, strict=True))
+    judge_runs = dict(zip(judge_slots, judged, strict=True))
     return [
         _verdict(pair, target, index, judge_runs)
         for index, (pair, target) in enumerate(zip(pairs, targets_done, strict=True))
     ]
+
+
+def judge_label(pair: CaseRun, target: str, g_index: int, seat: int, grader: JudgeGrader) -> str:
+    """``judge:<target>/<case>[#repeat]/<grader index>``; a panel's seat after a dot."""
+    where = f"{g_index}" if len(grader.panel) == 1 else f"{g_index}.{seat}"
+    return f"judge:{target}/{pair.name}{pair.suffix}/{where}"
 
 
 def run_suites(
@@ -213,7 +242,7 @@ def _verdict(
     pair: CaseRun,
     target: RunResult,
     index: int,
-    judge_runs: dict[tuple[int, int], RunResult],
+    judge_runs: dict[tuple[int, int, int], RunResult],
 ) -> CaseVerdict:
     case, name = pair.case, pair.name
     fingerprint = case_fingerprint(case)
@@ -237,14 +266,15 @@ def _verdict(
     incomplete = False
     for g_index, grader in enumerate(case.graders):
         if isinstance(grader, JudgeGrader):
-            run = judge_runs[(index, g_index)]
-            judges.append(run)
-            judge_models.append(judge_spec(grader))
-            verdict = parse_verdict(grader, run.output or "") if run.status == "ok" else None
-            if verdict is None:
-                incomplete = True
-            else:
-                grades.append(verdict)
+            said: list[Grade | None] = []
+            for seat, model in enumerate(grader.panel):
+                run = judge_runs[(index, g_index, seat)]
+                judges.append(run)
+                judge_models.append(judge_spec(grader, model))
+                if run.status != "ok":
+                    incomplete = True
+                said.append(parse_verdict(model, run.output or "") if run.status == "ok" else None)
+            grades.append(panel_grade(grader, said))
         else:
             grades.append(grade(grader, target.output or "", name, case))
     passed = not incomplete and all(g.passed for g in grades)

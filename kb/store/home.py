@@ -4,6 +4,7 @@ A store ``rulvar.models.json`` lives with
 
 * ``rulvar.models.canary.json`` — the canary baselines per probe set;
 * ``rulvar.models.epochs.json`` — each cell's open epoch (:mod:`kb.store.epochs`);
+* ``rulvar.models.labels.json`` — people's verdicts on answers (:mod:`kb.store.labels`);
 * ``rulvar.models.settings.json`` — what a sweep spec chose that every
   later command must honour without a flag (today: where the evidence
   goes, when a spec set ``evidence_dir``);
@@ -91,6 +92,11 @@ class StoreHome:
         return self.directory / f"{self._stem}.epochs.json"
 
     @property
+    def labels_file(self) -> Path:
+        """``rulvar.models.labels.json``."""
+        return self.directory / f"{self._stem}.labels.json"
+
+    @property
     def settings_file(self) -> Path:
         """``rulvar.models.settings.json``."""
         return self.directory / f"{self._stem}.settings.json"
@@ -103,7 +109,7 @@ class StoreHome:
     @property
     def merged_files(self) -> tuple[Path, ...]:
         """The files kb's merge driver merges (the store first)."""
-        return (self.store_path, self.canary_baselines, self.epochs_file)
+        return (self.store_path, self.canary_baselines, self.epochs_file, self.labels_file)
 
     def lock_file(self, git_dir: Path | None, rel: str | None) -> Path:
         """The store lock: in the git directory inside a work tree (no untracked file)."""

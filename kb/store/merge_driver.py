@@ -15,6 +15,7 @@ from pathlib import Path
 from kb.errors import MergeConflict
 from kb.store.baselines import merge_baselines
 from kb.store.epochs import merge_epochs_files
+from kb.store.labels import merge_labels_files
 from kb.store.merge import leave_textual_conflict, merge_store_files
 
 
@@ -57,6 +58,9 @@ def run_merge_driver(base: Path, ours: Path, theirs: Path, name: str) -> str:
         if name.endswith(".epochs.json"):
             taken = merge_epochs_files(base, ours, theirs, name)
             return f"kb: merged {name}: {taken} cells from theirs"
+        if name.endswith(".labels.json"):
+            taken = merge_labels_files(base, ours, theirs, name)
+            return f"kb: merged {name}: {taken} labels from theirs"
         merged = merge_store_files(base, ours, theirs, name)
     except MergeConflict:
         raise

@@ -53,7 +53,7 @@ from kb.stats import wilson_interval
 from kb.store.canonical import js_stringify, to_fixed_2
 from kb.store.wire import WireModel
 
-EVIDENCE_FORMAT = SideFormat("evidence", current=3, older=(1, 2), absent=1)
+EVIDENCE_FORMAT = SideFormat("evidence", current=4, older=(1, 2, 3), absent=1)
 """Reports and runs files: format 3 since v5, 2 since v2; a file without ``format`` is format 1."""
 FORMAT = EVIDENCE_FORMAT.current
 """The format this kb writes."""
@@ -76,10 +76,17 @@ def cut_text(text: str) -> tuple[str, str | None]:
 
 
 class Verdict(WireModel):
-    """What one grader said about one answer."""
+    """What one grader said about one answer.
+
+    Format 4: ``passed`` is ``null`` when the answer is unscored (a judge's
+    reply that is not ``{passed, reason}``, a panel's tie): no verdict, not a
+    fail. A judge run's record carries that judge's own verdict.
+    """
+
+    KEEP_NULL: ClassVar[frozenset[str]] = frozenset({"passed"})
 
     grader: str
-    passed: bool
+    passed: bool | None
     score: float | None = None
     reason: str
 
@@ -183,7 +190,27 @@ class RunRecord(WireModel):
     @property
     def passed(self) -> bool:
         """Settled ok and every grader passed."""
-        return self.status == "ok" and bool(self.verdicts) and all(v.passed for v in self.verdicts)
+        return (
+            self.status == "ok"
+            and bool(self.verdicts)
+            and all(v.passed is True for v in self.verdicts)
+        )
+
+    @property
+    def unscored(self) -> bool:
+        """Settled ok, and no grader failed it, but one gave no verdict (format 4)."""
+        return (
+            self.status == "ok"
+            and any(v.passed is None for v in self.verdicts)
+            and not any(v.passed is False for v in self.verdicts)
+        )
+
+    @property
+    def verdict_word(self) -> str:
+        """``PASS``, ``FAIL``, ``UNSCORED``, else the status in capitals."""
+        if self.status != "ok":
+            return self.status.upper()
+        return "UNSCORED" if self.unscored else "PASS" if self.passed else "FAIL"
 
     @property
     def judged(self) -> str | None:
@@ -305,6 +332,8 @@ class CellRecord(WireModel):
     exhausted_runs: int | None = Field(default=None, alias="exhaustedRuns")
     non_ok_runs: int | None = Field(default=None, alias="nonOkRuns")
     judge_incomplete_runs: int | None = Field(default=None, alias="judgeIncompleteRuns")
+    unscored_n: int | None = Field(default=None, alias="unscoredN")
+    """Format 4: cases left unscored (out of ``n``; more than 5 % is judge-incomplete)."""
     envelope_exhausted: bool | None = Field(default=None, alias="envelopeExhausted")
     refused_run_label: str | None = Field(default=None, alias="refusedRunLabel")
     incomplete_reason: str | None = Field(default=None, alias="incompleteReason")

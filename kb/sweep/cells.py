@@ -1,9 +1,10 @@
 """Cells — one (pool member, task class) of a sweep — and the claims they emit.
 
 A cell emits a claim only when it is **complete**: every planned case was
-measured (``n == plannedN``, ``n > 0``) on every repeat, no run exhausted
-its ceiling, no target run failed, no judge verdict is missing and the
-envelope refused nothing. An incomplete cell says why and touches no prior
+measured on every repeat (``n > 0``; a case left unscored is out of ``n``), no run exhausted
+its ceiling, no target run failed, no judge run is missing, at most 5 % of
+its cases are unscored (left out of ``n``, never a fail) and the envelope
+refused nothing. An incomplete cell says why and touches no prior
 claim. Which claim a complete cell earns is the gate's decision
 (:mod:`kb.sweep.gate`).
 
@@ -46,6 +47,9 @@ from kb.textwidth import shorten
 Outcome = Literal["strength", "weakness", "none", "incomplete"]
 Stability = Literal["stable-pass", "flaky", "stable-fail", "unmeasured"]
 GRADER_ID = "eval-suite"
+UNSCORED_SHARE = 0.05
+"""A cell with more unscored cases than this share is judge-incomplete (SPEC 14.5); at
+or below it the unscored cases are left out of ``n``, never counted as fails."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,11 @@ class CaseOutcome:
         return all(v.measured for v in self.verdicts)
 
     @property
+    def unscored(self) -> bool:
+        """Unmeasured only because a verdict could not be read (or a panel tied)."""
+        return not self.measured and all(v.unscored or v.measured for v in self.verdicts)
+
+    @property
     def passes(self) -> int:
         """Repeats that passed."""
         return sum(1 for v in self.verdicts if v.passed)
@@ -74,8 +83,9 @@ class CaseOutcome:
     def stability(self) -> Stability:
         """``stable-pass`` (every repeat passed), ``stable-fail`` (none) or ``flaky``.
 
-        ``unmeasured`` when some repeat has no verdict (the target failed or a
-        judge did not answer): it neither passed nor failed.
+        ``unmeasured`` when some repeat has no verdict (the target failed, a
+        judge did not answer, or its verdict is unscored): it neither passed
+        nor failed.
         """
         if not self.measured:
             return "unmeasured"
@@ -179,8 +189,18 @@ class SweepCell:
 
     @property
     def judge_incomplete_runs(self) -> int:
-        """Case runs whose judge verdict is missing."""
+        """Case runs whose judge run did not settle ok."""
         return sum(1 for v in self.verdicts if v.judge_incomplete)
+
+    @property
+    def unscored_n(self) -> int:
+        """Distinct cases left unscored (a judge's reply unreadable, a panel's tie)."""
+        return sum(1 for case in self.cases if case.unscored)
+
+    @property
+    def too_unscored(self) -> bool:
+        """More than :data:`UNSCORED_SHARE` of the cases are unscored: judge-incomplete."""
+        return self.unscored_n > UNSCORED_SHARE * self.planned_n
 
     @property
     def refused_run_label(self) -> str | None:
@@ -197,7 +217,7 @@ class SweepCell:
         if found is not None:
             return found
         for verdict in self.verdicts:
-            if not verdict.judge_incomplete:
+            if not verdict.unscored:
                 continue
             for run, model in zip(verdict.judges, verdict.judge_models, strict=True):
                 if run.status == "ok" and verdict_data(run.output or "") is None:
@@ -228,9 +248,16 @@ class SweepCell:
                 f"{self.judge_incomplete_runs} judge verdict"
                 f"{_s(self.judge_incomplete_runs)} missing"
             )
+        if self.too_unscored:
+            reasons.append(
+                f"{self.unscored_n} of {self.planned_n} cases unscored (a judge's reply that "
+                f"is not {{passed, reason}}, or a panel's tie; more than "
+                f"{UNSCORED_SHARE:.0%} is judge-incomplete)"
+            )
         if not reasons and self.planned_n == 0:
             reasons.append("no cases")
-        if not reasons and self.n != self.planned_n:  # pragma: no cover - covered by the above
+        measured = self.n + self.unscored_n
+        if not reasons and measured != self.planned_n:  # pragma: no cover - covered above
             reasons.append(f"measured {self.n} of {self.planned_n} cases")
         return "; ".join(reasons) or None
 

@@ -24,7 +24,7 @@ from typing import Any
 from kb.engine.providers.scripted import SCRIPTED_KEYS
 from kb.engine.requests import ModelSpec, credentials_of, cut_secrets, secrets_to_cut
 from kb.engine.runs import RunResult
-from kb.evals.graders import Grade
+from kb.evals.graders import Grade, parse_verdict, unscored_grade
 from kb.store.records import RequestRecord, RunRecord, UsageRecord, Verdict, cut_text
 from kb.sweep.canary import CanaryResult
 from kb.sweep.cells import SweepCell
@@ -136,6 +136,14 @@ def run_record(
     )
 
 
+def judge_verdict(run: RunResult, judge: ModelSpec) -> Grade:
+    """What one judge run said, as its own record's verdict (unscored when unreadable)."""
+    said = parse_verdict(judge.ref, run.output or "")
+    if said is None:
+        return unscored_grade(f"judge:{judge.ref}", "the reply was not {passed, reason}")
+    return said
+
+
 def cell_records(cell: SweepCell, context: EvidenceContext) -> list[RunRecord]:
     """The target runs of a cell and the judge runs behind their verdicts, in plan order."""
     records = []
@@ -163,7 +171,7 @@ def cell_records(cell: SweepCell, context: EvidenceContext) -> list[RunRecord]:
                     case=verdict.name,
                     task_class=cell.task_class,
                     repeat=repeat,
-                    verdicts=(),
+                    verdicts=(judge_verdict(judge, spec),) if judge.status == "ok" else (),
                     context=context,
                     fingerprint=fingerprint,
                 )

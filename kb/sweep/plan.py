@@ -11,16 +11,17 @@ here reads a clock: the sweep instant is a parameter.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kb.engine.phases import JobPlan, Phase, job_plan
 from kb.engine.requests import ModelSpec
 from kb.engine.runs import PlannedRun
 from kb.errors import ConfigError
-from kb.evals.cases import Case, unique_names
+from kb.evals.cases import Case, LabelGrader, unique_names
 from kb.evals.suite import CaseRun, judge_phase, target_phase
 from kb.store.epochs import EpochsFile, cell_key
+from kb.store.labels import Label, LabelsFile
 from kb.store.snapshot import Snapshot
 from kb.store.ttl import format_instant, stored_instant
 from kb.sweep.canary import probe_phase
@@ -106,16 +107,25 @@ def plan_case_runs(
     pool: Sequence[PoolMember],
     shard: tuple[int, int] | None = None,
     resume: Resume | None = None,
+    labels: Mapping[tuple[str, str], Label] | None = None,
 ) -> list[CaseRun]:
     """Every case run of the sweep (or shard) in plan order: member, case, repeat.
 
     Only measured members run; a shard keeps whole cells (member × task class);
-    a resumed night skips the cells it already committed.
+    a resumed night skips the cells it already committed. ``labels`` (member
+    key, case name → the label that grades it, :meth:`LabelsFile.grading`):
+    a labelled case is graded by its label on that member, not by its graders.
     """
     repeats = spec.sweep.repeats
     named = list(zip(spec.cases, unique_names(spec.cases), strict=True))
+    labels = labels or {}
     return [
-        CaseRun(member.spec, case, name, repeat if repeats > 1 else None)
+        CaseRun(
+            member.spec,
+            labelled_case(case, found) if (found := labels.get((member.spec.key, name))) else case,
+            name,
+            repeat if repeats > 1 else None,
+        )
         for member in pool
         if member.measured
         for case, name in named
@@ -123,6 +133,18 @@ def plan_case_runs(
         if resume is None or not resume.is_done(member.spec.key, case.task_class)
         for repeat in range(repeats)
     ]
+
+
+def labelled_case(case: Case, label: Label) -> Case:
+    """``case`` graded by a person's ``label`` instead of its graders (SPEC 14.5)."""
+    grader = LabelGrader(
+        kind="label",
+        verdict=label.verdict,
+        report_id=label.report_id,
+        labelled_at=label.labelled_at,
+        why=label.why,
+    )
+    return case.model_copy(update={"graders": [grader]})
 
 
 def sweep_phases(
@@ -248,6 +270,7 @@ def prepare_sweep(
     resume: Resume | None = None,
     epochs: EpochsFile | None = None,
     new_epoch: bool = False,
+    labels: LabelsFile | None = None,
 ) -> SweepPlan:
     """Steps 1–3 against the store as ``snapshot`` holds it: pool, runs, phases.
 
@@ -255,13 +278,15 @@ def prepare_sweep(
     commit (``commit``): a replay of a past night under its own id may measure.
     ``resume`` finishes a night that stopped (see :mod:`kb.sweep.resume`).
     ``epochs`` is the epochs file (:mod:`kb.store.epochs`); ``new_epoch``
-    starts a new epoch in every cell (``kb sweep --new-epoch``). The plan
+    starts a new epoch in every cell (``kb sweep --new-epoch``); ``labels`` grade the
+    cases people labelled before ``observed_at`` (:mod:`kb.store.labels`). The plan
     holds every case of every cell — the worst case the envelope authorizes
     and the dry run lists; adaptive sampling runs fewer (:mod:`kb.sweep.sampling`).
     """
     epochs = epochs if epochs is not None else EpochsFile()
     pool = build_pool(spec.models, snapshot, observed_at)
-    pairs = plan_case_runs(spec, pool, shard, resume)
+    grading = labels.grading(observed_at) if labels is not None else None
+    pairs = plan_case_runs(spec, pool, shard, resume, grading)
     if resume is not None:
         report_id = resume.report_id
     for given, source in ((report_id, "--report-id"), (spec.sweep.report_id, "sweep.report_id")):

@@ -68,6 +68,7 @@ def cell_record(
         exhausted_runs=cell.exhausted_runs or None,
         non_ok_runs=cell.non_ok_runs or None,
         judge_incomplete_runs=cell.judge_incomplete_runs or None,
+        unscored_n=cell.unscored_n or None,
         envelope_exhausted=True if refused is not None else None,
         refused_run_label=refused,
         incomplete_reason=cell.incomplete_reason,

@@ -47,6 +47,7 @@ from kb.store.filestore import (
     KnowledgeStore,
     validate_attempts,
 )
+from kb.store.labels import read_labels
 from kb.store.manifests import manifest_path
 from kb.store.merge import driver_files
 from kb.store.models import ModelClaim
@@ -798,6 +799,7 @@ def plan_sweep(
         resume=stopped,
         epochs=read_epochs(store.home.epochs_file),
         new_epoch=options.new_epoch,
+        labels=read_labels(store.home.labels_file),
     )
     said = [
         fresh,

@@ -73,6 +73,16 @@ class CellSuite:
     found: CellEpoch | None = None
     """The epoch the epochs file held for the cell when the plan read it, whatever tonight
     does with it: the base of the commit's three-way merge (:func:`kb.store.epochs.merge_cell`)."""
+    labelled: int = 0
+    """Cases a person's label grades (``kb label``): part of the suite fingerprint."""
+
+    def reason_words(self, restart: EpochReason) -> str:
+        """Why the epoch starts over, in words (labels named when the cell has them)."""
+        words = _REASONS[restart]
+        if restart == "suite" and self.labelled:
+            plural = "s" if self.labelled != 1 else ""
+            words += f"; {self.labelled} case{plural} now graded by a person's label"
+        return words
 
     @property
     def key(self) -> CellKey:
@@ -114,8 +124,17 @@ def cell_suite(
         restart = "manual"
     elif held_claim is not None and not _claim_in_epoch(held_claim, found):
         restart = "resync"
+    labelled = sum(1 for case, _ in cases if any(g.kind == "label" for g in case.graders))
     return CellSuite(
-        member, task_class, names, suite, found if restart is None else None, restart, held, found
+        member,
+        task_class,
+        names,
+        suite,
+        found if restart is None else None,
+        restart,
+        held,
+        found,
+        labelled,
     )
 
 
@@ -373,13 +392,13 @@ class NightSampler:
         if self.sampling == "full":
             every = f"all {pool} cases" + (f" of its pool{cut}" if cut else "")
             why = (
-                f"new epoch ({_REASONS[restart]}): {every}"
+                f"new epoch ({suite.reason_words(restart)}): {every}"
                 if restart is not None
                 else f"sampling = full: {every}"
             )
         elif restart is not None:
             total = first + cold
-            why = f"new epoch ({_REASONS[restart]}): {total} of its {pool} cases{cut}"
+            why = f"new epoch ({suite.reason_words(restart)}): {total} of its {pool} cases{cut}"
             if total < pool:
                 why += ", until its interval was clear of the bands"
         elif suite.prior is not None and suite.prior.n < pool:

@@ -45,7 +45,7 @@ from kb.engine.requests import (
 from kb.errors import ConfigError
 from kb.evals.cases import Case, PythonGrader
 from kb.evals.datasets import DatasetSpec, LocatedCase, grouped_issues, load_dataset
-from kb.evals.graders import judge_spec
+from kb.evals.graders import judge_specs
 from kb.schema import HIDDEN, ModelRefText, StrictModel, validate_into
 from kb.sweep.gate import DEFAULT_TOLERANCE, GateKind, GatePolicy
 from kb.tomlfile import read_toml
@@ -362,6 +362,8 @@ def load_spec(path: Path | str, *, credentials: bool = False) -> SweepSpec:
     if not cases and not issues:
         issues.append("cases: the spec (with its includes) has no cases")
     issues.extend(_judge_param_issues(cases))
+    issues.extend(self_judge_issues(models, cases))
+    issues.extend(label_grader_issues(located))
     if sweep is not None and budgets is not None and budgets.max_total_usd is not None:
         if not sweep.allow_unpriced:
             issues.extend(unpriced_issues([*models, *judge_models(cases)], "sweep.allow_unpriced"))
@@ -404,9 +406,9 @@ def _judges_by_config(cases: Sequence[Case]) -> dict[tuple[str, str], tuple[Mode
     found: dict[tuple[str, str], tuple[ModelSpec, list[str]]] = {}
     for case in cases:
         for grader in case.judges:
-            spec = judge_spec(grader)
-            params = json.dumps(spec.params, sort_keys=True, default=str)
-            found.setdefault((spec.key, params), (spec, []))[1].append(case.name)
+            for spec in judge_specs(grader):
+                params = json.dumps(spec.params, sort_keys=True, default=str)
+                found.setdefault((spec.key, params), (spec, []))[1].append(case.name)
     return found
 
 
@@ -431,6 +433,38 @@ def unpriced_issues(models: Sequence[ModelSpec], override: str | None) -> list[s
         f"{key}: has no price (litellm's price table does not know it and the spec "
         f"declares none): {DECLARE_HINT}{tail}"
         for key in keys
+    ]
+
+
+def self_judge_issues(models: Sequence[ModelSpec], cases: Sequence[Case]) -> list[str]:
+    """A judge that is one of the targets (any effort), unless its grader says ``self_judge``.
+
+    A model grading its own answers is the judge peers refuse by default: it
+    shares the target's blind spots. One line per judge and case.
+    """
+    targets = {model.ref for model in models}
+    issues: list[str] = []
+    for case in cases:
+        for grader in case.judges:
+            if grader.self_judge:
+                continue
+            issues += [
+                f"case {case.name!r}: judge {judge} is also a target model (any effort); "
+                "a model may not grade its own answers unless the grader says "
+                "self_judge = true"
+                for judge in grader.panel
+                if judge in targets
+            ]
+    return list(dict.fromkeys(issues))
+
+
+def label_grader_issues(located: Sequence[LocatedCase]) -> list[str]:
+    """``kind = "label"`` is kb's own (from ``kb label``), never a spec's."""
+    return [
+        f'{item.where}: grader kind "label" is written by kb label, not in a spec '
+        "(record a person's verdict with kb label REPORT_ID CASE MODEL pass|fail)"
+        for item in located
+        if any(grader.kind == "label" for grader in item.case.graders)
     ]
 
 

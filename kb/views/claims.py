@@ -199,16 +199,16 @@ def claim_evidence(nights: Sequence[ClaimNight]) -> str:
             )
             continue
         passed = sum(1 for run in runs if run.passed)
+        unscored = sum(1 for run in runs if run.unscored)
+        also = f", {unscored} unscored" if unscored else ""
         lines += wrapped(
-            f"cases ({passed} of {len(runs)} runs passed; evidence of {report_id} from "
+            f"cases ({passed} of {len(runs)} runs passed{also}; evidence of {report_id} from "
             f"{night.source}):"
         )
         for run in runs:
-            verdict = (
-                ("PASS" if run.passed else "FAIL") if run.status == "ok" else run.status.upper()
-            )
+            verdict = run.verdict_word
             repeat = f"#{run.repeat + 1}" if run.repeat else ""
-            reasons = "; ".join(v.reason for v in run.verdicts if not v.passed)
+            reasons = "; ".join(v.reason for v in run.verdicts if v.passed is not True)
             why = reasons or run.error or ""
             head = f"  {verdict:<5} {run.case}{repeat}  "
             line = head + repr(_excerpt(run.output, max(20, 78 - len(head))))

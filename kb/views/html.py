@@ -242,7 +242,7 @@ def _case_rows(cell: CellRecord, runs: Sequence[RunRecord]) -> str:
         if run.status != "ok":
             verdict, kind = run.status.upper(), "error"
         else:
-            verdict, kind = ("PASS", "pass") if run.passed else ("FAIL", "fail")
+            verdict, kind = run.verdict_word, run.verdict_word.lower()
         reasons = "".join(
             f'<li class="{"ok" if v.passed else "no"}">{esc(v.grader)}: {esc(v.reason)}</li>'
             for v in run.verdicts
@@ -311,6 +311,7 @@ section.cases:target { display: block; }
 .cases-table tr.pass .verdict { color: #1a7f37; font-weight: 700; }
 .cases-table tr.fail .verdict { color: #cf222e; font-weight: 700; }
 .cases-table tr.error .verdict { color: #9a6700; font-weight: 700; }
+.cases-table tr.unscored .verdict { color: #57606a; font-weight: 700; }
 .reasons { margin: 0; padding-left: 1.1em; }
 .reasons li.no { color: #cf222e; }
 .output { margin: 0; white-space: pre-wrap; overflow-wrap: anywhere; max-width: 40em;

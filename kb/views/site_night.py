@@ -274,9 +274,8 @@ def _answer_row(
     if run.status != "ok":
         status = f'<span class="error">{esc(run.status.upper())}</span>'
     else:
-        status = (
-            '<span class="pass">PASS</span>' if run.passed else '<span class="fail">FAIL</span>'
-        )
+        word = run.verdict_word
+        status = f'<span class="{word.lower()}">{word}</span>'
     reasons = "".join(
         f'<li class="{"ok" if v.passed else "no"}">{esc(v.grader)}: {esc(v.reason)}</li>'
         for v in run.verdicts

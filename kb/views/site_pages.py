@@ -36,6 +36,7 @@ td.num { text-align: right; white-space: nowrap; }
 .meta { color: #57606a; }
 .pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
 .error { color: #9a6700; font-weight: 600; }
+.unscored { color: #57606a; font-weight: 600; }
 .drift { color: #8a4500; font-weight: 600; }
 .banner { background: #fff4e5; border-left: 4px solid #b35900; padding: 0.5em 0.8em; }
 td.alarm { box-shadow: inset 0 0 0 3px #cf222e; }

@@ -1,0 +1,346 @@
+"""People's verdicts on answers: the labels file beside the store (SPEC 14.5).
+
+``rulvar.models.labels.json`` holds one entry per labelled answer: which
+night (``reportId``), which case, which model (``model[@effort]``) and
+repeat, the person's verdict (``pass`` or ``fail``), why, who and when.
+``kb label`` writes it through the commit window; the store's merge driver
+merges it (every label of both sides is kept; when both sides labelled the
+same answer, the later label wins).
+
+A label is a correction, and corrections only apply forward (the seeds'
+frozen grader contract): a label changes no committed claim. A sweep whose
+night is later than the label grades that case, on that model, by the
+label (:func:`labelled_cases`): the case's graders give way to a
+:class:`~kb.evals.cases.LabelGrader`, so the cell's suite fingerprint
+changes and its epoch starts over. ``kb judges`` compares each label with
+what the judges said about the same answer (:mod:`kb.judging`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from kb.atomicfile import write_atomic
+from kb.errors import ConfigError, MergeConflict
+from kb.schema import DEFAULT_ATTEMPTS, validation_issues
+from kb.sidefile import SideFormat
+from kb.store.merge import leave_textual_conflict
+from kb.store.records import RunRecord
+from kb.store.ttl import format_instant, stored_instant
+from kb.store.wire import WireModel
+
+if TYPE_CHECKING:
+    from kb.store.filestore import CommitResult, KnowledgeStore
+
+LABELS = SideFormat("labels")
+LabelVerdict = Literal["pass", "fail"]
+
+
+class Label(WireModel):
+    """A person's verdict on one answer of one night."""
+
+    report_id: str = Field(alias="reportId", min_length=1)
+    case: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    """The subject key, ``model`` or ``model@effort``."""
+    repeat: int | None = Field(default=None, ge=1)
+    """Which repeat (from 1) when the night ran the case more than once (absent: the first)."""
+    verdict: LabelVerdict
+    why: str | None = Field(default=None, max_length=500)
+    labelled_at: str = Field(alias="labelledAt")
+    by: str = Field(min_length=1)
+
+    @field_validator("labelled_at")
+    @classmethod
+    def _instant(cls, value: str) -> str:
+        stored_instant(value)  # raises ValueError for what is not an instant
+        return value
+
+    @property
+    def answer(self) -> tuple[str, str, str, int]:
+        """Which answer it labels: report, case, model and repeat (0-based)."""
+        return (self.report_id, self.case, self.model, (self.repeat or 1) - 1)
+
+    @property
+    def instant(self) -> int:
+        """When it was recorded (ms)."""
+        return stored_instant(self.labelled_at)
+
+
+class LabelsFile(WireModel):
+    """The whole file."""
+
+    format: int = LABELS.current
+    labels: tuple[Label, ...] = ()
+
+    def render(self) -> bytes:
+        """Deterministic JSON: labels sorted by answer then time, two-space indent."""
+        from kb.store.canonical import js_stringify
+
+        ordered = sorted(self.labels, key=_order)
+        wire = {**self.to_wire(), "labels": [label.to_wire() for label in ordered]}
+        return (js_stringify(wire, indent=2) + "\n").encode("utf-8")
+
+    def with_labels(self, added: Iterable[Label]) -> LabelsFile:
+        """The file with ``added``; a new label of an answer replaces its earlier one."""
+        found = {label.answer: label for label in self.labels}
+        for label in added:
+            found[label.answer] = label
+        return LabelsFile(labels=tuple(sorted(found.values(), key=_order)))
+
+    def grading(self, observed_at: int) -> dict[tuple[str, str], Label]:
+        """What grades each (model, case) on a night at ``observed_at``: its newest label.
+
+        Only labels recorded before the night count (corrections apply forward).
+        """
+        found: dict[tuple[str, str], Label] = {}
+        for label in sorted(self.labels, key=lambda lb: (lb.instant, _order(lb))):
+            if label.instant < observed_at:
+                found[(label.model, label.case)] = label
+        return found
+
+
+def _order(label: Label) -> tuple[str, str, str, int, str]:
+    report, case, model, repeat = label.answer
+    return (model, case, report, repeat, label.labelled_at)
+
+
+def parse_labels(data: bytes | None, source: str) -> LabelsFile:
+    """The labels file's bytes (``None``: no file yet, no labels)."""
+    if data is None:
+        return LabelsFile()
+    value = LABELS.load(data, source)
+    try:
+        return LabelsFile.model_validate(value)
+    except ValidationError as exc:
+        raise ConfigError(source, validation_issues("", exc)) from None
+
+
+def read_labels(path: Path) -> LabelsFile:
+    """The labels file at ``path`` (empty when absent)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return LabelsFile()
+    except IsADirectoryError:
+        raise ConfigError(str(path), "is a directory, not kb's labels file") from None
+    return parse_labels(data, str(path))
+
+
+def merge_labels(base: LabelsFile, ours: LabelsFile, theirs: LabelsFile) -> LabelsFile:
+    """Every label of both sides; one answer labelled on both keeps the later label.
+
+    Labels are never removed, so the base only matters as a side that may
+    hold what neither removed: the union covers it. Equal times fall to the
+    larger rendering, so both merge orders give the same file.
+    """
+    found: dict[tuple[str, str, str, int], Label] = {}
+    for label in (*base.labels, *ours.labels, *theirs.labels):
+        held = found.get(label.answer)
+        if held is None or _newer(label, held):
+            found[label.answer] = label
+    return LabelsFile(labels=tuple(sorted(found.values(), key=_order)))
+
+
+def _newer(one: Label, two: Label) -> bool:
+    if one.instant != two.instant:
+        return one.instant > two.instant
+    return json.dumps(one.to_wire(), sort_keys=True) > json.dumps(two.to_wire(), sort_keys=True)
+
+
+def merge_labels_files(base: Path, ours: Path, theirs: Path, name: str) -> int:
+    """Git's merge driver for the labels file: merge into ``ours`` in place.
+
+    Returns how many labels came from theirs. A side that cannot be read
+    leaves git's textual merge and raises :class:`MergeConflict`.
+    """
+    sides = []
+    for path in (base, ours, theirs):
+        try:
+            sides.append(read_labels(path) if path.stat().st_size else LabelsFile())
+        except ConfigError as exc:
+            leave_textual_conflict(base, ours, theirs, name)
+            raise MergeConflict(name, f"cannot be read: {exc.issues[0]}") from None
+    was, mine, other = sides
+    merged = merge_labels(was, mine, other)
+    write_atomic(ours, merged.render())
+    return len(set(merged.labels) - set(mine.labels))
+
+
+@dataclass(frozen=True)
+class LabelRequest:
+    """What a person says about one answer (``kb label`` arguments, or a line of ``--from``)."""
+
+    report_id: str
+    case: str
+    model: str
+    """The subject key as reports print it (``model`` or ``model@effort``)."""
+    verdict: LabelVerdict
+    why: str | None = None
+    repeat: int | None = None
+    """From 1; ``None``: the first (or only) run of the case that night."""
+
+    def label(self, labelled_at: int, by: str) -> Label:
+        """The label as the file keeps it."""
+        return Label(
+            report_id=self.report_id,
+            case=self.case,
+            model=self.model,
+            repeat=self.repeat if self.repeat not in (None, 1) else None,
+            verdict=self.verdict,
+            why=self.why or None,
+            labelled_at=format_instant(labelled_at),
+            by=by,
+        )
+
+
+_REQUEST_KEYS = {"reportId", "case", "model", "verdict", "why", "repeat"}
+
+
+def parse_label_requests(data: bytes, source: str) -> list[LabelRequest]:
+    """``--from FILE``: one JSON object a line, ``{reportId, case, model, verdict, why?, repeat?}``.
+
+    Every line is checked before any is used; the issues name their lines.
+    """
+    found: list[LabelRequest] = []
+    issues: list[str] = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(source, "is not UTF-8 text") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            issues.append(f"line {number}: not JSON ({exc})")
+            continue
+        issue = _request_issue(item)
+        if issue is not None:
+            issues.append(f"line {number}: {issue}")
+            continue
+        found.append(
+            LabelRequest(
+                item["reportId"],
+                item["case"],
+                item["model"],
+                item["verdict"],
+                item.get("why"),
+                item.get("repeat"),
+            )
+        )
+    if issues:
+        raise ConfigError(source, issues)
+    if not found:
+        raise ConfigError(source, "holds no labels (one JSON object a line)")
+    return found
+
+
+def _request_issue(item: object) -> str | None:
+    if not isinstance(item, dict):
+        return "must be a JSON object"
+    unknown = sorted(set(item) - _REQUEST_KEYS)
+    if unknown:
+        return f"unknown key {unknown[0]!r} (known: {', '.join(sorted(_REQUEST_KEYS))})"
+    for key in ("reportId", "case", "model"):
+        if not isinstance(item.get(key), str) or not item[key]:
+            return f"{key}: must be a non-empty string"
+    if item.get("verdict") not in ("pass", "fail"):
+        return 'verdict: must be "pass" or "fail"'
+    if not isinstance(item.get("why", ""), str | None):
+        return "why: must be a string"
+    repeat = item.get("repeat", 1)
+    if repeat is not None and (
+        isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1
+    ):
+        return "repeat: must be a whole number from 1"
+    return None
+
+
+def check_answers(
+    store: KnowledgeStore, requests: Sequence[LabelRequest], directory: Path | None = None
+) -> None:
+    """Each request names an answer a night's evidence holds, else a ``ConfigError``.
+
+    The answer is a target run of the case on the model, that repeat, settled
+    ok, in the report's evidence (the evidence directory, else git history).
+    """
+    from kb.store.evidence import load_evidence
+
+    nights: dict[str, list[RunRecord] | None] = {}
+    for request in requests:
+        if request.report_id not in nights:
+            loaded = load_evidence(store, request.report_id, directory)
+            nights[request.report_id] = loaded.runs if loaded is not None else None
+        runs = nights[request.report_id]
+        where = f"kb label {request.report_id} {request.case} {request.model}"
+        if runs is None:
+            raise ConfigError(
+                where,
+                f"no evidence for report {request.report_id!r} (in the evidence directory or "
+                "git history); kb label names a night whose answers kb kept",
+            )
+        answers = [run for run in runs if run.kind == "target" and run.case == request.case]
+        if not answers:
+            raise ConfigError(where, f"report {request.report_id!r} has no case {request.case!r}")
+        mine = [run for run in answers if run.subject_key == request.model]
+        if not mine:
+            models = ", ".join(sorted({run.subject_key for run in answers}))
+            raise ConfigError(
+                where, f"no answer of {request.model!r} to that case (it has answers of {models})"
+            )
+        repeat = (request.repeat or 1) - 1
+        run = next((run for run in mine if run.repeat == repeat), None)
+        if run is None:
+            raise ConfigError(
+                where,
+                f"the night ran that case {len(mine)} time(s): --repeat {repeat + 1} is not one",
+            )
+        if run.status != "ok":
+            raise ConfigError(where, f"that run has no answer to label (it settled {run.status})")
+
+
+def record_labels(
+    store: KnowledgeStore,
+    requests: Sequence[LabelRequest],
+    *,
+    labelled_at: int,
+    by: str,
+    attempts: int = DEFAULT_ATTEMPTS,
+    push: bool = False,
+    directory: Path | None = None,
+) -> CommitResult | None:
+    """Check each request against its night's evidence, then commit the labels in one commit.
+
+    The labels file is re-read under the store lock on every attempt (another
+    writer's labels are kept). ``None``: the file already said exactly this.
+    """
+    from kb.store.filestore import Change, CommitContext
+    from kb.store.merge import driver_files
+
+    check_answers(store, requests, directory)
+    path = store.home.labels_file
+    added = [request.label(labelled_at, by) for request in requests]
+
+    def build(_: object) -> Change:
+        before = path.read_bytes() if path.exists() else None
+        after = parse_labels(before, str(path)).with_labels(added).render()
+        if after == before:
+            return Change()
+        files = {path.name: after}
+        if store.git is not None:
+            files |= driver_files(store)
+        count = len(added)
+        return Change(files=files, note=f"{count} label{'s' if count != 1 else ''}")
+
+    first = requests[0]
+    label = f"{first.report_id} {first.case} {first.model}" if len(requests) == 1 else None
+    context = CommitContext("label", by, label=label)
+    return store.commit_with_rebase(build, context, attempts=attempts, push=push)
