@@ -89,8 +89,7 @@ def alpha_row(
         said = [labels ^ (rng.random(n) < e) for e in errors]
         present = [rng.random(n) >= missing for _ in errors]
         units = [
-            [bool(s[i]) for s, keep in zip(said, present, strict=True) if keep[i]]
-            for i in range(n)
+            [bool(s[i]) for s, keep in zip(said, present, strict=True) if keep[i]] for i in range(n)
         ]
         found = krippendorff_alpha(units)
         if found.low is None or found.high is None:

@@ -178,6 +178,14 @@ class RubricGrader(StrictModel):
         return f"rubric, {met}: " + "; ".join(f"{c.name}: {c.expects}" for c in self.criteria)
 
 
+class PanelJudge(StrictModel):
+    """One judge of a panel written as a table: its own effort and params (over the grader's)."""
+
+    model: ModelRefText
+    effort: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class JudgeGrader(StrictModel):
     """An LLM verdict ``{passed, reason}`` from one judge (``model``) or a panel (``models``).
 
@@ -191,8 +199,10 @@ class JudgeGrader(StrictModel):
     kind: Literal["judge"]
     model: ModelRefText | None = None
     """``provider:model`` of the judge."""
-    models: list[ModelRefText] | None = None
-    """A panel: two or more judges, each asked once per answer."""
+    models: list[ModelRefText | PanelJudge] | None = None
+    """A panel: two or more judges, each asked once per answer. A judge is
+    ``"provider:model"`` or ``{ model, effort?, params? }`` (its params over the grader's,
+    so judges of different providers keep their own keys and endpoints)."""
     instructions: str = Field(min_length=1)
     """What the answer must do to pass."""
     effort: str | None = None
@@ -207,14 +217,31 @@ class JudgeGrader(StrictModel):
         if self.models is not None:
             if len(self.models) < 2:
                 raise ValueError("a panel (models) needs two or more judges; use model for one")
-            if len(set(self.models)) != len(self.models):
-                raise ValueError("a panel names each judge once")
+            keys = [(seat.model, seat.effort) for seat in self.seats]
+            if len(set(keys)) != len(keys):
+                raise ValueError("a panel names each judge (model and effort) once")
         return self
 
     @property
+    def seats(self) -> tuple[PanelJudge, ...]:
+        """Every judge the grader asks, each with its own effort and params merged in."""
+        if self.models is None:
+            return (PanelJudge(model=str(self.model), effort=self.effort, params=self.params),)
+        return tuple(
+            PanelJudge(model=seat, effort=self.effort, params=self.params)
+            if isinstance(seat, str)
+            else PanelJudge(
+                model=seat.model,
+                effort=seat.effort if seat.effort is not None else self.effort,
+                params={**self.params, **seat.params},
+            )
+            for seat in self.models
+        )
+
+    @property
     def panel(self) -> tuple[str, ...]:
-        """Every judge the grader asks (one for a single judge)."""
-        return tuple(self.models) if self.models is not None else (str(self.model),)
+        """The model of every judge the grader asks (one for a single judge)."""
+        return tuple(seat.model for seat in self.seats)
 
     @property
     def grader_id(self) -> str:

@@ -208,24 +208,22 @@ def grade(
         ) from exc
 
 
-def judge_spec(grader: JudgeGrader, model: str | None = None) -> ModelSpec:
+def judge_spec(grader: JudgeGrader, seat: int = 0) -> ModelSpec:
     """One judge as a model (temperature 0 unless its params say otherwise).
 
-    ``model``: which of a panel's judges (default: the first, a single judge's own).
+    ``seat``: which of a panel's judges (a single judge's is 0).
     """
-    chosen = model if model is not None else grader.panel[0]
-    return ModelSpec(chosen, grader.effort, {"temperature": 0, **grader.params})
+    judge = grader.seats[seat]
+    return ModelSpec(judge.model, judge.effort, {"temperature": 0, **judge.params})
 
 
 def judge_specs(grader: JudgeGrader) -> tuple[ModelSpec, ...]:
     """Every judge the grader asks, in its order."""
-    return tuple(judge_spec(grader, model) for model in grader.panel)
+    return tuple(judge_spec(grader, seat) for seat in range(len(grader.seats)))
 
 
-def judge_request(
-    grader: JudgeGrader, prompt: str, output: str, model: str | None = None
-) -> ProviderRequest:
-    """The call to one judge (``model``: which of a panel's) for one answer."""
+def judge_request(grader: JudgeGrader, prompt: str, output: str, seat: int = 0) -> ProviderRequest:
+    """The call to one judge (``seat``: which of a panel's) for one answer."""
     question = (
         f"Task given to the model:\n{prompt}\n\n"
         f"The model's answer:\n{output}\n\n"
@@ -233,7 +231,7 @@ def judge_request(
         "Did the answer meet the criteria?"
     )
     return build_request(
-        judge_spec(grader, model), question, system=JUDGE_SYSTEM, response_schema=VERDICT_SCHEMA
+        judge_spec(grader, seat), question, system=JUDGE_SYSTEM, response_schema=VERDICT_SCHEMA
     )
 
 
@@ -255,12 +253,12 @@ def verdict_data(reply: str) -> dict[str, Any] | None:
     return data
 
 
-def parse_verdict(model: str, reply: str) -> Grade | None:
-    """One judge's ``{passed, reason}`` as ``judge:<model>``; ``None``: the reply is not that."""
+def parse_verdict(judge: str, reply: str) -> Grade | None:
+    """One judge's ``{passed, reason}`` as ``judge:<judge>``; ``None``: the reply is not that."""
     data = verdict_data(reply)
     if data is None:
         return None
-    return Grade(f"judge:{model}", data["passed"], str(data.get("reason", ""))[:200])
+    return Grade(f"judge:{judge}", data["passed"], str(data.get("reason", ""))[:200])
 
 
 def unscored_grade(grader_id: str, why: str) -> Grade:

@@ -188,13 +188,13 @@ def run_pairs(
         for g_index, grader in enumerate(case.graders):
             if not isinstance(grader, JudgeGrader):
                 continue
-            for seat, model in enumerate(grader.panel):
+            for seat in range(len(grader.seats)):
                 judge_plan.append(
                     PlannedRun(
                         label=judge_label(pair, str(result.model), g_index, seat, grader),
                         kind="judge",
-                        spec=judge_spec(grader, model),
-                        request=judge_request(grader, case.prompt, result.output or "", model),
+                        spec=judge_spec(grader, seat),
+                        request=judge_request(grader, case.prompt, result.output or "", seat),
                         ceiling_usd=judge_usd,
                     )
                 )
@@ -267,13 +267,16 @@ def _verdict(
     for g_index, grader in enumerate(case.graders):
         if isinstance(grader, JudgeGrader):
             said: list[Grade | None] = []
-            for seat, model in enumerate(grader.panel):
+            for seat in range(len(grader.seats)):
                 run = judge_runs[(index, g_index, seat)]
+                judge = judge_spec(grader, seat)
                 judges.append(run)
-                judge_models.append(judge_spec(grader, model))
+                judge_models.append(judge)
                 if run.status != "ok":
                     incomplete = True
-                said.append(parse_verdict(model, run.output or "") if run.status == "ok" else None)
+                said.append(
+                    parse_verdict(judge.key, run.output or "") if run.status == "ok" else None
+                )
             grades.append(panel_grade(grader, said))
         else:
             grades.append(grade(grader, target.output or "", name, case))

@@ -138,9 +138,9 @@ def run_record(
 
 def judge_verdict(run: RunResult, judge: ModelSpec) -> Grade:
     """What one judge run said, as its own record's verdict (unscored when unreadable)."""
-    said = parse_verdict(judge.ref, run.output or "")
+    said = parse_verdict(judge.key, run.output or "")
     if said is None:
-        return unscored_grade(f"judge:{judge.ref}", "the reply was not {passed, reason}")
+        return unscored_grade(f"judge:{judge.key}", "the reply was not {passed, reason}")
     return said
 
 
