@@ -373,3 +373,16 @@ def weak_judge_lines(report: JudgesReport, judges: Iterable[str] | None = None) 
             "even at its upper bound: its verdicts there are not to be trusted"
         )
     return lines
+
+
+def weak_judges_of(store: KnowledgeStore, judges: Iterable[str] | None) -> list[str]:
+    """The lines for the ``judges`` (subject keys; ``None``: all) labels say not to trust.
+
+    Reads only the labelled nights' evidence (nothing at all without labels).
+    """
+    from kb.store.labels import read_labels
+
+    labels = read_labels(store.home.labels_file)
+    if not labels.labels:
+        return []
+    return weak_judge_lines(judges_report(store, labels, nights=0), judges)

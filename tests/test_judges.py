@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from kb.store.labels import Label, LabelsFile, merge_labels, parse_labels
 from kb.store.runs_file import parse_runs
 from kb.store.ttl import parse_flag_instant
 from tests.conftest import git
+from tests.fake_openai import serving
 from tests.sweep_helpers import CASES, scripted_model, toml_value, write_spec
 
 STORE = "rulvar.models.json"
@@ -414,3 +419,104 @@ def test_a_panel_tie_is_unscored(runner: CliRunner, repo: Path) -> None:
     target = next(r for r in printed["runs"] if r["kind"] == "target" and r["case"] == "case-00")
     (verdict,) = target["verdicts"]
     assert verdict["passed"] is None and "a tie" in verdict["reason"]
+
+
+# -- a real judge over HTTP ------------------------------------------------------------------
+
+
+def flips(case: int, every: int) -> bool:
+    """Whether the loopback judge gets this case wrong: a fixed 1 in ``every``."""
+    return int(hashlib.sha256(f"case-{case:03d}".encode()).hexdigest(), 16) % every == 0
+
+
+@contextmanager
+def loopback_judge(every: int) -> Iterator[str]:
+    """An OpenAI-compatible judge on 127.0.0.1 that is right except on a known 1 in ``every``.
+
+    It reads the answer out of kb's judge prompt and compares it with the case's expected
+    answer, as a careful judge would, then flips the cases :func:`flips` names.
+    """
+
+    class Judge(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompt = body["messages"][-1]["content"]
+            case = int(prompt.split("Question ", 1)[1].split("?", 1)[0])
+            answer = prompt.split("The model's answer:\n", 1)[1].split("\n\nCriteria:", 1)[0]
+            verdict = (answer == f"answer-{case}") != flips(case, every)
+            text = json.dumps({"passed": verdict, "reason": "compared with the task"})
+            reply = {
+                "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }  # fmt: skip
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    with serving(Judge) as port:
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+def http_judged_spec(path: Path, base: str, cases: list[tuple[str, str, str]]) -> Path:
+    right = {prompt: answer for i, (_, prompt, answer) in enumerate(cases) if i % 4}
+    model = {"model": "scripted:m", "params": {"responses": right, "default": "no idea"}}
+    params = {"api_base": base, "api_key": "sk-loopback-judge-0000", "cost_usd": 0.0001}
+    grader = judge_grader("openai:judge", params=params)
+    budgets = {"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5}
+    return write_spec(path, [model], cases=cases, graders=grader, budgets=budgets)
+
+
+@pytest.mark.usefixtures("initialized_store")
+@pytest.mark.parametrize("every", [10, 2])
+def test_a_loopback_judge_against_200_labels_gives_its_kappa_and_a_weak_one_is_named(
+    runner: CliRunner, repo: Path, every: int
+) -> None:
+    cases = [(f"case-{i:03d}", f"Question {i}?", f"answer-{i}") for i in range(200)]
+    truth = [bool(i % 4) for i in range(200)]  # the scripted target is right on 3 in 4
+    wrong = [flips(i, every) for i in range(200)]
+    with loopback_judge(every) as base:
+        spec = http_judged_spec(repo / "s.toml", base, cases)
+        first = sweep(runner, spec, NIGHT1)
+        assert first.exit_code in (0, 1), first.stderr
+        labels = repo / "labels.jsonl"
+        labels.write_text(
+            "".join(
+                json.dumps(
+                    {"reportId": NIGHT1, "case": name, "model": "scripted:m",
+                     "verdict": "pass" if truth[i] else "fail"}
+                ) + "\n"
+                for i, (name, _, _) in enumerate(cases)
+            )
+        )  # fmt: skip
+        assert kb(runner, "label", "--from", str(labels)).exit_code == 0
+        report = json.loads(kb(runner, "judges", "--json").stdout)
+        (row,) = report["againstLabels"]
+        pairs = [(t != w, t) for t, w in zip(truth, wrong, strict=True)]  # (judge, label)
+        expected = cohen_kappa(pairs, resamples=0).kappa
+        assert row["n"] == 200 and row["kappa"] == pytest.approx(expected)
+        assert row["confusion"]["judgePassLabelFail"] == sum(
+            1 for i in range(200) if wrong[i] and not truth[i]
+        )
+        low, high = row["interval"]
+        assert low < row["kappa"] < high and row["weak"] == (high < 0.6)
+        # The next night names the judge in the sweep's summary when it is weak.
+        summary = repo / "summary.md"
+        night2 = sweep(runner, spec, NIGHT2, "--summary", str(summary))
+    assert ("weak judge: openai:judge on extraction" in night2.stderr) == row["weak"]
+    assert ("**Weak judge:**" in summary.read_text()) == row["weak"]
+    assert row["weak"] == (every == 2)  # 1 in 10 wrong is a fair judge; 1 in 2, a coin
+    # The site names a weak judge, and beside each answer gives the command that labels it.
+    assert kb(runner, "site", str(repo / "site")).exit_code == 0
+    index = (repo / "site" / "index.html").read_text()
+    assert ("Weak judge:</strong> openai:judge on extraction" in index) == row["weak"]
+    pages = "".join(p.read_text() for p in (repo / "site").glob("*.html"))
+    # case-001 is right (1 % 4): kb passed it, so the command proposes fail
+    assert f"kb label {NIGHT2} case-001 scripted:m fail --why &quot;...&quot;" in pages

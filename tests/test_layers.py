@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kb.engine",),
     ("kb.evals",),
     ("kb.sweep",),
-    ("kb.compare", "kb.export"),
+    ("kb.compare", "kb.export", "kb.judging"),
     ("kb.card", "kb.route"),
     ("kb.checkpoint",),
     ("kb.views",),

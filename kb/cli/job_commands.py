@@ -308,6 +308,7 @@ def show_sweep(
 ) -> None:
     """What a sweep did: the files asked for, the report, drifts and alarms (stderr)."""
     from kb.evidence_index import reports_before
+    from kb.judging import weak_judges_of
     from kb.store.diff import diff_markdown
     from kb.views.html import cell_history, report_html
     from kb.views.report_text import (
@@ -319,6 +320,7 @@ def show_sweep(
     )
 
     report = done.report
+    weak = weak_judges_of(app.store, [judge.key for judge in done.plan.judge_models])
     # a re-run CI job of a committed night still writes its page and its step summary
     # (the committed night's: every shard's cells), so the job's artifacts are there
     if html_path:
@@ -327,7 +329,7 @@ def show_sweep(
         html_path.write_text(report_html(report, cell_history(earlier)), encoding="utf-8")
     if summary_path:
         changes = diff_markdown(done.store_diff) if done.store_diff is not None else None
-        summary_path.write_text(sweep_markdown(report, changes), encoding="utf-8")
+        summary_path.write_text(sweep_markdown(report, changes, weak), encoding="utf-8")
     if done.already_committed:
         version = (
             f" (store v{report.committed_version})" if report.committed_version is not None else ""
@@ -354,6 +356,8 @@ def show_sweep(
         )
     for line in alarm_lines(report):  # no canary needed: as loud as a drift
         click.echo(f"alarm: {line}", err=True)
+    for line in weak:
+        click.echo(line, err=True)
     for line in shift_lines(report):
         click.echo(f"{SHIFT} — {line}", err=True)
 

@@ -135,6 +135,9 @@ def plan_case_runs(
     ]
 
 
+NO_LABELS = LabelsFile()
+
+
 def labelled_case(case: Case, label: Label) -> Case:
     """``case`` graded by a person's ``label`` instead of its graders (SPEC 14.5)."""
     grader = LabelGrader(
@@ -270,7 +273,7 @@ def prepare_sweep(
     resume: Resume | None = None,
     epochs: EpochsFile | None = None,
     new_epoch: bool = False,
-    labels: LabelsFile | None = None,
+    labels: LabelsFile = NO_LABELS,
 ) -> SweepPlan:
     """Steps 1–3 against the store as ``snapshot`` holds it: pool, runs, phases.
 
@@ -285,8 +288,7 @@ def prepare_sweep(
     """
     epochs = epochs if epochs is not None else EpochsFile()
     pool = build_pool(spec.models, snapshot, observed_at)
-    grading = labels.grading(observed_at) if labels is not None else None
-    pairs = plan_case_runs(spec, pool, shard, resume, grading)
+    pairs = plan_case_runs(spec, pool, shard, resume, labels.grading(observed_at))
     if resume is not None:
         report_id = resume.report_id
     for given, source in ((report_id, "--report-id"), (spec.sweep.report_id, "sweep.report_id")):

@@ -8,7 +8,7 @@ CLI's job.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kb.markdown import code_span, table_code
 from kb.money import usd, usd_or_unbounded
@@ -254,14 +254,17 @@ def _batched_lines(report: ReportFile) -> list[str]:
     )
 
 
-def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
+def sweep_markdown(
+    report: ReportFile, store_changes: str | None, weak_judges: Sequence[str] = ()
+) -> str:
     """``kb sweep --summary``: drifts and alarms, what the commit changed, then the cells.
 
     ``store_changes`` is ``kb diff --markdown`` of the sweep's own commit
     (``None`` when nothing was committed): it leads with falsified claims,
     drifts, new and lost claims, and counts re-measurements that changed no
     belief in one line. Every name and reason is inert (:mod:`kb.markdown`): a
-    model, a dataset or a spec chose them.
+    model, a dataset or a spec chose them. ``weak_judges``: the lines of
+    :func:`kb.judging.weak_judges_of` (judges people's labels say not to trust).
     """
     lines = [f"## kb sweep {code_span(report.report_id)}", ""]
     drift = drift_line(report, code_span)
@@ -271,6 +274,8 @@ def sweep_markdown(report: ReportFile, store_changes: str | None) -> str:
         lines += [f"> **Alarm:** {line}", ""]
     for line in shift_lines(report, code_span):
         lines += [f"> **{SHIFT}** — {line}", ""]
+    for line in weak_judges:
+        lines += [f"> **Weak judge:** {code_span(line.removeprefix('weak judge: '))}", ""]
     lines += [f"Observed {report.observed_at}; spent {usd(report.spent_usd)}.", ""]
     lines.append(store_changes if store_changes is not None else "Nothing was committed.\n")
     lines += [

@@ -40,6 +40,7 @@ from kb.evidence_index import (
     recorded_nights,
     recorded_reports,
 )
+from kb.judging import weak_judges_of
 from kb.money import usd
 from kb.store.canonical import to_fixed_2
 from kb.store.changes import CellAlarm, cell_alarms
@@ -299,15 +300,24 @@ def index_page(
     claims: Sequence[ModelClaim],
     as_of: int,
     left_out: Sequence[str] = (),
+    weak_judges: Sequence[str] = (),
 ) -> str:
-    """The site's front page (``left_out``: nights whose evidence could not be read)."""
+    """The site's front page.
+
+    ``left_out``: nights whose evidence could not be read; ``weak_judges``: the
+    lines of :func:`kb.judging.weak_judge_lines` (judges labels say not to trust).
+    """
     live = newest_first(usable_claims(claims, as_of))
     claim_rows = [_claim_row(claim) for claim in live]
     options = "".join(
         f'<option value="{esc(n.stem)}">{esc(n.report.report_id)}</option>'
         for n in list(reversed(nights))[:NIGHTS_PER_PAGE]
     )
-    missing = _left_out_banner(left_out)
+    missing = _left_out_banner(left_out) + "".join(
+        f'<p class="banner alarm"><strong>Weak judge:</strong> '
+        f"{esc(line.removeprefix('weak judge: '))} (kb judges)</p>"
+        for line in weak_judges
+    )
     body = (
         "<h1>kb: what the store knows</h1>"
         f'<p class="meta">{len(nights)} night{"s" if len(nights) != 1 else ""} · '
@@ -678,7 +688,7 @@ def build_site(
         if nights or left_out
         else ["no night with evidence yet: the site shows the claims only (kb sweep measures)"]
     ) + ([unreadable] if unreadable else [])
-    write("index.html", index_page(nights, claims, as_of, left_out))
+    write("index.html", index_page(nights, claims, as_of, left_out, weak_judges_of(store, None)))
     for name, text in older_nights_files(nights).items():
         write(name, text)
     # the newest nights only: a year's cells would make one page of megabytes (kb diff

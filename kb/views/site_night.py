@@ -23,6 +23,7 @@ consecutive pages, "continued" (v5: no page over the budget, SPEC 14.3).
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -263,6 +264,17 @@ def _before(prior: PriorAnswer | None) -> str:
     return f'<small class="before">before: {shown}</small>'
 
 
+def label_command(report_id: str, run: RunRecord) -> str:
+    """The ``kb label`` line a person copies to correct this answer's verdict.
+
+    It proposes the opposite of kb's verdict (``pass|fail`` for an unscored one).
+    """
+    verdict = "pass|fail" if run.unscored else "fail" if run.passed else "pass"
+    repeat = f" --repeat {run.repeat + 1}" if run.repeat else ""
+    words = " ".join(shlex.quote(part) for part in (report_id, run.case, run.subject_key))
+    return f'kb label {words} {verdict}{repeat} --why "..."'
+
+
 def _answer_row(
     model: str,
     run: RunRecord,
@@ -270,6 +282,7 @@ def _answer_row(
     judge: RunRecord | None,
     case_request: str,
     prior: PriorAnswer | None = None,
+    report_id: str | None = None,
 ) -> str:
     if run.status != "ok":
         status = f'<span class="error">{esc(run.status.upper())}</span>'
@@ -295,9 +308,16 @@ def _answer_row(
     cut = "<small>(cut at 4,000 characters)</small>" if run.output_sha256 else ""
     batch = f'<small class="meta breakable">batch {esc(run.batch)}</small>' if run.batch else ""
     repeat = f" #{run.repeat + 1}" if shown > 1 else ""
+    label = (
+        f'<small class="label-cmd">wrong? <code class="breakable">'
+        f"{esc(label_command(report_id, run))}</code></small>"
+        if report_id is not None and run.status == "ok"
+        else ""
+    )
     return (
         f'<tr><td class="name" data-label="model">{esc(model)}{repeat}</td>'
-        f'<td data-label="verdict">{status}{_before(prior) if run.repeat == 0 else ""}</td>'
+        f'<td data-label="verdict">{status}{_before(prior) if run.repeat == 0 else ""}'
+        f"{label}</td>"
         f'<td class="breakable" data-label="graders"><ul class="reasons">{reasons}</ul>'
         f"{request}</td>"
         f'<td data-label="output"><pre>{esc(run.output)}</pre>{cut}</td>'
@@ -314,6 +334,7 @@ def case_section(
     judges: Mapping[tuple[str, str, int], RunRecord],
     grid: str,
     budget: int = CONTENT_BUDGET,
+    report_id: str | None = None,
 ) -> list[str]:
     """One case: its full request, what was expected, then each model's answer.
 
@@ -332,6 +353,7 @@ def case_section(
             judges.get((model, row.case, run.repeat)),
             request,
             row.prior.get(model),
+            report_id,
         )
         for model, mine in row.runs.items()
         for run in mine
@@ -537,7 +559,9 @@ def night_files(
     head = _night_head(night, earlier, claim_href)
     lists = night_lists(report, claim_href)
     grid_budget = CONTENT_BUDGET - len(head.encode()) - len(lists.encode()) - 4_000  # controls
-    sections = [case_section(row, judges, f"{night.page}#cases") for row in rows]
+    sections = [
+        case_section(row, judges, f"{night.page}#cases", report_id=report.report_id) for row in rows
+    ]
     flat = [part for parts in sections for part in parts]
     single = NightLayout(night.page)
     row_html = grid_rows(rows, models, single)

@@ -96,6 +96,8 @@ ul.reasons { margin: 0; padding-left: 1.1em; } ul.reasons li.no { color: #cf222e
 ul.reasons li.judge { color: #57606a; }
 ul.changed { color: #0550ae; }
 small.before { display: block; font-weight: normal; }
+small.label-cmd { display: block; font-weight: normal; color: #57606a; margin-top: 0.3em; }
+small.label-cmd code { user-select: all; }
 .banner.alarm { background: #ffebe9; border-left-color: #cf222e; }
 small.id-small { display: block; }
 table.answers td[data-label=output] { min-width: 14em; }
