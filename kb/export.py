@@ -7,7 +7,7 @@ Parquet (DuckDB, polars, pandas) without a line of kb:
 
 * ``runs`` — one row per target or judge run of every night with evidence:
   the night, the model, the task class, the case and its repeat, status,
-  passed (``null`` when not graded ok), cost, latency, tokens and the reply;
+  passed (``null`` when not graded ok, or unscored), cost, latency, tokens and the reply;
 * ``cells`` — one row per measured cell per night: pass rate, n, planned n,
   cost, outcome, whether it was complete, and the epoch's pooled estimate;
 * ``claims`` — one row per claim in the store file: identity, polarity,
@@ -66,7 +66,8 @@ def _runs_rows(nights: Iterable[RecordedNight]) -> dict[str, list[Any]]:
             columns["case"].append(run.case)
             columns["repeat"].append(run.repeat)
             columns["status"].append(run.status)
-            columns["passed"].append(run.passed if run.status == "ok" and run.verdicts else None)
+            graded = run.status == "ok" and run.verdicts and not run.unscored
+            columns["passed"].append(run.passed if graded else None)
             columns["cost_usd"].append(run.cost_usd)
             columns["latency_ms"].append(run.latency_ms)
             usage = run.usage

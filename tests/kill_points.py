@@ -338,6 +338,15 @@ def note_args(at: str = NOTE_AT) -> list[str]:
     ]  # fmt: skip
 
 
+NIGHT_1_ID = "kb-sweep-2026-11-28T02:00:00.000Z"
+LABELS = "rulvar.models.labels.json"
+
+
+def label_args(at: str = NOTE_AT) -> list[str]:
+    """A person's label on one answer of night 1 (committed in the template)."""
+    return ["--as-of", at, "label", NIGHT_1_ID, "c03", "scripted:m", "fail", "--why", "wrong"]
+
+
 @dataclass(frozen=True)
 class Template:
     """A repository where night 1 is committed and night 2 is journaled, not committed."""
@@ -567,6 +576,51 @@ def trial_note(template: Template, point: KillPoint, where: Path) -> None:
     assert_night_once(repo, env)
     ids = [c["id"] for c in head_store(repo, env)["claims"]]  # type: ignore[union-attr]
     assert ids.count(NOTE_ID) <= 1
+    assert_whole(repo, env)
+
+
+def head_labels(repo: Path, env: dict[str, str]) -> list[dict[str, object]]:
+    """The labels file in ``HEAD`` (none: no file)."""
+    shown = subprocess.run(
+        ["git", "show", f"HEAD:{LABELS}"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    if shown.returncode != 0:
+        return []
+    found = json.loads(shown.stdout)["labels"]
+    assert isinstance(found, list)
+    return found
+
+
+def trial_label(template: Template, point: KillPoint, where: Path) -> None:
+    """``kb label`` killed at ``point``: then again, and after the user's own commit."""
+    env = template.env
+    repo = fresh_copy(template, where / "a")
+    claims = head_store(repo, env)["claims"]
+    killed = kill_at(point, kb_command(*label_args()), repo, env)
+    check_killed_run(killed, repo, env)
+    user = where / "b"
+    user.mkdir()
+    shutil.copytree(repo, user / "repo", symlinks=True)
+    # 1. the label again: one label, no claim changed
+    for lock in stale_git_locks(repo) if killed.point.git_invocation is not None else []:
+        lock.unlink()
+    again = kb_through_git_locks(repo, env, *label_args())
+    assert again.returncode == 0, f"{point}: {again.stdout}{again.stderr}"
+    assert [lb["case"] for lb in head_labels(repo, env)] == ["c03"]
+    assert head_store(repo, env)["claims"] == claims
+    assert_whole(repo, env)
+    # 2. the user's own commit of what git status shows, then a later kb write (a note)
+    repo = user / "repo"
+    for lock in stale_git_locks(repo):
+        lock.unlink()
+    user_commits(repo, env)
+    assert len(head_labels(repo, env)) <= 1  # a file the user committed is whole or absent
+    noted = kb_through_git_locks(repo, env, *note_args())
+    assert noted.returncode == 0, f"{point}: {noted.stdout}{noted.stderr}"
+    labelled = kb_through_git_locks(repo, env, *label_args())
+    assert labelled.returncode == 0, f"{point}: {labelled.stdout}{labelled.stderr}"
+    assert [lb["case"] for lb in head_labels(repo, env)] == ["c03"]
+    assert_note_once(repo, env)
     assert_whole(repo, env)
 
 

@@ -37,9 +37,11 @@ from tests.kill_points import (
     kb_command,
     kill_at,
     killed_night_args,
+    label_args,
     note_args,
     run_all,
     strace_problem,
+    trial_label,
     trial_note,
     trial_sweep,
 )
@@ -68,6 +70,16 @@ def test_a_sweep_killed_at_every_write_of_its_commit_loses_nothing(
     assert len(points) >= 30, points  # kb's renames, links, unlinks, fsyncs and git's
     print(f"{len(points)} kill points: {', '.join(str(p) for p, _ in points)}")
     assert_all_ok(run_all(trial_sweep, points, night_template))
+
+
+@pytest.mark.slow
+def test_a_label_killed_at_every_write_of_its_commit_loses_nothing(
+    night_template: Template, tmp_path: Path
+) -> None:
+    points = list(enumerate_window(night_template, kb_command(*label_args()), tmp_path))
+    assert len(points) >= 10, points
+    print(f"{len(points)} kill points: {', '.join(str(p) for p, _ in points)}")
+    assert_all_ok(run_all(trial_label, points, night_template))
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -520,3 +521,22 @@ def test_a_loopback_judge_against_200_labels_gives_its_kappa_and_a_weak_one_is_n
     pages = "".join(p.read_text() for p in (repo / "site").glob("*.html"))
     # case-001 is right (1 % 4): kb passed it, so the command proposes fail
     assert f"kb label {NIGHT2} case-001 scripted:m fail --why &quot;...&quot;" in pages
+
+
+def test_two_branches_that_each_labelled_merge_through_kb_s_driver(
+    runner: CliRunner, repo: Path
+) -> None:
+    assert kb(runner, "init").exit_code == 0  # registers the merge driver
+    spec = judged_spec(repo / "s.toml", judge_grader())
+    assert sweep(runner, spec, NIGHT1).exit_code == 0
+    git(repo, "checkout", "-q", "-b", "reviewer")
+    assert kb(runner, "label", NIGHT1, "case-01", "scripted:m", "fail").exit_code == 0
+    git(repo, "checkout", "-q", "main")
+    assert kb(runner, "label", NIGHT1, "case-02", "scripted:m", "fail").exit_code == 0
+    merged = subprocess.run(
+        ["git", "merge", "--no-edit", "reviewer"], cwd=repo, capture_output=True, text=True
+    )
+    assert merged.returncode == 0, merged.stderr + merged.stdout
+    cases = [item["case"] for item in json.loads((repo / LABELS).read_text())["labels"]]
+    assert cases == ["case-01", "case-02"]
+    assert "<<<<<<<" not in (repo / LABELS).read_text()

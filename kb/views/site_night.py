@@ -196,6 +196,8 @@ def _grid_cell(row: CaseRow, model: str) -> str:
     passes = sum(run.passed for run in mine)
     if any(run.status != "ok" for run in mine):
         kind, glyph = "err", "!"
+    elif any(run.unscored for run in mine):
+        kind, glyph = "err", "?"  # no verdict: neither a pass nor a fail
     elif passes == len(mine):
         kind, glyph = "ok", "✓"
     else:
