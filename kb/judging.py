@@ -3,7 +3,9 @@
 Two numbers, each with a 95 % interval, and the case (one answer) as the
 unit of sampling:
 
-* **Cohen's κ** of a judge against people's labels (:mod:`kb.store.labels`),
+* **Cohen's κ** of a judge against people's labels (:mod:`kb.store.labels`;
+  :func:`record_labels` checks each against its night's evidence and keeps
+  what the judges said about the answer with it),
   per judge model and task class: the chance-corrected agreement on the
   answers people labelled, with n, the 2×2 confusion matrix and a
   percentile bootstrap interval over answers. A judge whose κ upper bound
@@ -25,16 +27,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kb.schema import DEFAULT_ATTEMPTS
+
 if TYPE_CHECKING:
-    from kb.store.filestore import KnowledgeStore
-    from kb.store.labels import Label, LabelsFile
+    from kb.store.filestore import CommitResult, KnowledgeStore
+    from kb.store.labels import Label, LabelRequest, LabelsFile
     from kb.store.records import RunRecord
 
 WEAK_KAPPA = 0.6
@@ -217,7 +221,7 @@ class JudgesReport:
     nights: tuple[str, ...] = ()
     """The nights whose judge runs α read."""
     left_out: tuple[str, ...] = field(default_factory=tuple)
-    """Labels or nights that could not be read, and why."""
+    """Nights that could not be read, and why."""
 
     @property
     def weak(self) -> tuple[JudgeAgreement, ...]:
@@ -252,44 +256,22 @@ def judges_of(runs: Iterable[RunRecord]) -> dict[tuple[str, str, int], list[RunR
     return found
 
 
-def agreement_with_labels(
-    labels: Sequence[Label], nights: Mapping[str, Sequence[RunRecord] | None]
-) -> tuple[list[JudgeAgreement], list[str]]:
-    """κ per (judge, task class) from each label and the judges of the answer it labels.
-
-    ``nights``: each labelled report's runs (``None``: its evidence is gone).
-    """
+def agreement_with_labels(labels: Sequence[Label]) -> list[JudgeAgreement]:
+    """κ per (judge, task class) from each label and what the judges said about its answer."""
     pairs: dict[tuple[str, str], list[tuple[bool, bool]]] = defaultdict(list)
     unscored: dict[tuple[str, str], int] = defaultdict(int)
-    left_out: list[str] = []
-    indexed = {
-        report: (judges_of(runs), {(r.subject_key, r.case, r.repeat): r for r in runs})
-        for report, runs in nights.items()
-        if runs is not None
-    }
     for label in labels:
-        report, case, model, repeat = label.answer
-        if report not in indexed:
-            left_out.append(f"label of {model} on {case} ({report}): the night's evidence is gone")
-            continue
-        judges, targets = indexed[report]
-        target = targets.get((model, case, repeat))
-        if target is None or target.task_class is None:
-            left_out.append(f"label of {model} on {case} ({report}): no such answer")
-            continue
-        for run in judges.get((model, case, repeat), []):
-            key = (run.subject_key, target.task_class)
-            said = judge_verdict(run)
+        for judge, said in label.judges.items():
+            key = (judge, label.task_class)
             if said is None:
                 unscored[key] += 1
             else:
                 pairs[key].append((said, label.verdict == "pass"))
-    found = [
+    return [
         JudgeAgreement(judge, task_class, cohen_kappa(pairs.get((judge, task_class), [])), count)
         for judge, task_class in sorted({*pairs, *unscored})
         for count in [unscored.get((judge, task_class), 0)]
     ]
-    return found, left_out
 
 
 def agreement_between(nights: Iterable[Sequence[RunRecord]]) -> list[PanelAgreement]:
@@ -320,27 +302,15 @@ def agreement_between(nights: Iterable[Sequence[RunRecord]]) -> list[PanelAgreem
     ]
 
 
-def judges_report(
-    store: KnowledgeStore,
-    labels: LabelsFile,
-    *,
-    nights: int = 7,
-    directory: Path | None = None,
-) -> JudgesReport:
-    """Agreement with every label, and between judges over the last ``nights`` recorded nights."""
+def judges_report(store: KnowledgeStore, labels: LabelsFile, *, nights: int = 7) -> JudgesReport:
+    """Agreement with every label, and between judges over the last ``nights`` recorded nights.
+
+    κ reads the labels file alone (each label carries its answer's judges);
+    α reads the judge runs of the last ``nights`` nights' evidence.
+    """
     from kb.evidence_index import UNREADABLE, recorded_reports
-    from kb.store.evidence import load_evidence
 
     left_out: list[str] = []
-    runs: dict[str, Sequence[RunRecord] | None] = {}
-    for report in sorted({label.report_id for label in labels.labels}):
-        try:
-            loaded = load_evidence(store, report, directory)
-        except UNREADABLE as exc:
-            left_out.append(f"{report}: {str(exc)[:200]}; its labels are left out")
-            loaded = None
-        runs[report] = loaded.runs if loaded is not None else None
-    against, missing = agreement_with_labels(labels.labels, runs)
     recorded, unread = recorded_reports(store) if nights > 0 else ([], [])
     recent = recorded[-nights:] if nights > 0 else []
     read: list[Sequence[RunRecord]] = []
@@ -351,10 +321,10 @@ def judges_report(
             left_out.append(f"{night.report.report_id}: {str(exc)[:200]}; its night is left out")
     return JudgesReport(
         labels=len(labels.labels),
-        against_labels=tuple(against),
+        against_labels=tuple(agreement_with_labels(labels.labels)),
         between=tuple(agreement_between(read)),
         nights=tuple(night.report.report_id for night in recent),
-        left_out=tuple(left_out + missing + unread),
+        left_out=tuple(left_out + unread),
     )
 
 
@@ -386,3 +356,101 @@ def weak_judges_of(store: KnowledgeStore, judges: Iterable[str] | None) -> list[
     if not labels.labels:
         return []
     return weak_judge_lines(judges_report(store, labels, nights=0), judges)
+
+
+# -- recording labels ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LabelledAnswer:
+    """The answer a label names, as the night's evidence holds it."""
+
+    task_class: str
+    judges: dict[str, bool | None]
+    """What each judge said about it (judge key → verdict; ``None``: unscored)."""
+
+
+def labelled_answer(runs: Sequence[RunRecord], request: LabelRequest, where: str) -> LabelledAnswer:
+    """The target run a label names, and its judges' verdicts (``ConfigError``: no such answer).
+
+    The answer is a target run of the case on the model, that repeat, settled ok.
+    """
+    from kb.errors import ConfigError
+
+    answers = [run for run in runs if run.kind == "target" and run.case == request.case]
+    if not answers:
+        raise ConfigError(where, f"report {request.report_id!r} has no case {request.case!r}")
+    mine = [run for run in answers if run.subject_key == request.model]
+    if not mine:
+        models = ", ".join(sorted({run.subject_key for run in answers}))
+        raise ConfigError(
+            where, f"no answer of {request.model!r} to that case (it has answers of {models})"
+        )
+    repeat = (request.repeat or 1) - 1
+    run = next((run for run in mine if run.repeat == repeat), None)
+    if run is None:
+        raise ConfigError(
+            where, f"the night ran that case {len(mine)} time(s): --repeat {repeat + 1} is not one"
+        )
+    if run.status != "ok" or run.task_class is None:
+        raise ConfigError(where, f"that run has no answer to label (it settled {run.status})")
+    judged = judges_of(runs).get((request.model, request.case, repeat), [])
+    verdicts: dict[str, bool | None] = {}
+    for judge in judged:
+        verdicts.setdefault(judge.subject_key, judge_verdict(judge))
+    return LabelledAnswer(run.task_class, verdicts)
+
+
+def record_labels(
+    store: KnowledgeStore,
+    requests: Sequence[LabelRequest],
+    *,
+    labelled_at: int,
+    by: str,
+    attempts: int = DEFAULT_ATTEMPTS,
+    push: bool = False,
+    directory: Path | None = None,
+) -> CommitResult | None:
+    """Check each request against its night's evidence, then commit the labels in one commit.
+
+    Each label keeps the answer's task class and what its judges said, so
+    agreement never needs the night again. The labels file is re-read under
+    the store lock on every attempt (another writer's labels are kept).
+    ``None``: the file already said exactly this.
+    """
+    from kb.errors import ConfigError
+    from kb.store.evidence import load_evidence
+    from kb.store.filestore import Change, CommitContext
+    from kb.store.labels import parse_labels
+    from kb.store.merge import driver_files
+
+    nights: dict[str, list[RunRecord] | None] = {}
+    added = []
+    for request in requests:
+        if request.report_id not in nights:
+            loaded = load_evidence(store, request.report_id, directory)
+            nights[request.report_id] = loaded.runs if loaded is not None else None
+        runs = nights[request.report_id]
+        where = f"kb label {request.report_id} {request.case} {request.model}"
+        if runs is None:
+            raise ConfigError(
+                where,
+                f"no evidence for report {request.report_id!r} (in the evidence directory or "
+                "git history); kb label names a night whose answers kb kept",
+            )
+        answer = labelled_answer(runs, request, where)
+        added.append(request.label(labelled_at, by, answer.task_class, answer.judges))
+    path = store.home.labels_file
+
+    def build(_: object) -> Change:
+        before = path.read_bytes() if path.exists() else None
+        after = parse_labels(before, str(path)).with_labels(added).render()
+        if after == before:
+            return Change()
+        files = {path.name: after} | (driver_files(store) if store.git is not None else {})
+        return Change(files=files, note=f"{len(added)} label{'s' if len(added) != 1 else ''}")
+
+    first = requests[0]
+    label = f"{first.report_id} {first.case} {first.model}" if len(requests) == 1 else None
+    context = CommitContext("label", by, label=label)
+    return store.commit_with_rebase(build, context, attempts=attempts, push=push)

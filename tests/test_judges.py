@@ -183,6 +183,7 @@ def label(answer: int, verdict: str = "fail", at: str = "2026-11-20T10:00:00.000
             "verdict": verdict,
             "labelledAt": at,
             "by": "alice",
+            "taskClass": "extraction",
         }
     )
 
@@ -231,6 +232,7 @@ def test_a_label_changes_no_claim_and_grades_the_next_night_in_a_new_epoch(
     assert saved["labels"][0] | {"labelledAt": ""} == {
         "reportId": NIGHT1, "case": "case-08", "model": "scripted:m", "verdict": "fail",
         "why": "the judge missed it", "labelledAt": "", "by": saved["labels"][0]["by"],
+        "taskClass": "extraction", "judges": {"scripted:judge": True},
     }  # fmt: skip
     # The next night grades case-08 on m by the label: no judge is asked, a new epoch.
     night2 = sweep(runner, spec, NIGHT2, "--json")
@@ -248,6 +250,10 @@ def test_a_label_changes_no_claim_and_grades_the_next_night_in_a_new_epoch(
     (row,) = judged["againstLabels"]
     assert row["judge"] == "scripted:judge" and row["n"] == 1
     assert row["confusion"]["judgePassLabelFail"] == 1 and row["kappa"] == 0
+    # The label carries what the judge said: agreement outlives the night's evidence.
+    (repo / "kb-evidence").rename(repo / "elsewhere")
+    again = json.loads(kb(runner, "judges", "--json", "--nights", "0").stdout)
+    assert again["againstLabels"] == judged["againstLabels"]
 
 
 @pytest.mark.usefixtures("initialized_store")
@@ -303,6 +309,20 @@ def test_labels_from_a_file_are_checked_line_by_line(runner: CliRunner, repo: Pa
     assert again.exit_code == 0  # the same labels at a new instant replace the old
     mixed = kb(runner, "label", NIGHT1, "case-01", "scripted:m", "pass", "--from", str(good))
     assert mixed.exit_code == 2 and "not both" in mixed.stderr
+
+
+@pytest.mark.usefixtures("initialized_store")
+def test_a_broken_labels_file_is_refused_by_kb_label_and_kept_as_it_is(
+    runner: CliRunner, repo: Path
+) -> None:
+    spec = judged_spec(repo / "s.toml", judge_grader())
+    assert sweep(runner, spec, NIGHT1).exit_code == 0
+    (repo / LABELS).write_text('{"format": 9, "labels": []}\n')
+    result = kb(runner, "label", NIGHT1, "case-01", "scripted:m", "fail")
+    assert result.exit_code == 2 and "written by a newer kb" in result.stderr
+    assert (repo / LABELS).read_text() == '{"format": 9, "labels": []}\n'
+    judged = kb(runner, "judges")
+    assert judged.exit_code == 2 and LABELS in judged.stderr
 
 
 @pytest.mark.usefixtures("initialized_store")

@@ -66,7 +66,8 @@ def label(
     push: bool,
 ) -> None:
     """Record a person's verdict on one answer of a night (REPORT_ID CASE MODEL pass|fail)."""
-    from kb.store.labels import LabelRequest, parse_label_requests, record_labels
+    from kb.judging import record_labels
+    from kb.store.labels import LabelRequest, parse_label_requests
 
     given = [report_id, case, model, verdict]
     if from_file is not None:
@@ -129,9 +130,7 @@ def judges(app: App, nights: int, as_json: bool, markdown: bool, evidence_dir: P
 
     one_output_format(as_json, markdown)
     store = app.store
-    report = judges_report(
-        store, read_labels(store.home.labels_file), nights=nights, directory=evidence_dir
-    )
+    report = judges_report(store, read_labels(store.home.labels_file), nights=nights)
     if as_json:
         echo_json(judges_json(report))
     elif markdown:

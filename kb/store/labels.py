@@ -19,24 +19,20 @@ what the judges said about the same answer (:mod:`kb.judging`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
-from kb.schema import DEFAULT_ATTEMPTS, validation_issues
+from kb.schema import validation_issues
 from kb.sidefile import SideFormat
 from kb.store.merge import leave_textual_conflict
-from kb.store.records import RunRecord
 from kb.store.ttl import format_instant, stored_instant
 from kb.store.wire import WireModel
-
-if TYPE_CHECKING:
-    from kb.store.filestore import CommitResult, KnowledgeStore
 
 LABELS = SideFormat("labels")
 LabelVerdict = Literal["pass", "fail"]
@@ -55,6 +51,11 @@ class Label(WireModel):
     why: str | None = Field(default=None, max_length=500)
     labelled_at: str = Field(alias="labelledAt")
     by: str = Field(min_length=1)
+    task_class: str = Field(alias="taskClass", min_length=1)
+    judges: dict[str, bool | None] = Field(default_factory=dict)
+    """What each judge said about the answer (judge key → its verdict; ``null``: unscored),
+    copied from the night's evidence when the label was recorded: ``kb judges`` reads
+    agreement from the labels file alone, however big the nights or wherever they went."""
 
     @field_validator("labelled_at")
     @classmethod
@@ -170,7 +171,7 @@ def merge_labels_files(base: Path, ours: Path, theirs: Path, name: str) -> int:
     was, mine, other = sides
     merged = merge_labels(was, mine, other)
     write_atomic(ours, merged.render())
-    return len(set(merged.labels) - set(mine.labels))
+    return sum(1 for label in merged.labels if label not in mine.labels)
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,10 @@ class LabelRequest:
     repeat: int | None = None
     """From 1; ``None``: the first (or only) run of the case that night."""
 
-    def label(self, labelled_at: int, by: str) -> Label:
-        """The label as the file keeps it."""
+    def label(
+        self, labelled_at: int, by: str, task_class: str, judges: Mapping[str, bool | None]
+    ) -> Label:
+        """The label as the file keeps it, with the answer's task class and judges' verdicts."""
         return Label(
             report_id=self.report_id,
             case=self.case,
@@ -197,6 +200,8 @@ class LabelRequest:
             why=self.why or None,
             labelled_at=format_instant(labelled_at),
             by=by,
+            task_class=task_class,
+            judges=dict(judges),
         )
 
 
@@ -262,85 +267,3 @@ def _request_issue(item: object) -> str | None:
     ):
         return "repeat: must be a whole number from 1"
     return None
-
-
-def check_answers(
-    store: KnowledgeStore, requests: Sequence[LabelRequest], directory: Path | None = None
-) -> None:
-    """Each request names an answer a night's evidence holds, else a ``ConfigError``.
-
-    The answer is a target run of the case on the model, that repeat, settled
-    ok, in the report's evidence (the evidence directory, else git history).
-    """
-    from kb.store.evidence import load_evidence
-
-    nights: dict[str, list[RunRecord] | None] = {}
-    for request in requests:
-        if request.report_id not in nights:
-            loaded = load_evidence(store, request.report_id, directory)
-            nights[request.report_id] = loaded.runs if loaded is not None else None
-        runs = nights[request.report_id]
-        where = f"kb label {request.report_id} {request.case} {request.model}"
-        if runs is None:
-            raise ConfigError(
-                where,
-                f"no evidence for report {request.report_id!r} (in the evidence directory or "
-                "git history); kb label names a night whose answers kb kept",
-            )
-        answers = [run for run in runs if run.kind == "target" and run.case == request.case]
-        if not answers:
-            raise ConfigError(where, f"report {request.report_id!r} has no case {request.case!r}")
-        mine = [run for run in answers if run.subject_key == request.model]
-        if not mine:
-            models = ", ".join(sorted({run.subject_key for run in answers}))
-            raise ConfigError(
-                where, f"no answer of {request.model!r} to that case (it has answers of {models})"
-            )
-        repeat = (request.repeat or 1) - 1
-        run = next((run for run in mine if run.repeat == repeat), None)
-        if run is None:
-            raise ConfigError(
-                where,
-                f"the night ran that case {len(mine)} time(s): --repeat {repeat + 1} is not one",
-            )
-        if run.status != "ok":
-            raise ConfigError(where, f"that run has no answer to label (it settled {run.status})")
-
-
-def record_labels(
-    store: KnowledgeStore,
-    requests: Sequence[LabelRequest],
-    *,
-    labelled_at: int,
-    by: str,
-    attempts: int = DEFAULT_ATTEMPTS,
-    push: bool = False,
-    directory: Path | None = None,
-) -> CommitResult | None:
-    """Check each request against its night's evidence, then commit the labels in one commit.
-
-    The labels file is re-read under the store lock on every attempt (another
-    writer's labels are kept). ``None``: the file already said exactly this.
-    """
-    from kb.store.filestore import Change, CommitContext
-    from kb.store.merge import driver_files
-
-    check_answers(store, requests, directory)
-    path = store.home.labels_file
-    added = [request.label(labelled_at, by) for request in requests]
-
-    def build(_: object) -> Change:
-        before = path.read_bytes() if path.exists() else None
-        after = parse_labels(before, str(path)).with_labels(added).render()
-        if after == before:
-            return Change()
-        files = {path.name: after}
-        if store.git is not None:
-            files |= driver_files(store)
-        count = len(added)
-        return Change(files=files, note=f"{count} label{'s' if count != 1 else ''}")
-
-    first = requests[0]
-    label = f"{first.report_id} {first.case} {first.model}" if len(requests) == 1 else None
-    context = CommitContext("label", by, label=label)
-    return store.commit_with_rebase(build, context, attempts=attempts, push=push)
