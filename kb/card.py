@@ -52,7 +52,9 @@ class Rung(StrictModel):
     """One step of a ladder."""
 
     model: ModelRefText
+    """``provider:model`` of the rung."""
     effort: str | None = Field(default=None, min_length=1)
+    """Its effort, when the model takes one."""
 
     @property
     def key(self) -> str:
@@ -64,8 +66,11 @@ class Ladder(StrictModel):
     """Ordered rungs, cheapest first, and the tier a task starts on by default."""
 
     name: str = Field(min_length=1)
+    """The ladder's name (what the card calls it)."""
     rungs: list[Rung] = Field(min_length=1)
+    """The rungs, cheapest first."""
     start_tier: int = Field(ge=0)
+    """The rung (from 0) a task starts on when no claim says otherwise."""
     task_class: str | None = Field(default=None, min_length=1)
     """When set, the ladder only serves (and compiles for) this task class."""
 
@@ -82,9 +87,13 @@ class Profile(StrictModel):
     """A spawnable profile pinned to one model, for one task class."""
 
     name: str = Field(min_length=1)
+    """The profile's name (what the orchestrator picks)."""
     model: ModelRefText
+    """The model it is pinned to."""
     effort: str | None = None
+    """Its effort, when the model takes one."""
     task_class: str = Field(min_length=1)
+    """The task class it serves."""
 
 
 class LaddersFile(StrictModel):

@@ -431,7 +431,7 @@ def record_labels(
             loaded = load_evidence(store, request.report_id, directory)
             nights[request.report_id] = loaded.runs if loaded is not None else None
         runs = nights[request.report_id]
-        where = f"kb label {request.report_id} {request.case} {request.model}"
+        where = request.where or f"kb label {request.report_id} {request.case} {request.model}"
         if runs is None:
             raise ConfigError(
                 where,

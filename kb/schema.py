@@ -148,7 +148,9 @@ STRICT = ConfigDict(extra="forbid", strict=True)
 class StrictModel(BaseModel):
     """Base of every shape a person writes or kb persists (see :data:`STRICT`); frozen."""
 
-    model_config = ConfigDict(**STRICT, frozen=True)
+    # A field's docstring is its description: the documentation site's spec reference
+    # is generated from them (docs/hooks.py).
+    model_config = ConfigDict(**STRICT, frozen=True, use_attribute_docstrings=True)
 
 
 M = TypeVar("M", bound=BaseModel)

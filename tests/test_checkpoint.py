@@ -588,15 +588,13 @@ def test_a_scripted_models_entry_without_params_is_taken_as_meant(isolated: Path
     assert load_checkpoint_spec(world).model("scripted:blank").params == {}
 
 
-# -- the README's example spec ---------------------------------------------------------
+# -- the docs' example spec ---------------------------------------------------------
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CHECKPOINT_DOC = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "value-checkpoint.md"
 
 
 def readme_checkpoint_section() -> str:
-    text = README.read_text()
-    start = text.index("## The value checkpoint: `kb checkpoint SPEC.toml`")
-    return text[start : text.index("\n## ", start + 1)]
+    return CHECKPOINT_DOC.read_text()
 
 
 def readme_block(language: str, first_line: str) -> str:
@@ -615,7 +613,7 @@ def test_the_readmes_example_spec_parses_and_runs(runner: CliRunner, isolated: P
     spec_path.write_text(readme_block("toml", "# cp.toml"))
     spec = load_checkpoint_spec(spec_path)
     assert (len(spec.cases), len(spec.orchestrated), len(spec.params)) == (2, 2, 4)
-    # Against an empty store (kb init): the plan, then "not passed" as the README says.
+    # Against an empty store (kb init): the plan, then "not passed" as the docs say.
     assert runner.invoke(cli, ["init"], catch_exceptions=False).exit_code == 0
     result = run(runner, spec_path, "--dry-run")
     assert result.exit_code == 0, result.stderr
@@ -633,7 +631,7 @@ def test_the_readmes_example_spec_parses_and_runs(runner: CliRunner, isolated: P
     assert informed["passRate"] == blind["passRate"] == 1 and "invalidChoices" not in informed
     assert informed["costUsd"] == 2 * 0.0005 + 2 * 0.001
     assert blind["costUsd"] == 2 * 0.0005 + 2 * 0.04
-    # The orchestrator's prompt as the README shows it (the card itself elided).
+    # The orchestrator's prompt as the docs show it (the card itself elided).
     assert readme_block("text", "You route") == ROUTER_SYSTEM + "\n"
     plan = plan_checkpoint(
         spec, KnowledgeStore("rulvar.models.json").read_only(), as_of=parse_instant("2026-11-30")

@@ -1,7 +1,7 @@
-"""The README's CI workflow, run as processes (SPEC 14.4).
+"""The documented CI workflow (docs/how-to/nightly-ci.md), run as processes (SPEC 14.4).
 
 A matrix of shards — each a fresh clone of a bare remote running the
-README's one command, ``kb sweep SPEC --resume --shard I/N --push`` — all on
+documented command, ``kb sweep SPEC --resume --shard I/N --push`` — all on
 one key against the loopback rate-limited server, sharing the key's bucket
 (the runtime folder, or Redis with a runtime folder each, as on separate
 machines); then the report job: a fresh clone that reads the store and writes
@@ -99,7 +99,7 @@ def kb(
 
 
 def shard_command(index: int) -> list[str]:
-    """The README's matrix step (its summary to a file, as $GITHUB_STEP_SUMMARY is)."""
+    """The documented matrix step (its summary to a file, as $GITHUB_STEP_SUMMARY is)."""
     return [
         sys.executable, "-m", "kb", "sweep", "sweeps/nightly.toml", "--resume",
         "--shard", f"{index}/{SHARDS}", "--observed-at", OBSERVED_AT, "--push",
@@ -252,7 +252,7 @@ def _journal_with_runs(clone: Path, process: subprocess.Popen[str]) -> Path:
 
 
 def test_the_readme_workflow_is_the_recipe_these_tests_run() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs/how-to/nightly-ci.md").read_text()
     start = readme.index("A GitHub Actions workflow: a matrix of shards")
     block = readme[readme.index("```yaml", start) : readme.index("```\n", start + 10)]
     step = " ".join(block.split("kb sweep ", 1)[1].split("\n", 3)[:3]).replace("\\", " ").split()

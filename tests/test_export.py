@@ -1,8 +1,8 @@
-"""``kb export --parquet DIR``: evidence as tables (SPEC 14.3), and the README's DuckDB questions.
+"""``kb export --parquet DIR``: evidence as tables (SPEC 14.3), and the docs' DuckDB questions.
 
 Two nights of two scripted models through the real ``kb sweep``, exported;
 the tables are read back with pyarrow and every figure is checked against
-the evidence files; each ``sql`` block of the README's "Evidence as tables"
+the evidence files; each ``sql`` block of the docs' "Evidence as tables"
 section runs in DuckDB against the export.
 """
 
@@ -24,7 +24,7 @@ from tests.test_epochs import STORE, model, night, spec
 
 pytestmark = pytest.mark.usefixtures("initialized_store")
 
-README = Path(__file__).parent.parent / "README.md"
+TABLES_DOC = Path(__file__).parent.parent / "docs" / "how-to" / "team-scale.md"
 
 
 def two_nights(runner: CliRunner, root: Path) -> None:
@@ -34,9 +34,8 @@ def two_nights(runner: CliRunner, root: Path) -> None:
 
 
 def readme_queries() -> list[str]:
-    text = README.read_text()
+    text = TABLES_DOC.read_text()
     section = text[text.index("## Evidence as tables") :]
-    section = section[: section.index("\n## ", 5)]
     return re.findall(r"```sql\n(.*?)```", section, re.S)
 
 

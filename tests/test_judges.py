@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -539,6 +540,7 @@ def test_a_loopback_judge_against_200_labels_gives_its_kappa_and_a_weak_one_is_n
     index = (repo / "site" / "index.html").read_text()
     assert ("Weak judge:</strong> openai:judge on extraction" in index) == row["weak"]
     pages = "".join(p.read_text() for p in (repo / "site").glob("*.html"))
+    pages = re.sub(r"<[^>]+>", "", pages)  # the command's words are wrapped one by one
     # case-001 is right (1 % 4): kb passed it, so the command proposes fail
     assert f"kb label {NIGHT2} case-001 scripted:m fail --why &quot;...&quot;" in pages
 
@@ -560,3 +562,25 @@ def test_two_branches_that_each_labelled_merge_through_kb_s_driver(
     cases = [item["case"] for item in json.loads((repo / LABELS).read_text())["labels"]]
     assert cases == ["case-01", "case-02"]
     assert "<<<<<<<" not in (repo / LABELS).read_text()
+
+
+@pytest.mark.usefixtures("initialized_store")
+def test_an_unscored_case_is_out_of_the_epoch_not_a_fail(runner: CliRunner, repo: Path) -> None:
+    cases = [(f"case-{i:02d}", f"Question {i}?", f"answer-{i}") for i in range(20)]
+    model = {"model": "scripted:m", "params": {"responses": {p: a for _, p, a in cases}}}
+    contains = {f"answer:\n{a}\n": '{"passed": true, "reason": "ok"}' for _, _, a in cases}
+    contains["answer:\nanswer-3\n"] = "Looks right to me."
+    budgets = {"target_usd": 0.01, "judge_usd": 0.01, "max_total_usd": 5}
+    grader = judge_grader(params={"contains": contains})
+    spec = write_spec(
+        repo / "s.toml", [model], cases=cases, graders=grader, budgets=budgets, gate="interval"
+    )
+    result = sweep(runner, spec, NIGHT1, "--json")
+    assert result.exit_code == 0, result.stderr
+    (cell,) = json.loads(result.stdout)["cells"]
+    assert (cell["n"], cell["unscoredN"], cell["passRate"]) == (19, 1, 1.0)
+    assert (cell["epoch"]["n"], cell["epoch"]["passRate"]) == (19, 1.0)
+    (epoch,) = json.loads((repo / "rulvar.models.epochs.json").read_text())["cells"].values()
+    counts = dict(zip(epoch["cases"], epoch["counts"], strict=True))
+    assert counts["case-03"] == 0 and sum(counts.values()) == 19
+    assert "case-03" not in epoch["nights"][0]["cases"]

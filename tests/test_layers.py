@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kb.money",
         "kb.tomlfile",
         "kb.sidefile",
+        "kb.examples",
         "kb.__main__",
     ),
     ("kb.store",),

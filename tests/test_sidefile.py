@@ -24,6 +24,7 @@ from kb.store.baselines import BASELINES, parse_baselines
 from kb.store.commit_window import INTENT, CommitIntent
 from kb.store.epochs import EPOCHS, parse_epochs
 from kb.store.home import SETTINGS, read_settings
+from kb.store.labels import LABELS
 from kb.store.records import EVIDENCE_FORMAT, parse_report
 from kb.store.runs_file import parse_runs
 
@@ -99,7 +100,8 @@ def test_every_writer_stamps_the_format_its_reader_checks() -> None:
     assert JOURNAL.stamp() == {"journal": 1}
     assert INTENT.stamp() == {"intent": 1}
     assert CASSETTE.stamp() == SETTINGS.stamp() == EPOCHS.stamp() == {"format": 1}
-    assert EVIDENCE_FORMAT.stamp() == {"format": 3}
+    assert LABELS.stamp() == {"format": 1}
+    assert EVIDENCE_FORMAT.stamp() == {"format": 4}
 
 
 @given(

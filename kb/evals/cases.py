@@ -55,6 +55,7 @@ class GoldenGrader(StrictModel):
     """Compare the output with ``expected``."""
 
     kind: Literal["golden"]
+    """Compare with an expected answer."""
     expected: Any
     """The answer; for ``match = "json"`` a TOML value or a JSON string."""
     match: GoldenMatch = "exact"
@@ -92,15 +93,22 @@ class Criterion(StrictModel):
     """One rubric criterion: a name and exactly one predicate."""
 
     name: str = Field(min_length=1)
+    """What a report says was met or missed."""
     contains: str | None = None
+    """Met when the answer contains this text."""
     not_contains: str | None = None
+    """Met when the answer does not contain this text."""
     regex: str | None = None
+    """Met when this regular expression is found in the answer."""
     max_chars: int | None = Field(default=None, ge=0)
+    """Met when the answer has at most this many characters."""
     min_chars: int | None = Field(default=None, ge=0)
+    """Met when the answer has at least this many characters."""
     json_path: str | None = None
     """A JSONPath into the output parsed as JSON (``$.a.b[0]``, ``$['a key']``, or v2's
     dotted ``a.b.0``; no wildcards); needs ``equals``. A fenced JSON answer is accepted."""
     equals: Any = None
+    """With ``json_path``: met when the value there equals this (absent: when one exists)."""
     json_schema: dict[str, Any] | None = None
     """The output parsed as JSON (fenced accepted) is valid against this JSON Schema."""
     one_of: list[str] | None = None
@@ -158,8 +166,11 @@ class RubricGrader(StrictModel):
     """Named criteria; passes when the fraction met reaches ``pass_threshold``."""
 
     kind: Literal["rubric"]
+    """Named criteria; the score is the fraction met."""
     criteria: list[Criterion] = Field(min_length=1)
+    """The criteria, each a name and exactly one predicate."""
     pass_threshold: float = 1.0
+    """The case passes when at least this fraction of the criteria is met."""
 
     @field_validator("pass_threshold")
     @classmethod
@@ -182,8 +193,11 @@ class PanelJudge(StrictModel):
     """One judge of a panel written as a table: its own effort and params (over the grader's)."""
 
     model: ModelRefText
+    """``provider:model`` of this judge."""
     effort: str | None = None
+    """Its effort (unset: the grader's)."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Its params, over the grader's ``params``."""
 
 
 class JudgeGrader(StrictModel):
@@ -197,6 +211,7 @@ class JudgeGrader(StrictModel):
     """
 
     kind: Literal["judge"]
+    """An LLM verdict ``{passed, reason}``."""
     model: ModelRefText | None = None
     """``provider:model`` of the judge."""
     models: list[ModelRefText | PanelJudge] | None = None
@@ -206,7 +221,9 @@ class JudgeGrader(StrictModel):
     instructions: str = Field(min_length=1)
     """What the answer must do to pass."""
     effort: str | None = None
+    """The judges' reasoning effort, when they take one."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """litellm params of every judge call (``temperature`` is 0 unless set here)."""
     self_judge: bool | None = None
     """``true`` lets a judge grade answers of its own model (refused otherwise)."""
 
@@ -291,7 +308,9 @@ class PythonGrader(StrictModel):
     """
 
     kind: Literal["python"]
+    """A function beside the spec decides."""
     function: str
+    """``module:name``: ``name`` in ``module.py`` beside the file that declares the case."""
     pass_threshold: float = 1.0
     """A returned score passes at this fraction."""
     _call: Any = PrivateAttr(default=None)
@@ -352,13 +371,17 @@ class Case(StrictModel):
     """One eval case."""
 
     name: str = Field(min_length=1)
+    """Unique in the spec with its includes (what reports, labels and evidence name)."""
     task_class: str = Field(min_length=1, max_length=100)
     """At most 100 characters, so a claim statement naming it stays within 200."""
     prompt: str = Field(min_length=1)
+    """The user message."""
     system: str | None = None
+    """A system message, when the case has one."""
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     """JSON Schema for structured output, passed to the model."""
     graders: list[GraderSpec] = Field(min_length=1)
+    """Every grader must pass (``golden``, ``rubric``, ``judge``, ``python``)."""
 
     @property
     def judges(self) -> tuple[JudgeGrader, ...]:

@@ -56,25 +56,39 @@ class DatasetFields(StrictModel):
     """Which record field supplies each part of a case."""
 
     name: str | None = None
+    """The record field that names the case (default: ``<file stem>-<line>``)."""
     prompt: str | None = None
+    """The record field holding the prompt (default: a field called ``prompt``)."""
     system: str | None = None
+    """The record field holding a system message."""
     expected: str | None = None
+    """The record field holding the expected answer (alone: one golden ``normalized``
+    grader)."""
 
 
 class DatasetSpec(StrictModel):
     """``[[datasets]]``: a JSONL or CSV file of records, mapped onto cases."""
 
     path: str = Field(min_length=1)
+    """The JSONL or CSV file, relative to the file that declares the table."""
     task_class: str | None = Field(default=None, min_length=1, max_length=100)
+    """Every record's task class (else ``task_class_field``)."""
     task_class_field: str | None = Field(default=None, min_length=1)
+    """The record field holding each case's task class."""
     fields: DatasetFields = Field(default_factory=DatasetFields)
+    """Which record fields supply the case (``[datasets.fields]``)."""
     prompt_template: str | None = Field(default=None, min_length=1)
+    """The prompt with ``{field}`` from the record (wins over ``fields.prompt``)."""
     system_template: str | None = Field(default=None, min_length=1)
+    """A system message with ``{field}`` from the record."""
     graders: list[dict[str, Any]] | None = Field(default=None, min_length=1)
     """Grader tables as in ``[[cases]]``; their strings may hold ``{field}``."""
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    """JSON Schema for structured output, passed to the model."""
     sample: int | None = Field(default=None, ge=1)
+    """Keep N records (the smallest sha256 of seed and name: the same subset every night)."""
     seed: int = 0
+    """The sample's seed."""
 
     @model_validator(mode="after")
     def _one_task_class(self) -> DatasetSpec:

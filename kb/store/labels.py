@@ -30,11 +30,14 @@ from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
 from kb.schema import validation_issues
 from kb.sidefile import SideFormat
+from kb.store.layout import conflict_lines
 from kb.store.merge import leave_textual_conflict
 from kb.store.ttl import format_instant, stored_instant
 from kb.store.wire import WireModel
 
 LABELS = SideFormat("labels")
+WHY_MAX = 500
+"""The longest ``--why`` (a label's reason) kb keeps."""
 LabelVerdict = Literal["pass", "fail"]
 
 
@@ -48,7 +51,7 @@ class Label(WireModel):
     repeat: int | None = Field(default=None, ge=1)
     """Which repeat (from 1) when the night ran the case more than once (absent: the first)."""
     verdict: LabelVerdict
-    why: str | None = Field(default=None, max_length=500)
+    why: str | None = Field(default=None, max_length=WHY_MAX)
     labelled_at: str = Field(alias="labelledAt")
     by: str = Field(min_length=1)
     task_class: str = Field(alias="taskClass", min_length=1)
@@ -116,6 +119,14 @@ def parse_labels(data: bytes | None, source: str) -> LabelsFile:
     """The labels file's bytes (``None``: no file yet, no labels)."""
     if data is None:
         return LabelsFile()
+    markers = conflict_lines(data.decode("utf-8", "replace"))
+    if markers:
+        raise ConfigError(
+            source,
+            f"unresolved git merge conflict (markers at lines {markers[0]}-{markers[-1]}): "
+            "take one side (git checkout --ours or --theirs), then kb label the other side's "
+            "labels again; kb merge-driver --install lets the next merge keep both",
+        )
     value = LABELS.load(data, source)
     try:
         return LabelsFile.model_validate(value)
@@ -186,6 +197,14 @@ class LabelRequest:
     why: str | None = None
     repeat: int | None = None
     """From 1; ``None``: the first (or only) run of the case that night."""
+    where: str | None = None
+    """Where it was written (``FILE:LINE`` of ``--from``), for messages."""
+
+    def __post_init__(self) -> None:
+        if self.why is not None and len(self.why) > WHY_MAX:
+            raise ConfigError(
+                self.where or "--why", f"why: at most {WHY_MAX} characters (got {len(self.why)})"
+            )
 
     def label(
         self, labelled_at: int, by: str, task_class: str, judges: Mapping[str, bool | None]
@@ -215,6 +234,7 @@ def parse_label_requests(data: bytes, source: str) -> list[LabelRequest]:
     """
     found: list[LabelRequest] = []
     issues: list[str] = []
+    seen: dict[tuple[str, str, str, int], int] = {}
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -231,6 +251,11 @@ def parse_label_requests(data: bytes, source: str) -> list[LabelRequest]:
         if issue is not None:
             issues.append(f"line {number}: {issue}")
             continue
+        answer = (item["reportId"], item["case"], item["model"], item.get("repeat") or 1)
+        if answer in seen:
+            issues.append(f"line {number}: labels the same answer as line {seen[answer]}")
+            continue
+        seen[answer] = number
         found.append(
             LabelRequest(
                 item["reportId"],
@@ -239,6 +264,7 @@ def parse_label_requests(data: bytes, source: str) -> list[LabelRequest]:
                 item["verdict"],
                 item.get("why"),
                 item.get("repeat"),
+                f"{source}:{number}",
             )
         )
     if issues:
@@ -261,6 +287,8 @@ def _request_issue(item: object) -> str | None:
         return 'verdict: must be "pass" or "fail"'
     if not isinstance(item.get("why", ""), str | None):
         return "why: must be a string"
+    if len(item.get("why") or "") > WHY_MAX:
+        return f"why: at most {WHY_MAX} characters"
     repeat = item.get("repeat", 1)
     if repeat is not None and (
         isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1

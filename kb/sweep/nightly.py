@@ -410,7 +410,9 @@ def run_nightly(
     ``orders`` is [B, K]: each cell's rotation (padded). The first pass is
     each cell's minimum; every later pass runs up to ``look`` more cases for
     the cells that go on. Each yielded [B, K] mask is answered with a [B, K]
-    score array (read where the mask is set). Returns the night's result.
+    score array (read where the mask is set; NaN where a case was asked but
+    has no score — an unscored judge verdict: it counts as run for the
+    rotation, never as a pass or a fail). Returns the night's result.
     """
     cells, width = state.scores.shape
     rows = np.arange(cells)
@@ -454,7 +456,7 @@ def run_nightly(
         for step in range(steps):
             column = columns[:, step]
             x = scores[rows, column]
-            read = take[:, step] & seen.active & ~(alarm_down | alarm_up)
+            read = take[:, step] & seen.active & ~(alarm_down | alarm_up) & ~np.isnan(x)
             d = np.maximum(0.0, down + x * seen.down_pass + (1 - x) * seen.down_fail)
             p = np.maximum(
                 0.0, paired + x * seen.paired_pass + (1 - x) * seen.paired_fail[rows, column]
@@ -471,8 +473,9 @@ def run_nightly(
             down, paired, up = (np.where(fired, 0.0, v) for v in (down, paired, up))
         ran += want
         np.add.at(ran_by, (why, rows), want)
-        tonight |= mask
-        tonight_scores = np.where(mask, scores, tonight_scores)
+        scored = mask & ~np.isnan(scores)
+        tonight |= scored
+        tonight_scores = np.where(scored, scores, tonight_scores)
         alarmed = alarm_down | alarm_up
         # the epoch so far: tonight alone once an alarm restarted it
         keep = ~alarmed[:, None]

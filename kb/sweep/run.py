@@ -612,11 +612,25 @@ def _ready_to_spend(
     files += [store.home.directory / name for name in (writes.settings if writes else {})]
     canary = [store.home.canary_baselines] if plan.spec.canary is not None else []
     epochs = [store.home.epochs_file] if plan.suites else []
+    refuse_uncommitted_labels(store)
     # A file at one of the commit's paths that git does not hold as it is would stop the
     # commit after every call was paid: found now.
     store.preflight(
         push=push, writes=[*files, journal, *canary, *epochs], clean=[*files, *canary, *epochs]
     )
+
+
+def refuse_uncommitted_labels(store: KnowledgeStore) -> None:
+    """A night grades only by labels git holds: a hand edit never grades a night unreviewed."""
+    labels = store.home.labels_file
+    git = store.git
+    rel = git.rel_of(labels) if git is not None else None
+    if git is not None and rel is not None and not git.committed_as_is(rel):
+        raise ConfigError(
+            str(labels),
+            "differs from what git has committed, and a night is graded only by committed "
+            f"labels: record labels with kb label (it commits them), or git restore {rel}",
+        )
 
 
 def _report(

@@ -282,11 +282,12 @@ class NightSampler:
         }
 
     def _scores(self, scores: Mapping[CellKey, Mapping[str, float]]) -> np.ndarray:
-        found = np.zeros((len(self.suites), self.width))
+        """[B, K] scores; NaN where a case has none (unscored, or not asked in the pass)."""
+        found = np.full((len(self.suites), self.width), np.nan)
         for row, suite in enumerate(self.suites):
             cell = scores.get(suite.key, {})
             for column, name in enumerate(suite.names):
-                found[row, column] = cell.get(name, 0.0)
+                found[row, column] = cell.get(name, np.nan)
         return found
 
     def first(self) -> dict[CellKey, tuple[str, ...]]:
@@ -309,9 +310,10 @@ class NightSampler:
         assert self._passes is not None and self._pending is not None and self._result is None
         ok = np.array([s.key in complete for s in self.suites], dtype=bool)
         self._ok &= ok | ~self._pending.any(axis=1)
-        self._ran[self._kind] |= self._pending & self._ok[:, None]
         found = self._scores(scores)
-        self._tonight = np.where(self._pending & self._ok[:, None], found, self._tonight)
+        scored = self._pending & self._ok[:, None] & ~np.isnan(found)
+        self._ran[self._kind] |= scored
+        self._tonight = np.where(scored, found, self._tonight)
         try:
             self._kind, wanted = self._passes.send(found)
         except StopIteration as done:

@@ -66,7 +66,10 @@ class Thresholds(StrictModel):
     """Pass-rate bands: at or above ``strength`` → strength; at or below ``weakness`` → weakness."""
 
     strength: float = 0.9
+    """A cell whose pass rate is at or above this earns a strength claim."""
     weakness: float = 0.5
+    """A cell whose pass rate is at or below this earns a weakness claim (strictly below
+    ``strength``)."""
 
     @field_validator("strength", "weakness")
     @classmethod
@@ -90,7 +93,9 @@ class SweepSection(StrictModel):
     committer: str = Field(min_length=1)
     """The eval-committer identity recorded on every claim and commit."""
     report_id: str | None = Field(default=None, min_length=1)
+    """The night's report id (default ``kb-sweep-<observedAt>``); ``--report-id`` wins."""
     thresholds: Thresholds = Field(default_factory=Thresholds)
+    """The claim bands (``[sweep.thresholds]``)."""
     gate: GateKind = "interval"
     """``interval`` (95 % interval with tolerance and hysteresis) or ``point`` (rulvar's rule)."""
     tolerance: float = DEFAULT_TOLERANCE
@@ -98,8 +103,11 @@ class SweepSection(StrictModel):
     repeats: int = Field(default=1, ge=1, le=100)
     """Runs per case; a case's score is its pass fraction, ``n`` stays the number of cases."""
     concurrency: int = Field(default=8, ge=1)
+    """Calls in flight at once, over every model."""
     per_provider: int | None = Field(default=None, ge=1)
+    """Calls in flight at once to any one provider (unset: ``concurrency``)."""
     allow_unbounded: bool = False
+    """Run without ``[budgets] max_total_usd`` (no envelope: nothing caps the night's spend)."""
     allow_partial: bool = False
     """Run even when the envelope cannot pay for every run (the overflow is refused)."""
     allow_unpriced: bool = False
@@ -109,7 +117,9 @@ class SweepSection(StrictModel):
     evidence_dir: str | None = Field(default=None, min_length=1)
     """Where evidence goes (relative to this spec); outside the work tree it is not committed."""
     timeout_s: float = Field(default=120.0, gt=0, le=MAX_TIMEOUT_S)
+    """Seconds one call may take before it is a timeout (retried like an error)."""
     max_retries: int = Field(default=3, ge=0)
+    """Retries of a call that failed at the provider (a 429 spends none)."""
     sampling: Literal["adaptive", "full"] = "adaptive"
     """``adaptive``: the nightly rule (SPEC 13.7, :mod:`kb.sweep.nightly`) — a
     settled cell measures a rotating minimum each night and 5 more at a time
@@ -138,6 +148,8 @@ class SweepSection(StrictModel):
     batch_poll_s: float = Field(default=2.0, gt=0, le=600)
     """Batch mode: the first wait before polling a batch; it doubles up to 60 s."""
     include: list[str] = Field(default_factory=list)
+    """More case files (TOML with ``[[cases]]``/``[[datasets]]``; globs), relative to this
+    spec (a top-level ``include`` written before ``[sweep]`` is the same)."""
     rate_limits: str | None = None
     """Where the rate-limit buckets are shared with the other processes calling with the
     same keys (SPEC 14.4): ``redis://HOST:PORT/DB`` across machines, ``file:DIR`` on
@@ -188,9 +200,15 @@ class Budgets(StrictModel):
     """``[budgets]``: per-run ceilings and the envelope, in USD."""
 
     target_usd: float | None = None
+    """The most one target run (one case on one model) may cost; over it, the run is
+    ``exhausted`` and its cell claims nothing."""
     judge_usd: float | None = None
+    """The most one judge run may cost (needed as soon as a case has a judge grader)."""
     canary_usd: float | None = None
+    """The most one canary probe run may cost (needed with a canary)."""
     max_total_usd: float | None = None
+    """The night's spend envelope: a sweep whose worst case exceeds it refuses before any
+    call (``--allow-partial``: runs and refuses the overflow)."""
 
     _positive = field_validator("target_usd", "judge_usd", "canary_usd", "max_total_usd")(
         _positive_usd
@@ -201,8 +219,12 @@ class ModelEntry(StrictModel):
     """``[[models]]``: a model ref, its effort and its litellm params."""
 
     model: ModelRefText
+    """``provider:model`` (``openai:gpt-4o-mini``, ``local:smollm2``, ``scripted:NAME``)."""
     effort: str | None = Field(default=None, min_length=1)
+    """The reasoning effort, when the model takes one; a claim is about model and effort."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """litellm params of every call (``api_base``, ``api_key_env``, ``temperature``, a
+    declared ``price``, …; a scripted model's reply table)."""
 
 
 @dataclass(frozen=True)
@@ -226,8 +248,11 @@ class SensitiveSection(StrictModel):
     """The probes file (JSON, written by ``kb canary --calibrate``): relative to the canary
     file, or absolute — outside the repository keeps the probes private."""
     samples: int = Field(default=16, ge=2, le=1000)
+    """Answers sampled per border probe a night (temperature 1)."""
     alpha: float = Field(default=0.01, gt=0, lt=1)
+    """The test's false-alarm rate per model and night."""
     max_tokens: int = Field(default=8, ge=1, le=256)
+    """The longest sampled answer, in tokens."""
     keep: int = Field(default=8, ge=1, le=64)
     """Calibration: the border probes kept per model."""
     logprobs: int = Field(default=5, ge=0, le=20)
@@ -254,8 +279,11 @@ class CanarySection(StrictModel):
     """``[canary]`` or a canary file: probes with deterministic answers."""
 
     prompts: list[str] = Field(min_length=1)
+    """The probes, asked at temperature 0: their answers are the model's fingerprint."""
     repeats: int = Field(default=1, ge=1)
+    """Times each probe is asked (an answer that varies makes the canary ``unstable``)."""
     sensitive: SensitiveSection | None = None
+    """The sensitive tier (``[canary.sensitive]``)."""
 
     @field_validator("prompts")
     @classmethod

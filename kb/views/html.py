@@ -233,7 +233,10 @@ def _case_rows(cell: CellRecord, runs: Sequence[RunRecord]) -> str:
         for r in runs
         if r.kind == "target" and r.subject_key == key and r.task_class == task_class
     ]
-    judges = {(r.case, r.repeat): r for r in runs if r.judged == key and r.task_class == task_class}
+    judges: dict[tuple[str, int], list[RunRecord]] = {}
+    for r in runs:
+        if r.judged == key and r.task_class == task_class:
+            judges.setdefault((r.case, r.repeat), []).append(r)
     stability = {c.name: c.stability for c in cell.cases or ()}
     if not mine:
         return '<p class="none">No evidence for these cases (written with --no-evidence?).</p>'
@@ -247,9 +250,10 @@ def _case_rows(cell: CellRecord, runs: Sequence[RunRecord]) -> str:
             f'<li class="{"ok" if v.passed else "no"}">{esc(v.grader)}: {esc(v.reason)}</li>'
             for v in run.verdicts
         )
-        judge = judges.get((run.case, run.repeat))
-        if judge is not None:
-            reasons += f'<li class="judge">judge said: {esc(judge.output)}</li>'
+        said = judges.get((run.case, run.repeat), [])
+        for judge in said:
+            who = f"judge {judge.subject_key}" if len(said) > 1 else "judge"
+            reasons += f'<li class="judge">{esc(who)} said: {esc(judge.output)}</li>'
         cut = " (cut at 4,000 characters)" if run.output_sha256 else ""
         error = f'<div class="error">error: {esc(run.error)}</div>' if run.error else ""
         repeat = f" #{run.repeat + 1}" if stability else ""

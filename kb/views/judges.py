@@ -53,9 +53,10 @@ def judges_text(report: JudgesReport) -> str:
         if k.n:
             lines.append(f"    {_confusion(k)}")
     nights = len(report.nights)
+    which = "the last night" if nights == 1 else f"the last {nights} nights"
     lines.append(
-        f"between judges (Krippendorff's alpha, nominal, 95 % bootstrap interval over answers; "
-        f"the last {nights} night{'s' if nights != 1 else ''}):"
+        "between judges (Krippendorff's alpha, nominal, 95 % bootstrap interval over answers; "
+        f"{which}):"
     )
     if not report.between:
         lines.append("  no answer was graded by two or more judges (a panel: models = [...])")
@@ -71,13 +72,15 @@ def judges_text(report: JudgesReport) -> str:
 
 def judges_markdown(report: JudgesReport) -> str:
     """The report as GFM tables; every name a code span, so nothing in it renders."""
-    lines = [
-        f"### Judges against people's labels ({report.labels} labels)",
-        "",
-        "| judge | task class | κ [95 %] | n | judge pass / label pass | judge pass / label fail "
-        "| judge fail / label pass | judge fail / label fail | unscored |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = [f"### Judges against people's labels ({report.labels} labels)", ""]
+    if not report.against_labels:
+        lines.append("No labelled answer was judged (`kb label REPORT_ID CASE MODEL pass|fail`).")
+    else:
+        lines += [
+            "| judge | task class | κ [95 %] | n | judge pass / label pass | judge pass / label "
+            "fail | judge fail / label pass | judge fail / label fail | unscored |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
     for found in report.against_labels:
         k = found.kappa
         weak = " **weak**" if found.weak else ""
@@ -86,13 +89,11 @@ def judges_markdown(report: JudgesReport) -> str:
             f"{_kappa_text(k)}{weak} | {k.n} | {k.both_pass} | {k.first_pass_only} | "
             f"{k.second_pass_only} | {k.both_fail} | {found.unscored} |"
         )
-    lines += [
-        "",
-        "### Between judges (Krippendorff's α)",
-        "",
-        "| task class | α [95 %] | answers | judges |",
-        "|---|---|---|---|",
-    ]
+    lines += ["", "### Between judges (Krippendorff's α)", ""]
+    if not report.between:
+        lines.append("No answer was graded by two or more judges (a panel: `models = [...]`).")
+    else:
+        lines += ["| task class | α [95 %] | answers | judges |", "|---|---|---|---|"]
     for panel in report.between:
         judges = ", ".join(table_code(j) for j in panel.judges)
         lines.append(

@@ -128,7 +128,9 @@ def report_header(report: ReportFile) -> str:
 
 def answered(cell: CellRecord) -> str:
     """``12/30 answered``: the cases an incomplete cell measured, of those it asked."""
-    return f"{cell.n}/{cell.planned_n} answered" + (f" x{cell.repeats}" if cell.repeats else "")
+    unscored = f", {cell.unscored_n} unscored" if cell.unscored_n else ""
+    repeats = f" x{cell.repeats}" if cell.repeats else ""
+    return f"{cell.n + (cell.unscored_n or 0)}/{cell.planned_n} answered{repeats}{unscored}"
 
 
 def _numbers(cell: CellRecord) -> str:

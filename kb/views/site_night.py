@@ -266,22 +266,32 @@ def _before(prior: PriorAnswer | None) -> str:
     return f'<small class="before">before: {shown}</small>'
 
 
-def label_command(report_id: str, run: RunRecord) -> str:
-    """The ``kb label`` line a person copies to correct this answer's verdict.
+def label_commands(report_id: str, run: RunRecord) -> list[str]:
+    """The ``kb label`` lines a person copies to correct this answer's verdict.
 
-    It proposes the opposite of kb's verdict (``pass|fail`` for an unscored one).
+    One, the opposite of kb's verdict; both for an unscored answer (it has none).
     """
-    verdict = "pass|fail" if run.unscored else "fail" if run.passed else "pass"
+    verdicts = ["pass", "fail"] if run.unscored else ["fail" if run.passed else "pass"]
     repeat = f" --repeat {run.repeat + 1}" if run.repeat else ""
     words = " ".join(shlex.quote(part) for part in (report_id, run.case, run.subject_key))
-    return f'kb label {words} {verdict}{repeat} --why "..."'
+    return [f'kb label {words} {verdict}{repeat} --why "..."' for verdict in verdicts]
+
+
+def _reason_class(passed: bool | None) -> str:
+    """A grader's line: green for a pass, red for a fail, grey for no verdict."""
+    return "ok" if passed else "meta" if passed is None else "no"
+
+
+def _command_html(command: str) -> str:
+    """A shell line that wraps only between words (never inside ``--why``)."""
+    return " ".join(f'<span class="w">{esc(word)}</span>' for word in command.split(" "))
 
 
 def _answer_row(
     model: str,
     run: RunRecord,
     shown: int,
-    judge: RunRecord | None,
+    judges: Sequence[RunRecord],
     case_request: str,
     prior: PriorAnswer | None = None,
     report_id: str | None = None,
@@ -292,11 +302,12 @@ def _answer_row(
         word = run.verdict_word
         status = f'<span class="{word.lower()}">{word}</span>'
     reasons = "".join(
-        f'<li class="{"ok" if v.passed else "no"}">{esc(v.grader)}: {esc(v.reason)}</li>'
+        f'<li class="{_reason_class(v.passed)}">{esc(v.grader)}: {esc(v.reason)}</li>'
         for v in run.verdicts
     )
-    if judge is not None:
-        reasons += f'<li class="judge">judge said: {esc(judge.output)}</li>'
+    for judge in judges:
+        who = f"judge {judge.subject_key}" if len(judges) > 1 else "judge"
+        reasons += f'<li class="judge">{esc(who)} said: {esc(judge.output)}</li>'
     if run.error:
         reasons += f'<li class="no">error: {esc(run.error)}</li>'
     tokens = f"{run.usage.prompt_tokens} / {run.usage.completion_tokens}" if run.usage else "—"
@@ -311,8 +322,11 @@ def _answer_row(
     batch = f'<small class="meta breakable">batch {esc(run.batch)}</small>' if run.batch else ""
     repeat = f" #{run.repeat + 1}" if shown > 1 else ""
     label = (
-        f'<small class="label-cmd">wrong? <code class="breakable">'
-        f"{esc(label_command(report_id, run))}</code></small>"
+        '<small class="label-cmd">wrong? '
+        + " or ".join(
+            f"<code>{_command_html(command)}</code>" for command in label_commands(report_id, run)
+        )
+        + "</small>"
         if report_id is not None and run.status == "ok"
         else ""
     )
@@ -333,7 +347,7 @@ def _answer_row(
 
 def case_section(
     row: CaseRow,
-    judges: Mapping[tuple[str, str, int], RunRecord],
+    judges: Mapping[tuple[str, str, int], Sequence[RunRecord]],
     grid: str,
     budget: int = CONTENT_BUDGET,
     report_id: str | None = None,
@@ -352,7 +366,7 @@ def case_section(
             model,
             run,
             len(mine),
-            judges.get((model, row.case, run.repeat)),
+            judges.get((model, row.case, run.repeat), ()),
             request,
             row.prior.get(model),
             report_id,
@@ -532,7 +546,8 @@ def _grid_html(rows_html: Sequence[str], rows: Sequence[CaseRow], models: Sequen
         f'<div class="boxes">{boxes}</div><span id="shown" class="meta"></span></div>'
         '<div class="scroll"><table id="grid"><thead><tr><th>case</th>'
         f"{heads}</tr></thead>{''.join(bodies)}</table></div>"
-        '<p class="meta">✓ pass · ✗ fail · ! error · · not sampled tonight · 2/3 passes of '
+        '<p class="meta">✓ pass · ✗ fail · ! error · ? unscored (no verdict) · · not sampled '
+        "tonight · 2/3 passes of "
         "repeats · the time is the answer's latency (the slowest repeat)</p>"
     )
 
@@ -555,9 +570,10 @@ def night_files(
         dict.fromkeys([c.subject_key for c in report.cells] + [m for r in rows for m in r.runs])
     )
     models = [m for m in models if any(m in row.runs for row in rows)]  # as the rates table
-    judges = {
-        (run.judged, run.case, run.repeat): run for run in night.runs if run.judged is not None
-    }
+    judges: dict[tuple[str, str, int], list[RunRecord]] = {}
+    for run in night.runs:
+        if run.judged is not None:
+            judges.setdefault((run.judged, run.case, run.repeat), []).append(run)
     head = _night_head(night, earlier, claim_href)
     lists = night_lists(report, claim_href)
     grid_budget = CONTENT_BUDGET - len(head.encode()) - len(lists.encode()) - 4_000  # controls

@@ -98,6 +98,7 @@ ul.changed { color: #0550ae; }
 small.before { display: block; font-weight: normal; }
 small.label-cmd { display: block; font-weight: normal; color: #57606a; margin-top: 0.3em; }
 small.label-cmd code { user-select: all; }
+small.label-cmd span.w { white-space: nowrap; }
 .banner.alarm { background: #ffebe9; border-left-color: #cf222e; }
 small.id-small { display: block; }
 table.answers td[data-label=output] { min-width: 14em; }

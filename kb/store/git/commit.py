@@ -64,6 +64,13 @@ def ref_write_problem(err: str, locks: str | None = None) -> str:
 class GitCommitting(GitHistory):
     """Builds a store commit in git's object database, stages it, moves the branch."""
 
+    def committed_as_is(self, rel: str) -> bool:
+        """Whether the file at ``rel`` is exactly what ``HEAD`` holds (both absent counts)."""
+        target = self.top / rel
+        _, head = self.head()
+        present = self.hash_file(target) if target.exists() else None
+        return present == self.blob_in_path(head, rel)
+
     def check_clean(self, rel: str) -> None:
         """Refuse to overwrite a file beside the store that differs from what git has."""
         target = self.top / rel
