@@ -131,7 +131,7 @@ def test_the_text_names_the_reading_the_cost_and_the_discordant_cases(
     text = unwrapped(result.stdout)
     assert "scripted:cheap vs scripted:dear n=40 shared cases" in text
     assert "difference -0.07 [" in text and "inconclusive: these 40 cases could detect" in text
-    assert "$0.0010/case vs $0.0100/case (0.10x)" in text
+    assert "$0.0010/case vs $0.010/case (0.10x)" in text
     assert "scripted:dear higher on case-03, case-17, case-31" in text
 
 
@@ -305,7 +305,7 @@ def test_the_site_links_each_discordant_case_to_both_answers(
         assert text.endswith("— answer")
     # each model's pass rate and cost per case, as kb compare prints them
     assert '<td class="name">scripted:cheap</td><td class="num">0.90</td>' in page
-    assert "$0.0010" in page and "$0.0100" in page
+    assert "$0.0010" in page and "$0.010" in page  # two significant digits
     assert "models.html" in (isolated / "site" / "index.html").read_text()
 
 

@@ -584,3 +584,34 @@ def test_an_unscored_case_is_out_of_the_epoch_not_a_fail(runner: CliRunner, repo
     counts = dict(zip(epoch["cases"], epoch["counts"], strict=True))
     assert counts["case-03"] == 0 and sum(counts.values()) == 19
     assert "case-03" not in epoch["nights"][0]["cases"]
+
+
+@pytest.mark.usefixtures("initialized_store")
+def test_hand_edits_and_overlong_or_contradictory_labels_are_refused(
+    runner: CliRunner, repo: Path
+) -> None:
+    spec = judged_spec(repo / "s.toml", judge_grader())
+    assert sweep(runner, spec, NIGHT1).exit_code == 0
+    long = kb(runner, "label", NIGHT1, "case-01", "scripted:m", "fail", "--why", "x" * 501)
+    assert long.exit_code == 2 and "at most 500 characters" in long.stderr
+    two = repo / "two.jsonl"
+    line = {"reportId": NIGHT1, "case": "case-01", "model": "scripted:m", "verdict": "fail"}
+    two.write_text(json.dumps(line) + "\n" + json.dumps(line | {"verdict": "pass"}) + "\n")
+    both = kb(runner, "label", "--from", str(two))
+    assert both.exit_code == 2 and "line 2: labels the same answer as line 1" in both.stderr
+    missing = repo / "missing.jsonl"
+    missing.write_text(json.dumps(line) + "\n" + json.dumps(line | {"case": "nope"}) + "\n")
+    named = kb(runner, "label", "--from", str(missing))
+    assert named.exit_code == 2 and "missing.jsonl:2" in named.stderr
+    assert not (repo / LABELS).exists()
+    # a labels file git does not hold as committed never grades a night
+    assert kb(runner, "label", NIGHT1, "case-01", "scripted:m", "fail").exit_code == 0
+    saved = (repo / LABELS).read_text()
+    (repo / LABELS).write_text(saved.replace('"fail"', '"pass"'))
+    before = (repo / STORE).read_bytes()
+    edited = sweep(runner, spec, NIGHT2)
+    assert edited.exit_code == 2 and "graded only by committed labels" in edited.stderr
+    assert (repo / STORE).read_bytes() == before
+    (repo / LABELS).write_text("<<<<<<< ours\n" + saved + "=======\n" + saved + ">>>>>>> theirs\n")
+    conflicted = kb(runner, "judges")
+    assert conflicted.exit_code == 2 and "unresolved git merge conflict" in conflicted.stderr

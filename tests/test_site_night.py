@@ -211,7 +211,9 @@ def test_the_night_page_shows_what_the_html_report_shows(runner: CliRunner, isol
             "scripted:shifty · extraction strength — archived (falsified); flipped stale: the "
             "canary saw the model change" in retired
         )
-        assert "scripted:weak · extraction weakness — superseded by tonight's claim" in retired
+        # a re-measurement is not a retired belief: counted apart, as kb diff does
+        assert "scripted:weak" not in retired
+        assert "re-measured: renewed by the night's own" in page.content()
         page.set_viewport_size({"width": 390, "height": 844})
         page.screenshot(path=str(isolated / "index-390.png"), full_page=True)
         nights = page.locator("#nights tbody tr").first

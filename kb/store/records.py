@@ -517,6 +517,23 @@ class ReportFile(WireModel):
             f"{first.task_class}: {cause}; {committed}"
         )
 
+    @property
+    def retired_beliefs(self) -> tuple[str, ...]:
+        """Claims the night retired as beliefs: archived (falsified, stale) or flipped stale.
+
+        A claim superseded by tonight's claim of the same cell is a re-measurement
+        (kb supersedes only with the same polarity), not a retired belief: see
+        :attr:`remeasured`, counted apart as ``kb diff`` does.
+        """
+        found = [r.claim_id for r in self.retired if r.action == "archived"]
+        found += [claim_id for entry in self.canary for claim_id in entry.flipped]
+        return tuple(dict.fromkeys(found))
+
+    @property
+    def remeasured(self) -> tuple[str, ...]:
+        """Claims renewed by tonight's claim with the same belief (superseded)."""
+        return tuple(r.claim_id for r in self.retired if r.action == "superseded")
+
     def with_runs(self, runs: Sequence[RunRecord]) -> ReportFile:
         """The report with its runs (what ``--json`` prints)."""
         return self.model_copy(update={"runs": tuple(runs)})

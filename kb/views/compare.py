@@ -7,7 +7,7 @@ from typing import Any
 
 from kb.compare import ArmCosts, ClassComparison, PairComparison
 from kb.markdown import code_span, table_code
-from kb.money import usd
+from kb.money import usd_per_case
 from kb.paired import Reading, margin_text
 from kb.store.canonical import to_fixed_2
 from kb.textwidth import WIDTH, wrapped
@@ -44,7 +44,11 @@ def reading_text(pair: PairComparison) -> str:
 
 
 def _cost(costs: ArmCosts) -> str:
-    return f"{usd(costs.cost_per_case)}/case" if costs.cost_per_case is not None else "cost unknown"
+    return (
+        f"{usd_per_case(costs.cost_per_case)}/case"
+        if costs.cost_per_case is not None
+        else "cost unknown"
+    )
 
 
 def _latency(costs: ArmCosts) -> str:
@@ -116,7 +120,9 @@ def compare_text(found: Sequence[ClassComparison], width: int = WIDTH) -> str:
         "difference: first model minus second, on the cases both measured in their current "
         "epochs (the cheaper model first when both costs are known). better: the interval is "
         "above 0; non-inferior: its lower end is within the margin (lower: all of it below 0); "
-        "worse: all of it below 0; inconclusive: none of these, and more cases would tell.",
+        "worse: all of it below 0; inconclusive: none of these, and more cases would tell. "
+        "p50/p90: latency from kb's send to the answer, including kb's own queueing and "
+        "pacing (not the provider's time alone).",
         width=width,
     )
     return "\n".join(lines)
@@ -131,7 +137,8 @@ def compare_markdown(found: Sequence[ClassComparison]) -> str:
         out += [
             f"### {code_span(group.task_class)} (margin {margin_text(group.margin)})",
             "",
-            "| a | b | n | a − b [95% interval] | reading | $/case a | $/case b | p90 a | p90 b "
+            "| a | b | n | a − b [95% interval] | reading | $/case a | $/case b "
+            "| p90 a (incl. kb's queueing) | p90 b (incl. kb's queueing) "
             "| a higher on | b higher on |",
             "|---|---|---:|---|---|---:|---:|---:|---:|---|---|",
         ]
@@ -160,7 +167,7 @@ def compare_markdown(found: Sequence[ClassComparison]) -> str:
 
 
 def _money_cell(costs: ArmCosts) -> str:
-    return usd(costs.cost_per_case) if costs.cost_per_case is not None else "—"
+    return usd_per_case(costs.cost_per_case) if costs.cost_per_case is not None else "—"
 
 
 def _ms_cell(costs: ArmCosts) -> str:

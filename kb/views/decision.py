@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kb.markdown import table_code
-from kb.money import usd
+from kb.money import usd_per_case
 from kb.paired import margin_text
 from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
@@ -277,7 +277,9 @@ def _cost_text(cost: CellCost | None) -> str:
     if cost is None:
         return ""
     c = cost.costs
-    money = f"{usd(c.cost_per_case)}/case" if c.cost_per_case is not None else "cost unknown"
+    money = (
+        f"{usd_per_case(c.cost_per_case)}/case" if c.cost_per_case is not None else "cost unknown"
+    )
     latency = f" p90 {c.p90_ms:.0f}ms" if c.p90_ms is not None else ""
     mark = f" {ROUTE_MARK}" if cost.cheapest_non_inferior else ""
     return f" · {money}{latency}{mark}"
@@ -297,7 +299,8 @@ def _cost_legend(matrix: ClaimMatrix) -> list[str]:
     if matrix.costs is None:
         return []
     return [
-        "$/case: mean cost per case in the current epoch; p90: a latency that occurred",
+        "$/case: mean cost per case in the current epoch; p90: a latency that occurred "
+        "(kb's send to the answer, including kb's own queueing)",
         f"{ROUTE_MARK} the cheapest model non-inferior to the class's best",
         f"non-inferior: paired on shared cases, margin {margin_text(matrix.margin)} (kb compare)",
     ]

@@ -370,7 +370,11 @@ def night_lists(report: ReportFile, claim_href: Callable[[str], str | None] | No
     retired = (
         "".join(
             f"<li>{claim(r.claim_id)} — "
-            + (f"superseded by {claim(r.by)}" if r.by else f"archived ({esc(r.reason or '')})")
+            + (
+                f"re-measured: superseded by {claim(r.by)}"
+                if r.by
+                else f"archived ({esc(r.reason or '')})"
+            )
             + "</li>"
             for r in report.retired
         )

@@ -31,7 +31,7 @@ from typing import Any
 from kb.compare import PairComparison, compare_pair
 from kb.evidence_index import CellEvidence, EvidenceIndex
 from kb.markdown import table_code
-from kb.money import usd
+from kb.money import usd_per_case
 from kb.paired import Reading, bonferroni_z, margin_text
 from kb.schema import DEFAULT_MARGIN
 from kb.store.canonical import to_fixed_2
@@ -128,7 +128,7 @@ def _row(point: ParetoPoint) -> list[str]:
     cost = _cost(cell)
     return [
         cell.subject,
-        usd(cost) if cost is not None else "unknown",
+        usd_per_case(cost) if cost is not None else "unknown",
         f"{to_fixed_2(cell.pass_rate)} [{to_fixed_2(low)}, {to_fixed_2(high)}]",
         str(cell.n),
         "yes" if point.on_frontier else "no",

@@ -171,10 +171,16 @@ def summary_text(report: ReportFile, git_commit: str | None = None) -> str:
     lines.append(f"claims: {len(claims)}")
     for claim in claims:
         lines += wrapped(f"+\xa0{claim['id']}: {claim['statement']}", "  ", "      ")
-    lines.append(f"retired: {len(retired)}")
-    for entry in retired:
-        how = f"superseded by {entry.by}" if entry.by else f"archived ({entry.reason})"
-        lines += wrapped(f"-\xa0{entry.claim_id}: {how}", "  ", "      ")
+    archived = [entry for entry in retired if entry.action == "archived"]
+    lines.append(f"retired: {len(report.retired_beliefs)} (beliefs that changed)")
+    for entry in archived:
+        lines += wrapped(f"-\xa0{entry.claim_id}: archived ({entry.reason})", "  ", "      ")
+    if report.remeasured:
+        count = len(report.remeasured)
+        lines.append(
+            f"re-measured: {count} claim{'s' if count != 1 else ''} renewed by tonight's, "
+            "the same belief"
+        )
     for canary in report.canary:
         lines += _canary_lines(canary)
     if report.committed_version is not None:

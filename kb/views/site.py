@@ -158,14 +158,13 @@ def _nights_table(newest_first: Sequence[Night]) -> str:
             f'<tr><td><a href="{esc(night.page)}" class="name">{esc(r.observed_at[:16])}</a>'
             f'{mark}<small class="meta id-small">{name_html(r.report_id)}</small></td>'
             f'<td class="num">{len(r.cells)}</td><td class="num">{len(r.claims)}</td>'
-            f'<td class="num">{len(r.retired)}</td>'
+            f'<td class="num">{len(r.retired_beliefs)}</td>'
             f'<td class="num">{esc(usd(r.spent_usd))}</td></tr>'
         )
     return (
         '<div class="scroll"><table id="nights"><thead><tr><th>night (observed, report)</th>'
-        "<th>cells</th><th>claims</th><th>retired</th><th>spent</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table></div>"
+        "<th>cells</th><th>claims</th><th>retired (beliefs changed)</th><th>spent</th>"
+        "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>"
     )
 
 
@@ -235,9 +234,8 @@ def retired_since(nights: Sequence[Night], claims: Sequence[ModelClaim]) -> str:
     known = {c.id: c for c in claims}
     found: dict[str, list[str]] = {}
     for x in r.retired:
-        found.setdefault(x.claim_id, []).append(
-            "superseded by tonight's claim" if x.by else f"archived ({esc(x.reason or '')})"
-        )
+        if x.action == "archived":
+            found.setdefault(x.claim_id, []).append(f"archived ({esc(x.reason or '')})")
     for alarm in cell_alarms(r).values():
         for claim_id in alarm.falsified:
             if claim_id not in found:
@@ -259,10 +257,17 @@ def retired_since(nights: Sequence[Night], claims: Sequence[ModelClaim]) -> str:
             f'<li>{cell} — {what}<small class="meta id-small">{name_html(claim_id)}</small></li>'
         )
     shown = "".join(items) or "<li>none</li>"
+    renewed = len(r.remeasured)
+    also = (
+        f'<p class="meta">and {renewed} claim{"s" if renewed != 1 else ""} re-measured: renewed '
+        "by the night's own, the same belief (not retired)</p>"
+        if renewed
+        else ""
+    )
     return (
         f'<p class="meta">by the newest night, <a href="{esc(nights[-1].page)}">'
         f"{esc(r.observed_at[:16])}</a>:</p>"
-        f'<ul id="retired">{shown}</ul>'
+        f'<ul id="retired">{shown}</ul>{also}'
     )
 
 

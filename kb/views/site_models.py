@@ -18,7 +18,7 @@ import html
 from collections.abc import Callable, Mapping, Sequence
 
 from kb.compare import ArmCosts, ClassComparison, PairComparison
-from kb.money import usd
+from kb.money import usd_per_case
 from kb.paired import margin_text
 from kb.store.canonical import to_fixed_2
 from kb.store.epochs import EpochsFile, cell_key
@@ -56,7 +56,7 @@ def _score(value: float) -> str:
 
 
 def _money(costs: ArmCosts) -> str:
-    return usd(costs.cost_per_case) if costs.cost_per_case is not None else "unknown"
+    return usd_per_case(costs.cost_per_case) if costs.cost_per_case is not None else "unknown"
 
 
 def _ms(value: float | None) -> str:
@@ -77,7 +77,8 @@ def _arms_table(pair: PairComparison) -> str:
     )
     return (
         '<div class="scroll"><table class="arms"><thead><tr><th>model</th><th>pass rate</th>'
-        "<th>$/case</th><th>p50</th><th>p90</th></tr></thead>"
+        "<th>$/case</th><th>p50 (incl. kb's queueing)</th><th>p90 (incl. kb's queueing)</th>"
+        "</tr></thead>"
         f"<tbody>{rows}</tbody></table></div>"
     )
 

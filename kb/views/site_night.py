@@ -413,7 +413,8 @@ def case_section(
             + (head if number == 1 else "")
             + '<div class="scroll"><table class="answers"><thead><tr><th>model</th>'
             "<th>verdict</th><th>graders (what was expected)</th><th>output</th>"
-            "<th>latency</th><th>tokens in / out</th><th>cost</th><th>params</th></tr></thead>"
+            "<th>latency (incl. kb's queueing)</th><th>tokens in / out</th><th>cost</th>"
+            "<th>params</th></tr></thead>"
             f"<tbody>{''.join(part)}</tbody></table></div>"
             + (resting if number == len(parts) else "")
             + (f'<p class="meta">continued in part {number + 1}</p>' if number < len(parts) else "")
@@ -669,7 +670,8 @@ def _night_head(night: Night, earlier: Sequence[Night], claim_href: ClaimHref) -
         f'<p><a href="index.html">← all nights</a></p><h1>Night <span class="name">'
         f"{esc(report.report_id)}</span></h1>"
         f'<p class="meta">observed {esc(report.observed_at)} · spent {esc(usd(report.spent_usd))}'
-        f" · {len(report.claims)} claims · {len(report.retired)} retired</p>{banner}"
+        f" · {len(report.claims)} claims · {len(report.retired_beliefs)} retired · "
+        f"{len(report.remeasured)} re-measured</p>{banner}"
         '<h2>Pass rate by model and task class</h2><p class="meta">What the gate judged: the '
         "epoch's pooled rate over its n cases (several nights) with its 95% interval, and "
         "tonight's own count.</p>"
