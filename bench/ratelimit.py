@@ -74,6 +74,7 @@ from bench.peers import (  # noqa: E402
 )
 from tests.fake_openai_main import child_server  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
+from tests.sweep_helpers import one_key_spec  # noqa: E402
 
 INSPECT_TASK = """
 from inspect_ai import Task, task, eval
@@ -275,30 +276,15 @@ OBSERVED_AT = "2026-11-29T02:00:00Z"
 
 def shard_spec(base: str, calls: int, concurrency: int) -> str:
     """One model on one key, ``calls`` cases spread over :data:`CLASSES` task classes."""
-    lines = [
-        "[sweep]",
+    sweep = [
         'committer = "bench"',
         "allow_unbounded = true",
         'sampling = "full"',
         "max_cases = 100000",
         f"concurrency = {concurrency}",
         f"per_provider = {concurrency}",
-        "",
-        "[[models]]",
-        'model = "openai:bench-0"',
-        f'params = {{ api_base = "{base}", api_key_env = "OPENAI_API_KEY", '
-        "price = { input_per_mtok = 1.0, output_per_mtok = 2.0 } }",
     ]
-    for i in range(calls):
-        lines += [
-            "",
-            "[[cases]]",
-            f'name = "case-{i}"',
-            f'task_class = "class-{i % CLASSES}"',
-            f'prompt = "question {i}"',
-            f'graders = [{{ kind = "golden", expected = "echo: question {i}" }}]',
-        ]
-    return "\n".join(lines) + "\n"
+    return one_key_spec(base, calls, CLASSES, model="openai:bench-0", price=(1.0, 2.0), sweep=sweep)
 
 
 @dataclass(frozen=True)

@@ -120,3 +120,32 @@ def echo_spec(
         lines += [f'graders = [{{ kind = "golden", expected = {json.dumps("echo: " + prompt)} }}]']
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def one_key_spec(
+    api_base: str,
+    cases: int,
+    classes: int,
+    *,
+    model: str,
+    price: tuple[float, float],
+    sweep: list[str],
+) -> str:
+    """One OpenAI-compatible model on one key, ``cases`` echo cases over ``classes`` task
+    classes (the loopback rate-limited server answers ``echo: <prompt>``): the night many
+    shards split, in the CI recipe's tests and in ``bench/ratelimit.py``."""
+    lines = ["[sweep]", *sweep, "", "[[models]]", f'model = "{model}"']
+    lines.append(
+        f'params = {{ api_base = "{api_base}", api_key_env = "OPENAI_API_KEY", '
+        f"price = {{ input_per_mtok = {price[0]}, output_per_mtok = {price[1]} }} }}"
+    )
+    for i in range(cases):
+        lines += [
+            "",
+            "[[cases]]",
+            f'name = "case-{i}"',
+            f'task_class = "class-{i % classes}"',
+            f'prompt = "question {i}"',
+            f'graders = [{{ kind = "golden", expected = "echo: question {i}" }}]',
+        ]
+    return "\n".join(lines) + "\n"

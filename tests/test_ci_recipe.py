@@ -30,6 +30,7 @@ from kb.sweep.plan import shard_of
 from tests.conftest import git
 from tests.fake_ratelimit import Limits, rate_limited_server
 from tests.redis_server import redis_server
+from tests.sweep_helpers import one_key_spec
 
 SHARDS = 4
 CLASSES = 16
@@ -39,29 +40,16 @@ KEY = "sk-ci-recipe-0123456789abcdef"
 
 
 def spec_text(base: str) -> str:
-    lines = [
-        "[sweep]",
+    sweep = [
         'committer = "kb nightly"',
         'gate = "point"',
         "allow_unbounded = true",
         'sampling = "full"',
         "concurrency = 8",
-        "",
-        "[[models]]",
-        'model = "openai:gpt-4o-mini"',
-        f'params = {{ api_base = "{base}/v1", api_key_env = "OPENAI_API_KEY", '
-        "price = { input_per_mtok = 0.15, output_per_mtok = 0.6 } }",
     ]
-    for i in range(CASES):
-        lines += [
-            "",
-            "[[cases]]",
-            f'name = "case-{i}"',
-            f'task_class = "class-{i % CLASSES}"',
-            f'prompt = "question {i}"',
-            f'graders = [{{ kind = "golden", expected = "echo: question {i}" }}]',
-        ]
-    return "\n".join(lines) + "\n"
+    return one_key_spec(
+        f"{base}/v1", CASES, CLASSES, model="openai:gpt-4o-mini", price=(0.15, 0.6), sweep=sweep
+    )
 
 
 @contextmanager
