@@ -615,3 +615,10 @@ def test_hand_edits_and_overlong_or_contradictory_labels_are_refused(
     (repo / LABELS).write_text("<<<<<<< ours\n" + saved + "=======\n" + saved + ">>>>>>> theirs\n")
     conflicted = kb(runner, "judges")
     assert conflicted.exit_code == 2 and "unresolved git merge conflict" in conflicted.stderr
+
+
+def test_kb_verify_names_a_labels_file_it_cannot_read(runner: CliRunner, repo: Path) -> None:
+    assert kb(runner, "init").exit_code == 0
+    (repo / LABELS).write_text('{"format": 1, "labels": [{"case": 3}]}\n')
+    result = kb(runner, "verify")
+    assert result.exit_code != 0 and LABELS in result.stdout + result.stderr

@@ -502,9 +502,10 @@ def _merge_issues(git: GitStoreRepo, commit: StoreCommit, version: int) -> list[
 
 
 def _beside_issues(store: KnowledgeStore) -> list[str]:
-    """The settings, epochs and canary baselines files beside the store: ones kb can read."""
+    """The settings, epochs, labels and canary baselines files beside the store: readable."""
     from kb.store.epochs import read_epochs
     from kb.store.home import read_settings
+    from kb.store.labels import read_labels
 
     try:
         read_settings(store.home.settings_file)
@@ -514,6 +515,10 @@ def _beside_issues(store: KnowledgeStore) -> list[str]:
         read_epochs(store.home.epochs_file)
     except ConfigError as exc:
         return [f"{store.home.epochs_file.name}: {issue}" for issue in exc.issues]
+    try:
+        read_labels(store.home.labels_file)
+    except ConfigError as exc:
+        return [f"{store.home.labels_file.name}: {issue}" for issue in exc.issues]
     path = store.home.canary_baselines
     if not path.exists():
         return []
