@@ -121,6 +121,8 @@ def description_text(text: str | None) -> str:
         return ""
     flat = " ".join(text.split())
     flat = re.sub(r":(?:mod|func|class|data|meth|attr):`~?([^`]+)`", r"`\1`", flat)
+    flat = re.sub(r" ?\(SPEC [0-9.]+[^)]*\)", "", flat)  # kb's own spec, not the reader's
+    flat = re.sub(r",? ?SPEC [0-9.]+", "", flat)
     return flat.replace("``", "`").replace("|", "\\|")
 
 
@@ -150,3 +152,8 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     if MARKER in markdown:
         return markdown.replace(MARKER, spec_keys_markdown())
     return markdown
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """mkdocs-click prints click 8.3's "no default" sentinel as ``Sentinel.UNSET``: none."""
+    return html.replace("<code>Sentinel.UNSET</code>", "none").replace("Sentinel.UNSET", "none")

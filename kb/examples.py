@@ -39,17 +39,19 @@ CAPITALS = (
     ("portugal", "Portugal", "Lisbon"), ("austria", "Austria", "Vienna"),
     ("hungary", "Hungary", "Budapest"), ("thailand", "Thailand", "Bangkok"),
     ("vietnam", "Vietnam", "Hanoi"), ("mexico", "Mexico", "Mexico City"),
-    ("argentina", "Argentina", "Buenos Aires"), ("colombia", "Colombia", "Bogotá"),
+    ("argentina", "Argentina", "Buenos Aires"), ("nepal", "Nepal", "Kathmandu"),
     ("germany", "Germany", "Berlin"), ("belgium", "Belgium", "Brussels"),
-    ("denmark", "Denmark", "Copenhagen"), ("ukraine", "Ukraine", "Kyiv"),
+    ("denmark", "Denmark", "Copenhagen"), ("qatar", "Qatar", "Doha"),
     ("turkey", "Turkey", "Ankara"), ("morocco", "Morocco", "Rabat"),
     ("nigeria", "Nigeria", "Abuja"), ("australia", "Australia", "Canberra"),
-    ("brazil", "Brazil", "Brasília"), ("indonesia", "Indonesia", "Jakarta"),
+    ("jamaica", "Jamaica", "Kingston"), ("indonesia", "Indonesia", "Jakarta"),
 )  # fmt: skip
+"""Capitals with one spelling in English (no accents, no renamed cities): a golden
+``contains`` grader should fail a wrong answer, not a right one spelled otherwise."""
 PROMPT = "What is the capital of {country}? Answer with the city's name only."
 
 _HEAD = """\
-# kb's {name} example (kb init --example {name}): one model, 40 capitals.
+# kb's {name} example (kb init --example {name}): {models}, 40 capitals.
 # Try: kb sweep kb.toml --dry-run    then    kb sweep kb.toml --html night.html
 # Every key: the docs' reference ("Every spec key").
 
@@ -74,7 +76,8 @@ _MODELS: dict[ExampleName, str] = {
     "openai": """
 # Your endpoint: api_base, the model name it serves (after "openai:") and the
 # variable that holds its key. A model litellm cannot price needs a declared price
-# (0 for your own server).
+# (0 for your own server). A server that answers one request at a time (a laptop's
+# llama.cpp) wants concurrency = 1 in [sweep].
 [[models]]
 model = "openai:gpt-4o-mini"
 params = { api_base = "https://api.openai.com/v1", api_key_env = "OPENAI_API_KEY", \
@@ -124,7 +127,11 @@ def example_files(name: ExampleName) -> dict[str, str]:
         for key, country, capital in CAPITALS
     ]
     files = {
-        "kb.toml": _HEAD.format(name=name) + _MODELS[name] + _DATASET,
+        "kb.toml": _HEAD.format(
+            name=name, models="two models" if name == "scripted" else "one model"
+        )
+        + _MODELS[name]
+        + _DATASET,
         "cases/capitals.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
         "ladders.toml": _ladders(name),
     }
@@ -141,8 +148,20 @@ def example_files(name: ExampleName) -> dict[str, str]:
 
 
 def example_conflicts(directory: Path, name: ExampleName) -> list[Path]:
-    """The example's files that exist already in ``directory`` (they are never overwritten)."""
-    return [directory / rel for rel in example_files(name) if (directory / rel).exists()]
+    """What is in the example's way in ``directory``: its files, or a file where a folder goes.
+
+    Nothing is ever overwritten: ``kb init --example`` refuses before it writes anything.
+    """
+    found: list[Path] = []
+    for rel in example_files(name):
+        path = directory / rel
+        blocking = [p for p in reversed(path.relative_to(directory).parents) if str(p) != "."]
+        for folder in blocking:
+            if (directory / folder).exists() and not (directory / folder).is_dir():
+                found.append(directory / folder)
+        if path.exists() or path.is_symlink():
+            found.append(path)
+    return list(dict.fromkeys(found))
 
 
 def write_example(directory: Path, name: ExampleName) -> list[Path]:

@@ -167,6 +167,12 @@ def test_init_example_never_overwrites_a_file(runner: CliRunner, repo: Path) -> 
     assert not (repo / "kb.toml").exists() and not (repo / "rulvar.models.json").exists()
     again = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
     assert again.stdout == head
+    # a file where the example needs a folder is in the way too, before anything is written
+    (repo / "cases").write_text("mine\n")
+    blocked = runner.invoke(cli, ["init", "--example", "openai"])
+    assert blocked.exit_code == 2 and f"{repo / 'cases'}," in blocked.stderr
+    assert not (repo / "rulvar.models.json").exists()
+    (repo / "cases").unlink()
     # beside an existing store: the store is kept, the example written
     (repo / "ladders.toml").unlink()
     assert runner.invoke(cli, ["init"]).exit_code == 0
