@@ -65,7 +65,7 @@ Examples:
 @global_options
 @pass_app
 def init(app: App, example: ExampleName | None, committer: str) -> None:
-    """Create an empty store (version 0) and commit it when inside git."""
+    """Create an empty store (version 0), committed inside git; --example adds a first spec."""
     from kb.examples import example_conflicts, write_example
     from kb.store.filestore import CommitContext
 

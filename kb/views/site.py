@@ -345,7 +345,12 @@ def index_page(
         "<h2>Claims that steer today</h2>"
         '<div class="scroll"><table id="claims"><thead><tr><th>model</th><th>task class</th>'
         "<th>claim</th><th>rate</th><th>95% interval</th><th>n</th><th>expires</th></tr>"
-        "</thead><tbody>" + "".join(claim_rows) + "</tbody></table></div>"
+        "</thead><tbody>"
+        + (
+            "".join(claim_rows)
+            or '<tr><td colspan="7" class="meta">none: no active claim is unexpired</td></tr>'
+        )
+        + "</tbody></table></div>"
     )
     script = (
         "var s=document.querySelectorAll('#compare select');"
