@@ -19,9 +19,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from kb.errors import ConfigError
+
+Shape = TypeVar("Shape", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,25 @@ class SideFormat:
     def load(self, raw: bytes | str, source: str) -> dict[str, Any]:
         """Parse ``raw`` as one JSON object of a readable format (else one ``ConfigError``)."""
         return self.check(parse_json(raw, source), source)
+
+    def load_as(self, raw: bytes | str, source: str, shape: type[Shape]) -> Shape:
+        """:meth:`load`, validated into ``shape`` (its issues in one ``ConfigError``)."""
+        from kb.schema import validation_issues
+
+        value = self.load(raw, source)
+        try:
+            return shape.model_validate(value)
+        except ValidationError as exc:
+            raise ConfigError(source, validation_issues("", exc)) from None
+
+    def read_bytes(self, path: Path) -> bytes | None:
+        """The file's bytes, ``None`` when there is none; a folder there is a ``ConfigError``."""
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            raise ConfigError(str(path), f"is a directory, not kb's {self.what} file") from None
 
 
 def parse_json(raw: bytes | str, source: str) -> Any:

@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
-from kb.schema import validation_issues
 from kb.sidefile import SideFormat
 from kb.store.merge import leave_textual_conflict
 from kb.store.wire import WireModel
@@ -183,22 +182,12 @@ def parse_epochs(data: bytes | None, source: str) -> EpochsFile:
     """The epochs file's bytes (``None``: no file yet, no epochs)."""
     if data is None:
         return EpochsFile()
-    value = EPOCHS.load(data, source)
-    try:
-        return EpochsFile.model_validate(value)
-    except ValidationError as exc:
-        raise ConfigError(source, validation_issues("", exc)) from None
+    return EPOCHS.load_as(data, source, EpochsFile)
 
 
 def read_epochs(path: Path) -> EpochsFile:
     """The epochs file at ``path`` (empty when absent)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return EpochsFile()
-    except IsADirectoryError:
-        raise ConfigError(str(path), "is a directory, not kb's epochs file") from None
-    return parse_epochs(data, str(path))
+    return parse_epochs(EPOCHS.read_bytes(path), str(path))
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from kb.atomicfile import write_atomic
 from kb.errors import ConfigError, MergeConflict
-from kb.schema import validation_issues
 from kb.sidefile import SideFormat
 from kb.store.layout import conflict_lines
 from kb.store.merge import leave_textual_conflict
@@ -127,22 +126,12 @@ def parse_labels(data: bytes | None, source: str) -> LabelsFile:
             "take one side (git checkout --ours or --theirs), then kb label the other side's "
             "labels again; kb merge-driver --install lets the next merge keep both",
         )
-    value = LABELS.load(data, source)
-    try:
-        return LabelsFile.model_validate(value)
-    except ValidationError as exc:
-        raise ConfigError(source, validation_issues("", exc)) from None
+    return LABELS.load_as(data, source, LabelsFile)
 
 
 def read_labels(path: Path) -> LabelsFile:
     """The labels file at ``path`` (empty when absent)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return LabelsFile()
-    except IsADirectoryError:
-        raise ConfigError(str(path), "is a directory, not kb's labels file") from None
-    return parse_labels(data, str(path))
+    return parse_labels(LABELS.read_bytes(path), str(path))
 
 
 def merge_labels(base: LabelsFile, ours: LabelsFile, theirs: LabelsFile) -> LabelsFile:
