@@ -2,15 +2,17 @@
 
 ``rulvar.models.labels.json`` holds one entry per labelled answer: which
 night (``reportId``), which case, which model (``model[@effort]``) and
-repeat, the person's verdict (``pass`` or ``fail``), why, who and when.
+repeat, the person's verdict (``pass`` or ``fail``), why, who and when —
+and, copied from that night's evidence, the answer's task class and what
+each judge said about it (so agreement never needs the night again).
 ``kb label`` writes it through the commit window; the store's merge driver
 merges it (every label of both sides is kept; when both sides labelled the
 same answer, the later label wins).
 
 A label is a correction, and corrections only apply forward (the seeds'
 frozen grader contract): a label changes no committed claim. A sweep whose
-night is later than the label grades that case, on that model, by the
-label (:func:`labelled_cases`): the case's graders give way to a
+night is observed after the label was recorded grades that case, on that model, by the
+label (:func:`kb.sweep.plan.labelled_case`): the case's graders give way to a
 :class:`~kb.evals.cases.LabelGrader`, so the cell's suite fingerprint
 changes and its epoch starts over. ``kb judges`` compares each label with
 what the judges said about the same answer (:mod:`kb.judging`).
