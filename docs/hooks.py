@@ -4,16 +4,20 @@
 replaces it with one table per TOML table of a spec (a sweep spec, its
 cases and graders, datasets, the canary, a checkpoint spec, a ladders
 file): every key, its type, its default and its description — the field's
-docstring, which pydantic reads as its ``description``. A key added to a
-model is documented by the next ``make docs``; one without a docstring
-fails ``tests/test_docs.py``.
+docstring: the string literal right under it, read from the model's source
+(:func:`field_docs`). A key added to a model is documented by the next
+``make docs``; one without a docstring fails ``tests/test_docs.py``.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import re
+import textwrap
 import types
 import typing
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -126,11 +130,36 @@ def description_text(text: str | None) -> str:
     return flat.replace("``", "`").replace("|", "\\|")
 
 
+@cache
+def field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's docstring: the string literal under its annotated assignment."""
+    found: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                found[node.target.id] = inspect.cleandoc(after.value.value)
+    return found
+
+
 def keys_table(title: str, model: type[BaseModel]) -> str:
     """One TOML table's keys as a markdown table."""
+    docs = field_docs(model)
     rows = [
         f"| `{field.alias or name}` | {type_text(field.annotation)} | {default_text(field)} | "
-        f"{description_text(field.description)} |"
+        f"{description_text(field.description or docs.get(name))} |"
         for name, field in model.model_fields.items()
         if not name.startswith("_")
     ]

@@ -283,8 +283,18 @@ def _reason_class(passed: bool | None) -> str:
 
 
 def _command_html(command: str) -> str:
-    """A shell line that wraps only between words (never inside ``--why``)."""
-    return " ".join(f'<span class="w">{esc(word)}</span>' for word in command.split(" "))
+    """A shell line that wraps between words, keeping a short word (``--why``) whole.
+
+    A long word (a report id, a batch id) may break, so the table never scrolls sideways.
+    """
+    return " ".join(
+        f'<span class="{"w" if len(word) <= SHORT_WORD else "breakable"}">{esc(word)}</span>'
+        for word in command.split(" ")
+    )
+
+
+SHORT_WORD = 16
+"""Words of a copied command up to this long keep whole when the line wraps."""
 
 
 def _answer_row(
