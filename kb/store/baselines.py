@@ -42,7 +42,7 @@ from kb.errors import ConfigError, MergeConflict
 from kb.logprobs import TopLogprobs, parse_top_logprobs
 from kb.sidefile import SideFormat
 from kb.store.canonical import js_stringify, sha256_hex
-from kb.store.merge import leave_textual_conflict
+from kb.store.merge import leave_textual_conflict, read_sides
 
 BaselineStatus = Literal["no-drift", "drift", "rebaselined"]
 BASELINES = SideFormat("canary baselines", key="version")
@@ -283,14 +283,7 @@ def merge_baselines(base: Path, ours: Path, theirs: Path, name: str) -> int:
     :class:`MergeConflict` after leaving git's textual merge in ``ours``.
     Returns how many subjects changed because of theirs.
     """
-    sides = []
-    for path in (base, ours, theirs):
-        try:
-            sides.append(read_baselines(path))
-        except ConfigError as exc:
-            leave_textual_conflict(base, ours, theirs, name)
-            raise MergeConflict(name, f"cannot be read: {exc.issues[0]}") from None
-    was, mine, other = sides
+    was, mine, other = read_sides(base, ours, theirs, name, read_baselines)
     subjects = dict(mine.subjects)
     taken = 0
     for key in sorted(set(was.subjects) | set(other.subjects)):

@@ -29,9 +29,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from kb.atomicfile import write_atomic
-from kb.errors import ConfigError, MergeConflict
 from kb.sidefile import SideFormat
-from kb.store.merge import leave_textual_conflict
+from kb.store.merge import read_sides
 from kb.store.wire import WireModel
 
 EPOCHS = SideFormat("epochs")
@@ -400,14 +399,9 @@ def merge_epochs_files(base: Path, ours: Path, theirs: Path, name: str) -> int:
     Returns how many cells came from theirs. A side that cannot be read
     leaves git's textual merge and raises :class:`MergeConflict`.
     """
-    sides = []
-    for path in (base, ours, theirs):
-        try:
-            sides.append(read_epochs(path) if path.stat().st_size else EpochsFile())
-        except ConfigError as exc:
-            leave_textual_conflict(base, ours, theirs, name)
-            raise MergeConflict(name, f"cannot be read: {exc.issues[0]}") from None
-    was, mine, other = sides
+    was, mine, other = read_sides(
+        base, ours, theirs, name, lambda p: read_epochs(p) if p.stat().st_size else EpochsFile()
+    )
     merged = merge_epochs(was, mine, other)
     taken = sum(1 for key, cell in merged.cells.items() if cell != mine.cells.get(key)) + sum(
         1 for key in mine.cells if key not in merged.cells

@@ -29,10 +29,10 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from kb.atomicfile import write_atomic
-from kb.errors import ConfigError, MergeConflict
+from kb.errors import ConfigError
 from kb.sidefile import SideFormat
 from kb.store.layout import conflict_lines
-from kb.store.merge import leave_textual_conflict
+from kb.store.merge import read_sides
 from kb.store.ttl import format_instant, stored_instant
 from kb.store.wire import WireModel
 
@@ -163,14 +163,9 @@ def merge_labels_files(base: Path, ours: Path, theirs: Path, name: str) -> int:
     Returns how many labels came from theirs. A side that cannot be read
     leaves git's textual merge and raises :class:`MergeConflict`.
     """
-    sides = []
-    for path in (base, ours, theirs):
-        try:
-            sides.append(read_labels(path) if path.stat().st_size else LabelsFile())
-        except ConfigError as exc:
-            leave_textual_conflict(base, ours, theirs, name)
-            raise MergeConflict(name, f"cannot be read: {exc.issues[0]}") from None
-    was, mine, other = sides
+    was, mine, other = read_sides(
+        base, ours, theirs, name, lambda p: read_labels(p) if p.stat().st_size else LabelsFile()
+    )
     merged = merge_labels(was, mine, other)
     write_atomic(ours, merged.render())
     return sum(1 for label in merged.labels if label not in mine.labels)

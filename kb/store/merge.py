@@ -32,10 +32,10 @@ one line saying why (:class:`kb.errors.MergeConflict`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kb.atomicfile import replace_with, stream_temp_beside, write_atomic
 from kb.errors import ConfigError, MergeClash, MergeConflict
@@ -46,6 +46,8 @@ from kb.store.snapshot import EMPTY_SNAPSHOT, ClaimEntry, Snapshot, entry_of
 from kb.store.ttl import stored_instant
 from kb.store.validation import parse_store
 from kb.store.writing import write_store
+
+Side = TypeVar("Side")
 
 _TERMINAL = frozenset({"superseded", "archived"})
 # Statuses a claim can move between, in the order its life allows.
@@ -224,6 +226,24 @@ def _read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def read_sides(
+    base: Path, ours: Path, theirs: Path, name: str, read: Callable[[Path], Side]
+) -> tuple[Side, Side, Side]:
+    """A side file's three sides for the merge driver, each read by ``read``.
+
+    One that cannot be read leaves git's textual merge in ``ours`` and raises
+    :class:`MergeConflict` naming the file, so the merge stops as a visible conflict.
+    """
+    sides = []
+    for path in (base, ours, theirs):
+        try:
+            sides.append(read(path))
+        except ConfigError as exc:
+            leave_textual_conflict(base, ours, theirs, name)
+            raise MergeConflict(name, f"cannot be read: {exc.issues[0]}") from None
+    return sides[0], sides[1], sides[2]
 
 
 def leave_textual_conflict(base: Path, ours: Path, theirs: Path, name: str) -> None:
