@@ -283,18 +283,14 @@ def _reason_class(passed: bool | None) -> str:
 
 
 def _command_html(command: str) -> str:
-    """A shell line that wraps between words, keeping a short word (``--why``) whole.
+    """A shell line that may wrap anywhere but inside its ``--why`` flag.
 
-    A long word (a report id, a batch id) may break, so the table never scrolls sideways.
+    One span, not one per word: a team's night has tens of thousands of answers.
     """
-    return " ".join(
-        f'<span class="{"w" if len(word) <= SHORT_WORD else "breakable"}">{esc(word)}</span>'
-        for word in command.split(" ")
-    )
-
-
-SHORT_WORD = 16
-"""Words of a copied command up to this long keep whole when the line wraps."""
+    head, flag, tail = command.partition(" --why ")
+    if not flag:
+        return esc(command)
+    return f'{esc(head)} <span class="w">--why {esc(tail)}</span>'
 
 
 def _answer_row(
@@ -334,7 +330,8 @@ def _answer_row(
     label = (
         '<small class="label-cmd">wrong? '
         + " or ".join(
-            f"<code>{_command_html(command)}</code>" for command in label_commands(report_id, run)
+            f'<code class="breakable">{_command_html(command)}</code>'
+            for command in label_commands(report_id, run)
         )
         + "</small>"
         if report_id is not None and run.status == "ok"
