@@ -53,11 +53,12 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	@echo "docs: build/docs/index.html"
 
-# worksteal: a worker that runs out of tests takes half of another's queue, so the few
-# long kill-point enumerations do not leave a core idle at the end; the slowest tests are
-# listed so the suite's time stays visible in CI's log.
+# One worker more than the cores: most tests wait on git, fsync, strace or a child kb
+# process, so a third worker keeps two cores busy. worksteal: a worker that runs out of
+# tests takes half of another's queue, so the long kill-point enumerations do not leave a
+# core idle at the end. The slowest tests are listed so the suite's time stays visible.
 test: check docs system-deps
-	$(VENV)/bin/pytest -q -n auto --dist worksteal --durations=15
+	$(VENV)/bin/pytest -q -n $$(( $$(nproc) + 1 )) --dist worksteal --durations=15
 
 # The nightly sweep on the bundled model, in a scratch git workspace (git-ignored):
 # two nights (on the second, one scripted provider improved), then what changed
