@@ -370,14 +370,35 @@ class LabelledAnswer:
     """What each judge said about it (judge key → verdict; ``None``: unscored)."""
 
 
-def labelled_answer(runs: Sequence[RunRecord], request: LabelRequest, where: str) -> LabelledAnswer:
+@dataclass(frozen=True)
+class NightAnswers:
+    """One night's target runs by case, and its judge runs by the answer they judged.
+
+    Indexed once per night: a ``--from`` file may label thousands of its answers.
+    """
+
+    targets: dict[str, list[RunRecord]]
+    judges: dict[tuple[str, str, int], list[RunRecord]]
+
+    @classmethod
+    def of(cls, runs: Iterable[RunRecord]) -> NightAnswers:
+        """The index of ``runs``."""
+        listed = list(runs)
+        targets: dict[str, list[RunRecord]] = defaultdict(list)
+        for run in listed:
+            if run.kind == "target":
+                targets[run.case].append(run)
+        return cls(dict(targets), judges_of(listed))
+
+
+def labelled_answer(night: NightAnswers, request: LabelRequest, where: str) -> LabelledAnswer:
     """The target run a label names, and its judges' verdicts (``ConfigError``: no such answer).
 
     The answer is a target run of the case on the model, that repeat, settled ok.
     """
     from kb.errors import ConfigError
 
-    answers = [run for run in runs if run.kind == "target" and run.case == request.case]
+    answers = night.targets.get(request.case, [])
     if not answers:
         raise ConfigError(where, f"report {request.report_id!r} has no case {request.case!r}")
     mine = [run for run in answers if run.subject_key == request.model]
@@ -394,7 +415,7 @@ def labelled_answer(runs: Sequence[RunRecord], request: LabelRequest, where: str
         )
     if run.status != "ok" or run.task_class is None:
         raise ConfigError(where, f"that run has no answer to label (it settled {run.status})")
-    judged = judges_of(runs).get((request.model, request.case, repeat), [])
+    judged = night.judges.get((request.model, request.case, repeat), [])
     verdicts: dict[str, bool | None] = {}
     for judge in judged:
         verdicts.setdefault(judge.subject_key, judge_verdict(judge))
@@ -424,12 +445,13 @@ def record_labels(
     from kb.store.labels import parse_labels
     from kb.store.merge import driver_files
 
-    nights: dict[str, list[RunRecord] | None] = {}
+    nights: dict[str, NightAnswers | None] = {}
     added = []
     for request in requests:
         if request.report_id not in nights:
             loaded = load_evidence(store, request.report_id, directory)
-            nights[request.report_id] = loaded.runs if loaded is not None else None
+            found = NightAnswers.of(loaded.runs) if loaded is not None else None
+            nights[request.report_id] = found
         runs = nights[request.report_id]
         where = request.where or f"kb label {request.report_id} {request.case} {request.model}"
         if runs is None:
